@@ -1,0 +1,1 @@
+"""Subcommands of ``sfcdc``; each module exposes ``register(subparsers)``."""

@@ -1,0 +1,50 @@
+"""Creating the Spark session sfcdc runs in.
+
+On Databricks the session already exists and is passed in by the job; locally sfcdc starts a
+Spark local-mode session with settings chosen for the pipeline (UTC, Arrow, few shuffle
+partitions). Library code never creates a session itself: it receives one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["LOCAL_SESSION_CONF", "local_session"]
+
+LOCAL_SESSION_CONF: Mapping[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    # Salesforce timestamps are UTC epoch milliseconds; never let the host zone leak in.
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.default.parallelism": "4",
+    "spark.driver.memory": "4g",
+    "spark.sql.warehouse.dir": os.path.join(os.path.expanduser("~"), ".cache", "sfcdc", "warehouse"),
+    "spark.driver.extraJavaOptions": "-Dderby.system.home=/tmp/sfcdc-derby",
+    "spark.python.worker.reuse": "true",
+}
+
+
+def local_session(
+    app_name: str = "sfcdc",
+    *,
+    cores: int | str = "*",
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Return a local-mode Spark session (the existing one if a session is already active)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
+    for key, value in {**LOCAL_SESSION_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session

@@ -1,0 +1,20 @@
+"""Each package's ``__all__`` is curated: it names only what exists and nothing private."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PACKAGES = ["ingest", "ingest.errors", "ingest.replay", "pipelines"]
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_all_is_exact(name: str) -> None:
+    module = importlib.import_module(name)
+    exported = module.__all__
+    assert sorted(exported) == list(exported) or name == "pipelines", f"{name}.__all__ unsorted"
+    assert len(set(exported)) == len(exported)
+    for symbol in exported:
+        assert not symbol.startswith("_")
+        assert hasattr(module, symbol), f"{name}.__all__ names missing {symbol}"
