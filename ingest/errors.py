@@ -6,14 +6,14 @@
     ├── ConfigError            bad YAML or settings; lists every problem with file and key path
     ├── AuthError              a token could not be obtained or refreshed
     ├── PubSubError            a Pub/Sub API call failed (gRPC status, error-code trailer, rpc id)
-    │   ├── TransientError         worth retrying after a backoff (UNAVAILABLE, service.unavailable, ...)
+    │   ├── TransientError         worth retrying after a backoff (UNAVAILABLE, ...)
     │   ├── AuthRejectedError      UNAUTHENTICATED / service.auth.error: refresh the token, retry
-    │   ├── ReplayIdError          the replay id is unknown, malformed or expired (replayid.corrupted)
+    │   ├── ReplayIdError          the replay id is unknown, malformed or expired
     │   └── PermanentError         retrying cannot help (topic not found, no permission, licence)
     ├── DecodeError            an event payload, bitmap or diff could not be decoded
     │   ├── BitmapError            a bitmap names a field the schema does not have
     │   └── DiffError              a diff-encoded value cannot be rebuilt or fails its SHA-256
-    ├── CheckpointError        the replay checkpoint in Delta is missing, inconsistent or not writable
+    ├── CheckpointError        the replay checkpoint in Delta is inconsistent or unwritable
     └── LakeError              a Delta table operation failed (engine, commit conflict, schema)
 
 Messages name the stage, what was expected and what was received, and the fix when there is

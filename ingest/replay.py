@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 __all__ = ["After", "Earliest", "Latest", "ReplayId", "StartPosition", "parse_start"]
 
@@ -78,7 +78,7 @@ class After:
     kind: Literal["after"] = "after"
 
 
-StartPosition = Union[Latest, Earliest, After]
+StartPosition = Latest | Earliest | After
 
 
 def parse_start(text: str) -> StartPosition:

@@ -7,8 +7,8 @@ partitions). Library code never creates a session itself: it receives one.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ LOCAL_SESSION_CONF: Mapping[str, str] = {
     "spark.sql.adaptive.enabled": "true",
     "spark.default.parallelism": "4",
     "spark.driver.memory": "4g",
-    "spark.sql.warehouse.dir": os.path.join(os.path.expanduser("~"), ".cache", "sfcdc", "warehouse"),
+    "spark.sql.warehouse.dir": str(Path.home() / ".cache" / "sfcdc" / "warehouse"),
     "spark.driver.extraJavaOptions": "-Dderby.system.home=/tmp/sfcdc-derby",
     "spark.python.worker.reuse": "true",
 }

@@ -29,30 +29,66 @@ def _fields(message: type) -> dict[str, int]:
 @pytest.mark.parametrize(
     ("message", "expected"),
     [
-        (pb2.TopicInfo, {"topic_name": 1, "tenant_guid": 2, "can_publish": 3,
-                         "can_subscribe": 4, "schema_id": 5, "rpc_id": 6}),
+        (
+            pb2.TopicInfo,
+            {
+                "topic_name": 1,
+                "tenant_guid": 2,
+                "can_publish": 3,
+                "can_subscribe": 4,
+                "schema_id": 5,
+                "rpc_id": 6,
+            },
+        ),
         (pb2.TopicRequest, {"topic_name": 1}),
         (pb2.EventHeader, {"key": 1, "value": 2}),
         (pb2.ProducerEvent, {"id": 1, "schema_id": 2, "payload": 3, "headers": 4}),
         (pb2.ConsumerEvent, {"event": 1, "replay_id": 2}),
         (pb2.PublishResult, {"replay_id": 1, "error": 2, "correlation_key": 3}),
         (pb2.Error, {"code": 1, "msg": 2}),
-        (pb2.FetchRequest, {"topic_name": 1, "replay_preset": 2, "replay_id": 3,
-                            "num_requested": 4, "auth_refresh": 5}),
-        (pb2.FetchResponse, {"events": 1, "latest_replay_id": 2, "rpc_id": 3,
-                             "pending_num_requested": 4}),
+        (
+            pb2.FetchRequest,
+            {
+                "topic_name": 1,
+                "replay_preset": 2,
+                "replay_id": 3,
+                "num_requested": 4,
+                "auth_refresh": 5,
+            },
+        ),
+        (
+            pb2.FetchResponse,
+            {"events": 1, "latest_replay_id": 2, "rpc_id": 3, "pending_num_requested": 4},
+        ),
         (pb2.SchemaRequest, {"schema_id": 1}),
         (pb2.SchemaInfo, {"schema_json": 1, "schema_id": 2, "rpc_id": 3}),
         (pb2.PublishRequest, {"topic_name": 1, "events": 2, "auth_refresh": 3}),
         (pb2.PublishResponse, {"results": 1, "schema_id": 2, "rpc_id": 3}),
-        (pb2.ManagedFetchRequest, {"subscription_id": 1, "developer_name": 2,
-                                   "num_requested": 3, "auth_refresh": 4,
-                                   "commit_replay_id_request": 5}),
-        (pb2.ManagedFetchResponse, {"events": 1, "latest_replay_id": 2, "rpc_id": 3,
-                                    "pending_num_requested": 4, "commit_response": 5}),
+        (
+            pb2.ManagedFetchRequest,
+            {
+                "subscription_id": 1,
+                "developer_name": 2,
+                "num_requested": 3,
+                "auth_refresh": 4,
+                "commit_replay_id_request": 5,
+            },
+        ),
+        (
+            pb2.ManagedFetchResponse,
+            {
+                "events": 1,
+                "latest_replay_id": 2,
+                "rpc_id": 3,
+                "pending_num_requested": 4,
+                "commit_response": 5,
+            },
+        ),
         (pb2.CommitReplayRequest, {"commit_request_id": 1, "replay_id": 2}),
-        (pb2.CommitReplayResponse, {"commit_request_id": 1, "replay_id": 2, "error": 3,
-                                    "process_time": 4}),
+        (
+            pb2.CommitReplayResponse,
+            {"commit_request_id": 1, "replay_id": 2, "error": 3, "process_time": 4},
+        ),
     ],
 )
 def test_message_fields_match_salesforce(message: type, expected: dict[str, int]) -> None:
@@ -62,8 +98,13 @@ def test_message_fields_match_salesforce(message: type, expected: dict[str, int]
 def test_repeated_fields() -> None:
     repeated = {
         (m.DESCRIPTOR.name, f.name)
-        for m in (pb2.ProducerEvent, pb2.FetchResponse, pb2.PublishRequest,
-                  pb2.PublishResponse, pb2.ManagedFetchResponse)
+        for m in (
+            pb2.ProducerEvent,
+            pb2.FetchResponse,
+            pb2.PublishRequest,
+            pb2.PublishResponse,
+            pb2.ManagedFetchResponse,
+        )
         for f in m.DESCRIPTOR.fields
         if f.is_repeated
     }
