@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -21,8 +22,12 @@ if TYPE_CHECKING:
 def spark() -> Iterator[SparkSession]:
     from pipelines.session import local_session
 
-    # Python workers must run the interpreter (and virtualenv) that runs the tests.
+    # Python workers must run the interpreter (and virtualenv) that runs the tests, and import
+    # this checkout's packages even when it is not pip-installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([root, *[p for p in paths if p != root]])
 
     session = local_session("sfcdc-tests", cores=2, conf={"spark.driver.memory": "2g"})
     yield session

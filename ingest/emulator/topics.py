@@ -1,0 +1,123 @@
+"""What the emulator serves: topics, their schema versions, and the events it emits.
+
+A :class:`Catalogue` is the emulator's view of one org's event bus: per-object change event
+topics (``/data/AccountChangeEvent``), the multi-entity channel ``/data/ChangeEvents`` (which
+carries every change event of the org, with the same replay id as on the object's own topic),
+and platform event topics (``/event/Order_Shipped__e``). A topic keeps every schema version it
+ever served, because stored events keep pointing at the schema they were written with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ingest.schema import EventSchema
+
+__all__ = ["CHANGE_EVENTS_CHANNEL", "Catalogue", "EmittedEvent", "TopicDef", "TopicKind"]
+
+CHANGE_EVENTS_CHANNEL = "/data/ChangeEvents"
+
+TopicKind = Literal["change_events", "change_event_channel", "platform_event"]
+
+
+@dataclass(frozen=True)
+class TopicDef:
+    """One topic. ``schemas`` lists every version, oldest first; the last one is current.
+
+    The multi-entity channel has no schema of its own (GetTopic reports a blank schema id);
+    its events carry the schema ids of their objects.
+    """
+
+    name: str
+    kind: TopicKind
+    entity: str | None = None
+    schemas: tuple[EventSchema, ...] = ()
+
+    @property
+    def current_schema(self) -> EventSchema | None:
+        return self.schemas[-1] if self.schemas else None
+
+    @property
+    def publishable(self) -> bool:
+        """Only (high-volume) platform events can be published; change events cannot."""
+        return self.kind == "platform_event"
+
+
+@dataclass(frozen=True, slots=True)
+class EmittedEvent:
+    """An event ready to be appended to the emulator's log: Avro payload plus its identity.
+
+    ``topic`` is the event's own topic (the object's change event topic or the platform event
+    topic), never the multi-entity channel.
+    """
+
+    topic: str
+    schema_id: str
+    payload: bytes
+    event_id: str
+
+
+@dataclass
+class Catalogue:
+    """The topics and schemas of one emulated org. Mutable only through :meth:`add_version`."""
+
+    topics: dict[str, TopicDef] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, topics: Iterable[TopicDef], *, with_channel: bool = True) -> Catalogue:
+        by_name = {t.name: t for t in topics}
+        if with_channel and any(t.kind == "change_events" for t in by_name.values()):
+            by_name.setdefault(
+                CHANGE_EVENTS_CHANNEL, TopicDef(CHANGE_EVENTS_CHANNEL, "change_event_channel")
+            )
+        return cls(by_name)
+
+    def __iter__(self) -> Iterator[TopicDef]:
+        return iter(self.topics.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.topics
+
+    def topic(self, name: str) -> TopicDef:
+        """The topic called ``name`` (names are case-sensitive, as on Salesforce)."""
+        try:
+            return self.topics[name]
+        except KeyError:
+            raise KeyError(name) from None
+
+    def topic_for_entity(self, entity: str) -> TopicDef:
+        for t in self.topics.values():
+            if t.entity == entity and t.kind != "change_event_channel":
+                return t
+        raise KeyError(entity)
+
+    @property
+    def schemas(self) -> Mapping[str, EventSchema]:
+        return {s.schema_id: s for t in self.topics.values() for s in t.schemas}
+
+    def schema(self, schema_id: str) -> EventSchema:
+        try:
+            return self.schemas[schema_id]
+        except KeyError:
+            raise KeyError(schema_id) from None
+
+    def channel_members(self, channel: str) -> tuple[str, ...]:
+        """Topics whose events a channel carries: every change event topic for
+        ``/data/ChangeEvents``; a topic carries only itself."""
+        if self.topic(channel).kind == "change_event_channel":
+            return tuple(t.name for t in self.topics.values() if t.kind == "change_events")
+        return (channel,)
+
+    def add_version(self, topic: str, schema: EventSchema) -> TopicDef:
+        """Make ``schema`` the topic's current schema (a schema change mid-stream).
+
+        Earlier versions stay resolvable by id so events written with them still decode.
+        """
+        current = self.topic(topic)
+        if any(s.schema_id == schema.schema_id for s in current.schemas):
+            return current
+        updated = TopicDef(current.name, current.kind, current.entity, (*current.schemas, schema))
+        self.topics[topic] = updated
+        return updated
