@@ -3,6 +3,7 @@ keepalives, idle close, the multi-entity channel and every Subscribe error."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import grpc
@@ -77,7 +78,7 @@ def test_replay_ids_are_ten_bytes_increasing_with_gaps(emulator):
     positions = [decode_replay_id(i) for i in ids]
     assert all(len(i) == 10 and i.endswith(b"\x00\x00") for i in ids)
     assert positions == sorted(positions) and len(set(positions)) == 50
-    gaps = {b - a for a, b in zip(positions, positions[1:], strict=False)}
+    gaps = {b - a for a, b in itertools.pairwise(positions)}
     assert len(gaps) > 1, "positions should not be contiguous"
 
 
