@@ -348,11 +348,14 @@ def test_tls_with_verification(make_emulator, tmp_path: Path):
 def test_tls_untrusted_ca_is_refused(make_emulator):
     emulator = make_emulator(tls=True)
     token = emulator.issue_token()
-    with grpc.secure_channel(emulator.grpc_target, grpc.ssl_channel_credentials()) as channel:
-        with pytest.raises(grpc.RpcError) as info:
-            pb2_grpc.PubSubStub(channel).GetTopic(
-                pb2.TopicRequest(topic_name=ORDER_TOPIC), metadata=token.metadata(), timeout=5
-            )
+    public_roots = grpc.ssl_channel_credentials()
+    with (
+        grpc.secure_channel(emulator.grpc_target, public_roots) as channel,
+        pytest.raises(grpc.RpcError) as info,
+    ):
+        pb2_grpc.PubSubStub(channel).GetTopic(
+            pb2.TopicRequest(topic_name=ORDER_TOPIC), metadata=token.metadata(), timeout=5
+        )
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     with (
         httpx.Client(base_url=emulator.http_url, timeout=5) as http,
