@@ -17,7 +17,12 @@ from typing import Literal
 
 from ingest.emulator.eventlog import decode_replay_id
 
-__all__ = ["FaultSettings", "Faults", "StreamCut", "StreamCutCode"]
+__all__ = [
+    "FaultSettings",
+    "Faults",
+    "StreamCut",
+    "StreamCutCode",
+]
 
 StreamCutCode = Literal["service.unavailable", "subscription.internal.error"]
 _CUT_CODES = ("service.unavailable", "subscription.internal.error")

@@ -18,7 +18,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["CA_CERT", "SERVER_CERT", "SERVER_KEY", "TlsMaterial", "ensure_tls", "generate_tls"]
+__all__ = [
+    "CA_CERT",
+    "SERVER_CERT",
+    "SERVER_KEY",
+    "TlsMaterial",
+    "ensure_tls",
+    "generate_tls",
+]
 
 CA_CERT = "ca.pem"
 SERVER_CERT = "server.pem"
