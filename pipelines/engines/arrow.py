@@ -269,17 +269,22 @@ def conform_to_schema(
             arrays.append(column)
             fields.append(field.with_nullable(field.nullable or table.schema.field(index).nullable))
             continue
+        added = _new_nested_fields(column.type, field.type, field.name)
+        if added:
+            # Casting would silently drop these struct fields: grow the table or refuse.
+            if not evolve:
+                raise LakeError(
+                    f"the data has fields {table_name} does not have: {', '.join(added)}; "
+                    "pass evolve_schema=True to add them"
+                )
+            arrays.append(column)
+            fields.append(pa.field(field.name, column.type, nullable=True))
+            grows = True
+            continue
         try:
             arrays.append(column.cast(field.type, safe=True))
             fields.append(field)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            nested = pa.types.is_nested(field.type) and pa.types.is_nested(column.type)
-            if evolve and nested:
-                # New fields inside a struct: delta-rs merges the nested schema itself.
-                arrays.append(column)
-                fields.append(pa.field(field.name, column.type, nullable=True))
-                grows = True
-                continue
             expected = arrow_type_to_spark(field.type).simpleString()
             got = arrow_type_to_spark(column.type).simpleString()
             raise LakeError(
@@ -312,6 +317,27 @@ def same_type(a: T.DataType, b: T.DataType) -> bool:
     if isinstance(a, T.MapType) and isinstance(b, T.MapType):
         return same_type(a.keyType, b.keyType) and same_type(a.valueType, b.valueType)
     return a == b
+
+
+def _new_nested_fields(have: pa.DataType, want: pa.DataType, path: str) -> list[str]:
+    """Struct fields (at any depth) present in ``have`` but not in ``want``."""
+    types = pa.types
+    if types.is_struct(have) and types.is_struct(want):
+        known = {want.field(i).name.lower(): want.field(i) for i in range(want.num_fields)}
+        found: list[str] = []
+        for i in range(have.num_fields):
+            child = have.field(i)
+            match = known.get(child.name.lower())
+            sub = f"{path}.{child.name}"
+            found.extend(
+                [sub] if match is None else _new_nested_fields(child.type, match.type, sub)
+            )
+        return found
+    if (types.is_list(have) or types.is_large_list(have)) and types.is_list(want):
+        return _new_nested_fields(have.value_type, want.value_type, f"{path}[]")
+    if types.is_map(have) and types.is_map(want):
+        return _new_nested_fields(have.item_type, want.item_type, f"{path}{{}}")
+    return []
 
 
 def dataframe_to_arrow(df: DataFrame) -> pa.Table:

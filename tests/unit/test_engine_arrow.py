@@ -294,3 +294,21 @@ def test_merge_keys_reject_a_bare_string() -> None:
         merge_keys("Id")
     with pytest.raises(LakeError, match="non-empty list"):
         merge_keys([])
+
+
+def test_conform_never_drops_new_struct_fields() -> None:
+    narrow = pa.struct([("x", pa.int64())])
+    wide = pa.struct([("x", pa.int64()), ("y", pa.string())])
+    target = pa.schema([("a", narrow), ("l", pa.list_(narrow))])
+    data = pa.table(
+        {
+            "a": pa.array([{"x": 1, "y": "new"}], wide),
+            "l": pa.array([[{"x": 2, "y": "deep"}]], pa.list_(wide)),
+        }
+    )
+    out, grows = conform_to_schema(data, target, evolve=True)
+    assert grows and out.to_pylist() == data.to_pylist()
+    with pytest.raises(LakeError, match=r"fields t does not have: a\.y; pass evolve_schema"):
+        conform_to_schema(data.select(["a"]), target, evolve=False, table_name="t")
+    with pytest.raises(LakeError, match=r"l\[\]\.y"):
+        conform_to_schema(data.select(["l"]), target, evolve=False, table_name="t")
