@@ -312,3 +312,24 @@ def test_conform_never_drops_new_struct_fields() -> None:
         conform_to_schema(data.select(["a"]), target, evolve=False, table_name="t")
     with pytest.raises(LakeError, match=r"l\[\]\.y"):
         conform_to_schema(data.select(["l"]), target, evolve=False, table_name="t")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "pipelines.engines",
+        "pipelines.engines.arrow",
+        "pipelines.engines.base",
+        "pipelines.engines.local",
+        "pipelines.engines.spark",
+        "pipelines.engines.sql",
+    ],
+)
+def test_public_api_is_curated(name: str) -> None:
+    import importlib
+
+    module = importlib.import_module(name)
+    assert len(set(module.__all__)) == len(module.__all__)
+    for symbol in module.__all__:
+        assert not symbol.startswith("_")
+        assert hasattr(module, symbol), f"{name}.__all__ names missing {symbol}"
