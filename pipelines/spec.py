@@ -46,6 +46,7 @@ from pipelines.spec_fields import (
 __all__ = [
     "IDENTIFIER_PATTERN",
     "TOPIC_FORMATS",
+    "TOPIC_PATTERN",
     "AuthSpec",
     "BatchingSpec",
     "ByteSize",
@@ -141,6 +142,9 @@ _TOPIC_RULES: tuple[tuple[re.Pattern[str], TopicKind, Callable[[str], str | None
     (re.compile(rf"^/event/({_NAME}__e)$"), "platform_event", lambda m: m),
     (re.compile(r"^/event/([A-Za-z][A-Za-z0-9]*)$"), "platform_event", lambda m: m),
 )
+# One pattern for all formats, for the JSON Schema and the first check of a `topic` key.
+TOPIC_PATTERN = "^(" + "|".join(rule.pattern[1:-1] for rule, _kind, _entity in _TOPIC_RULES) + ")$"
+_TOPIC_HINT = f"a Pub/Sub topic name, one of {', '.join(TOPIC_FORMATS)}"
 
 
 # Default of fields whose value is derived from others when the YAML leaves them out.
@@ -715,6 +719,8 @@ class ObjectSpec:
         default=_DERIVED,
         metadata=meta(
             "Pub/Sub topic (or channel shared with other objects, such as /data/ChangeEvents).",
+            pattern=TOPIC_PATTERN,
+            hint=_TOPIC_HINT,
             derived="/data/AccountChangeEvent, /data/Invoice__ChangeEvent, /event/Order_Shipped__e",
         ),
     )
@@ -845,9 +851,7 @@ def parse_topic(topic: str) -> TopicInfo:
             match = pattern.match(topic)
             if match:
                 return TopicInfo(topic, kind, entity(match.group(1)) if match.groups() else None)
-    raise ValueError(
-        f"must be a Pub/Sub topic name, one of {', '.join(TOPIC_FORMATS)} (got {topic!r})"
-    )
+    raise ValueError(f"must be {_TOPIC_HINT} (got {topic!r})")
 
 
 def default_topic(api_name: str, kind: ObjectKind) -> str:
