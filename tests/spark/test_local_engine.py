@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -29,11 +30,13 @@ UTC = timezone.utc
 
 
 @pytest.fixture
-def engine(spark: SparkSession, tmp_path: Path) -> LocalEngine:
+def engine(spark: SparkSession, tmp_path: Path) -> Iterator[LocalEngine]:
     # Views live in the session's catalog, shared by every test: give each test its own schemas.
     tag = uuid.uuid4().hex[:8]
     schemas = SchemasSpec(bronze=f"bronze_{tag}", silver=f"silver_{tag}", gold=f"gold_{tag}")
-    return LocalEngine(spark, location=tmp_path / "lake", schemas=schemas)
+    yield LocalEngine(spark, location=tmp_path / "lake", schemas=schemas)
+    for schema in (schemas.bronze, schemas.silver, schemas.gold):
+        spark.sql(f"DROP DATABASE IF EXISTS {schema} CASCADE")
 
 
 def events(start: int, n: int, **extra: pa.Array) -> pa.Table:

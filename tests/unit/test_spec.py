@@ -838,3 +838,21 @@ def test_public_api_is_curated(name: str) -> None:
     for symbol in module.__all__:
         assert not symbol.startswith("_")
         assert hasattr(module, symbol), f"{name}.__all__ names missing {symbol}"
+
+
+def test_yaml_is_parsed_in_exactly_one_module() -> None:
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    importers = []
+    for package in ("ingest", "pipelines"):
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module]
+                if any(name.split(".")[0] == "yaml" for name in names):
+                    importers.append(str(path.relative_to(root)))
+    assert importers == ["pipelines/spec.py"]
