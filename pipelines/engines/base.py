@@ -1,0 +1,329 @@
+"""The lake engine seam: what bronze, silver and gold jobs ask of Delta tables.
+
+Two implementations read and write real Delta tables with the same layout:
+:class:`~pipelines.engines.local.LocalEngine` (delta-rs + Spark local mode) and
+:class:`~pipelines.engines.spark.SparkEngine` (delta-spark, Databricks). Everything else is
+shared: the value types here, the type mapping in :mod:`pipelines.engines.arrow` and the SQL
+text in :mod:`pipelines.engines.sql`.
+
+Idempotency. A write may carry a :class:`Txn` (a Delta *application transaction*): the
+engine skips it when the table has already recorded ``txn.version`` (or a later one) for
+``txn.app_id`` and otherwise records the txn in the same commit as the data, so a job that
+crashes between writing and remembering what it wrote can simply run again.
+
+Commit metadata. The ``metadata`` of a write, and its txn, are stored as one JSON object in
+the commit's ``userMetadata`` (the field ``DESCRIBE HISTORY`` shows), in both engines, so
+history reads the same whichever engine wrote the commit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from ingest.errors import LakeError
+from pipelines.spec import Layer, is_identifier
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "LAYERS",
+    "TXN_APP_ID_KEY",
+    "TXN_VERSION_KEY",
+    "CommitResult",
+    "HistoryEntry",
+    "LakeEngine",
+    "MaintenanceResult",
+    "MergeMetrics",
+    "TableChanges",
+    "TableRef",
+    "Txn",
+    "decode_user_metadata",
+    "encode_user_metadata",
+    "merge_keys",
+]
+
+LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
+TXN_APP_ID_KEY = "sfcdc.txn.app_id"
+TXN_VERSION_KEY = "sfcdc.txn.version"
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A table by layer and logical name (``TableRef("gold", "account")``).
+
+    The engine turns it into a physical name (schema per layer, table prefix, catalog) and,
+    for the local engine, a directory. Names must be plain SQL identifiers.
+    """
+
+    layer: Layer
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.layer not in LAYERS:
+            raise ValueError(f"table layer must be one of {', '.join(LAYERS)} (got {self.layer!r})")
+        if not is_identifier(self.name):
+            raise ValueError(
+                "table name must be a SQL identifier of letters, digits and '_' not starting "
+                f"with a digit, at most 255 characters (got {self.name!r})"
+            )
+
+    def __str__(self) -> str:
+        return f"{self.layer}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Txn:
+    """A Delta application transaction: ``version`` is monotonic per ``app_id``."""
+
+    app_id: str
+    version: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.app_id, str) or not self.app_id:
+            raise ValueError(f"txn app_id must be a non-empty string (got {self.app_id!r})")
+        if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 0:
+            raise ValueError(f"txn version must be an integer >= 0 (got {self.version!r})")
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """Outcome of an append or overwrite.
+
+    ``version`` is the commit that holds the write (``None`` when nothing was committed: an
+    empty append without a txn); ``skipped`` is true when the txn had already been applied.
+    """
+
+    table: TableRef
+    version: int | None
+    skipped: bool
+    rows: int
+
+
+@dataclass(frozen=True)
+class MergeMetrics:
+    """Outcome of a merge, as the Delta implementation reports it."""
+
+    table: TableRef
+    inserted: int
+    updated: int
+    deleted: int
+    source_rows: int
+    version: int | None
+    skipped: bool
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class TableChanges:
+    """Rows appended to a table over a range of commits.
+
+    ``start_version``..``end_version`` (inclusive) is the range read; ``start_version`` is
+    ``None`` when nothing was committed after the requested version. ``full_read`` is true
+    when the engine could not read the range incrementally (the log was cleaned up, or a
+    commit in it rewrote or deleted rows) and returned the whole table at ``end_version``
+    instead; consumers must then treat ``df`` as a snapshot, not as new rows.
+    """
+
+    table: TableRef
+    df: DataFrame
+    start_version: int | None
+    end_version: int | None
+    full_read: bool = False
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One commit of a table's history, newest first in :meth:`LakeEngine.history`."""
+
+    version: int
+    timestamp: datetime
+    operation: str
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    txn: Txn | None = None
+
+
+@dataclass(frozen=True)
+class MaintenanceResult:
+    """What :meth:`LakeEngine.maintain` did (``None`` where the engine cannot tell)."""
+
+    table: TableRef
+    files_removed: int
+    files_added: int
+    checkpoint_version: int | None
+    vacuumed_files: int | None
+
+
+@runtime_checkable
+class LakeEngine(Protocol):
+    """Table I/O of the pipeline. Both implementations read and write real Delta tables."""
+
+    @property
+    def name(self) -> Literal["local", "spark"]:
+        """Which implementation this is."""
+        ...
+
+    @property
+    def spark(self) -> SparkSession:
+        """The session DataFrames are read into."""
+        ...
+
+    def qualified_name(self, table: TableRef) -> str:
+        """The name SQL users type for ``table`` (quoted, e.g. ```gold`.`account```)."""
+        ...
+
+    def exists(self, table: TableRef) -> bool:
+        """Whether ``table`` exists as a Delta table."""
+        ...
+
+    def version(self, table: TableRef) -> int | None:
+        """The table's current version, ``None`` when it does not exist."""
+        ...
+
+    def schema(self, table: TableRef) -> StructType | None:
+        """The table's schema, ``None`` when it does not exist."""
+        ...
+
+    def ensure_table(
+        self, table: TableRef, schema: StructType, *, properties: Mapping[str, str] | None = None
+    ) -> None:
+        """Create ``table`` when missing; otherwise add the columns of ``schema`` it lacks
+        and set ``properties`` that differ. A column whose type differs is an error."""
+        ...
+
+    def read(self, table: TableRef, *, version: int | None = None) -> DataFrame:
+        """The table (at ``version``, default latest) as a DataFrame."""
+        ...
+
+    def read_appends(self, table: TableRef, *, after_version: int | None) -> TableChanges:
+        """Rows added (data-changing adds) by the commits after ``after_version`` (``None``:
+        all rows) up to the current version. Compactions add nothing."""
+        ...
+
+    def txn_version(self, table: TableRef, app_id: str) -> int | None:
+        """The latest txn version the table recorded for ``app_id``."""
+        ...
+
+    def append(
+        self,
+        table: TableRef,
+        data: DataFrame | pa.Table,
+        *,
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+        evolve_schema: bool = True,
+    ) -> CommitResult:
+        """Append rows (creating the table if needed), idempotently when ``txn`` is given."""
+        ...
+
+    def merge(
+        self,
+        table: TableRef,
+        source: DataFrame | pa.Table,
+        *,
+        on: Sequence[str],
+        update_condition: str | None = None,
+        delete_condition: str | None = None,
+        insert: bool = True,
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+        evolve_schema: bool = True,
+    ) -> MergeMetrics:
+        """Upsert whole rows of ``source`` keyed by the ``on`` columns.
+
+        Matched rows satisfying ``delete_condition`` are deleted; other matched rows
+        (satisfying ``update_condition`` when given) take every source column; unmatched
+        source rows are inserted when ``insert``. Conditions are SQL predicates over the
+        aliases ``source`` and ``target``, e.g. ``source.ts >= target.ts``; keep them to
+        plain comparisons and boolean logic so both engines' SQL dialects accept them.
+        A target row matching several source rows is an error.
+        """
+        ...
+
+    def overwrite(
+        self,
+        table: TableRef,
+        data: DataFrame | pa.Table,
+        *,
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+        replace_schema: bool = False,
+    ) -> CommitResult:
+        """Replace all rows; the schema grows (or is replaced with ``replace_schema``)."""
+        ...
+
+    def history(self, table: TableRef, *, limit: int = 20) -> list[HistoryEntry]:
+        """The latest ``limit`` commits, newest first."""
+        ...
+
+    def maintain(
+        self,
+        table: TableRef,
+        *,
+        compact: bool = True,
+        checkpoint: bool = True,
+        vacuum_hours: float | None = None,
+    ) -> MaintenanceResult:
+        """Compact small files, write a log checkpoint and clean up expired log entries, and
+        (with ``vacuum_hours``) delete unreferenced files older than that."""
+        ...
+
+    def register_sql(self, tables: Iterable[TableRef] | None = None) -> list[str]:
+        """Make ``tables`` (default: every existing one) queryable by name in ``spark.sql``;
+        returns the qualified names."""
+        ...
+
+
+def encode_user_metadata(metadata: Mapping[str, str] | None, txn: Txn | None) -> str | None:
+    """The ``userMetadata`` JSON of a commit carrying ``metadata`` and ``txn``."""
+    payload: dict[str, str] = {}
+    for key, value in (metadata or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise LakeError(
+                f"commit metadata must map str to str (got {key!r}: {value!r}, "
+                f"a {type(value).__name__})"
+            )
+        if key.startswith("sfcdc.txn."):
+            raise LakeError(f"commit metadata key {key!r} is reserved for the txn")
+        payload[key] = value
+    if txn is not None:
+        payload[TXN_APP_ID_KEY] = txn.app_id
+        payload[TXN_VERSION_KEY] = str(txn.version)
+    return json.dumps(payload, sort_keys=True, separators=(",", ":")) if payload else None
+
+
+def decode_user_metadata(text: object) -> tuple[dict[str, str], Txn | None]:
+    """Inverse of :func:`encode_user_metadata`; other writers' text is kept under
+    ``userMetadata``."""
+    if not isinstance(text, str) or not text:
+        return {}, None
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return {"userMetadata": text}, None
+    if not isinstance(payload, dict):
+        return {"userMetadata": text}, None
+    metadata = {str(k): str(v) for k, v in payload.items() if not str(k).startswith("sfcdc.txn.")}
+    txn = None
+    app_id, version = payload.get(TXN_APP_ID_KEY), payload.get(TXN_VERSION_KEY)
+    if isinstance(app_id, str) and isinstance(version, str) and version.isdigit():
+        txn = Txn(app_id, int(version))
+    return metadata, txn
+
+
+def merge_keys(on: Sequence[str] | str) -> list[str]:
+    """Validated merge key columns (a bare string would silently iterate characters)."""
+    if isinstance(on, str) or not on or not all(isinstance(c, str) and c for c in on):
+        raise LakeError(
+            f"merge keys must be a non-empty list of column names (got {on!r}, "
+            f"a {type(on).__name__})"
+        )
+    return list(on)

@@ -1,0 +1,1165 @@
+"""The declarative configuration: ``conf/pipeline.yml`` and ``conf/objects/<name>.yml``.
+
+This is the only module that parses YAML. :func:`load_conf` reads a ``conf/`` directory into
+frozen, typed models (one dataclass per section), applies ``defaults`` to every object and
+derives what an object file leaves out (its topic and table names). Every problem in every
+file is reported at once, in one :class:`~ingest.errors.ConfigError` whose ``problems`` each
+name the file and the key path::
+
+    conf/objects/account.yml: replay.start: must be one of 'earliest', 'latest' (got 'yesterday')
+
+Secrets are never values in YAML: a secret key holds a reference, ``{env: NAME}`` or
+``{secret: {scope: ..., key: ...}}`` (a Databricks secret scope). References are checked for
+form here and resolved at connect time by the resolver the caller injects, so a missing
+environment variable is not a load-time error.
+
+The models double as the source of the published JSON Schema (``pipelines.spec_schema``): the
+``doc`` and constraints in each field's metadata feed both the validation below and the schema.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+
+from ingest.errors import ConfigError
+from pipelines.spec_fields import (
+    INVALID,
+    ByteSize,
+    Credential,
+    DatabricksSecret,
+    EnvSecret,
+    Problems,
+    SecretRef,
+    join,
+    meta,
+    parse_byte_size,
+    parse_model,
+    resolve_paths,
+)
+
+__all__ = [
+    "IDENTIFIER_PATTERN",
+    "TOPIC_FORMATS",
+    "TOPIC_PATTERN",
+    "AuthSpec",
+    "BatchingSpec",
+    "ByteSize",
+    "ClientCredentialsAuth",
+    "Conf",
+    "ConnectionSpec",
+    "Credential",
+    "DatabricksSecret",
+    "DefaultsSpec",
+    "EmulatorSpec",
+    "EmulatorTls",
+    "EmulatorWorkload",
+    "EngineName",
+    "EnvSecret",
+    "IngestSpec",
+    "JwtBearerAuth",
+    "LakeSpec",
+    "Layer",
+    "ObjectKind",
+    "ObjectSpec",
+    "OnCorrupted",
+    "PipelineSpec",
+    "RefreshTokenAuth",
+    "ReplaySpec",
+    "ReplayStart",
+    "RetrySpec",
+    "SalesforceSpec",
+    "SalesforceTls",
+    "SchemasSpec",
+    "SecretRef",
+    "SoapLoginAuth",
+    "Source",
+    "StaticTokenAuth",
+    "TablesSpec",
+    "TopicInfo",
+    "TopicKind",
+    "TopicSpec",
+    "UsernamePasswordAuth",
+    "default_tables",
+    "default_topic",
+    "is_identifier",
+    "load_conf",
+    "load_object",
+    "load_pipeline",
+    "parse_byte_size",
+    "parse_topic",
+    "snake_case",
+]
+
+Layer = Literal["bronze", "silver", "gold"]
+Source = Literal["emulator", "salesforce"]
+EngineName = Literal["auto", "local", "spark"]
+ReplayStart = Literal["earliest", "latest"]
+OnCorrupted = Literal["fail", "earliest", "latest"]
+ObjectKind = Literal["change_events", "platform_event"]
+_LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
+TopicKind = Literal[
+    "change_events", "change_event_channel", "platform_event", "platform_event_channel"
+]
+
+# Table, schema and catalog names are interpolated into SQL by the lake engines; anything that
+# would need quoting (or could smuggle SQL in) is refused at load time.
+IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_IDENTIFIER_RE = re.compile(IDENTIFIER_PATTERN)
+_IDENTIFIER_MAX = 255
+_IDENTIFIER_HINT = "a SQL identifier: letters, digits and '_', not starting with a digit"
+
+_OBJECT_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
+_OBJECT_HINT = "a Salesforce API name such as 'Account', 'Invoice__c' or 'Order_Shipped__e'"
+_HTTPS_ORIGIN = r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$"
+_HTTP_ORIGIN_HINT = "an https:// origin such as 'https://mycompany.my.salesforce.com'"
+_ENDPOINT_PATTERN = r"^[A-Za-z0-9.-]+:[0-9]{1,5}$"
+_ORG_ID_PATTERN = r"^00D[A-Za-z0-9]{12}([A-Za-z0-9]{3})?$"
+_API_VERSION_PATTERN = r"^[0-9]{2,3}\.0$"
+_TABLE_PREFIX_PATTERN = r"^[A-Za-z0-9_]*$"
+
+TOPIC_FORMATS: tuple[str, ...] = (
+    "/event/<Name>__e",
+    "/event/<Name>",
+    "/event/<Name>__chn",
+    "/data/ChangeEvents",
+    "/data/<Object>ChangeEvent",
+    "/data/<Object>__ChangeEvent",
+    "/data/<Name>__chn",
+)
+_NAME = r"[A-Za-z][A-Za-z0-9_]*"
+_TOPIC_RULES: tuple[tuple[re.Pattern[str], TopicKind, Callable[[str], str | None]], ...] = (
+    (re.compile(r"^/data/ChangeEvents$"), "change_event_channel", lambda _m: None),
+    (re.compile(rf"^/data/{_NAME}__chn$"), "change_event_channel", lambda _m: None),
+    (re.compile(rf"^/data/({_NAME})__ChangeEvent$"), "change_events", lambda m: f"{m}__c"),
+    (re.compile(r"^/data/([A-Za-z][A-Za-z0-9]*)ChangeEvent$"), "change_events", lambda m: m),
+    (re.compile(rf"^/event/{_NAME}__chn$"), "platform_event_channel", lambda _m: None),
+    (re.compile(rf"^/event/({_NAME}__e)$"), "platform_event", lambda m: m),
+    (re.compile(r"^/event/([A-Za-z][A-Za-z0-9]*)$"), "platform_event", lambda m: m),
+)
+# One pattern for all formats, for the JSON Schema and the first check of a `topic` key.
+TOPIC_PATTERN = "^(" + "|".join(rule.pattern[1:-1] for rule, _kind, _entity in _TOPIC_RULES) + ")$"
+_TOPIC_HINT = f"a Pub/Sub topic name, one of {', '.join(TOPIC_FORMATS)}"
+
+
+# Default of fields whose value is derived from others when the YAML leaves them out.
+_DERIVED: Any = None
+
+
+def _identmeta(doc: str, **more: Any) -> dict[str, Any]:
+    return meta(
+        doc, pattern=IDENTIFIER_PATTERN, hint=_IDENTIFIER_HINT, max_length=_IDENTIFIER_MAX, **more
+    )
+
+
+# ------------------------------------------------------------------------------ connection
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientCredentialsAuth:
+    """OAuth 2.0 client credentials: the recommended server-to-server flow."""
+
+    type: Literal["client_credentials"] = field(
+        default="client_credentials", metadata=meta("Auth flow.")
+    )
+    login_url: str = field(
+        metadata=meta(
+            "Your My Domain URL, e.g. https://mycompany.my.salesforce.com (login.salesforce.com "
+            "and test.salesforce.com reject this flow).",
+            pattern=_HTTPS_ORIGIN,
+            hint=_HTTP_ORIGIN_HINT,
+        )
+    )
+    client_id: Credential = field(
+        metadata=meta("Consumer key of the connected (or external client) app.")
+    )
+    client_secret: SecretRef = field(
+        metadata=meta("Consumer secret of the app (a secret reference).")
+    )
+
+    def _problems(self) -> list[tuple[str, str]]:
+        host = self.login_url.removeprefix("https://").split(":")[0].rstrip("/").lower()
+        if host in ("login.salesforce.com", "test.salesforce.com"):
+            return [
+                (
+                    "login_url",
+                    "must be your My Domain URL (https://<domain>.my.salesforce.com) for "
+                    f"client_credentials; Salesforce rejects this flow on {host} "
+                    f"(got {self.login_url!r})",
+                )
+            ]
+        return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class JwtBearerAuth:
+    """OAuth 2.0 JWT bearer: an RS256 assertion signed with the app's private key."""
+
+    type: Literal["jwt_bearer"] = field(default="jwt_bearer", metadata=meta("Auth flow."))
+    login_url: str = field(
+        metadata=meta(
+            "Token endpoint origin: https://login.salesforce.com, https://test.salesforce.com "
+            "or your My Domain URL.",
+            pattern=_HTTPS_ORIGIN,
+            hint=_HTTP_ORIGIN_HINT,
+        )
+    )
+    client_id: Credential = field(metadata=meta("Consumer key of the app (the JWT issuer)."))
+    username: Credential = field(
+        metadata=meta("Salesforce username the job runs as (the JWT subject).")
+    )
+    private_key: SecretRef = field(
+        metadata=meta("PEM private key whose certificate is uploaded to the app.")
+    )
+    audience: str | None = field(
+        default=None,
+        metadata=meta(
+            "JWT audience; defaults to login_url (use https://test.salesforce.com for sandboxes "
+            "behind a My Domain login URL).",
+            pattern=_HTTPS_ORIGIN,
+            hint=_HTTP_ORIGIN_HINT,
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class UsernamePasswordAuth:
+    """OAuth 2.0 username-password flow (discouraged by Salesforce; may be blocked per org)."""
+
+    type: Literal["username_password"] = field(
+        default="username_password", metadata=meta("Auth flow.")
+    )
+    login_url: str = field(
+        metadata=meta(
+            "Token endpoint origin, e.g. https://login.salesforce.com.",
+            pattern=_HTTPS_ORIGIN,
+            hint=_HTTP_ORIGIN_HINT,
+        )
+    )
+    client_id: Credential = field(metadata=meta("Consumer key of the app."))
+    client_secret: SecretRef = field(metadata=meta("Consumer secret of the app."))
+    username: Credential = field(metadata=meta("Salesforce username."))
+    password: SecretRef = field(metadata=meta("Password of that user."))
+    security_token: SecretRef | None = field(
+        default=None,
+        metadata=meta(
+            "Security token appended to the password (not needed from trusted IP ranges)."
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefreshTokenAuth:
+    """OAuth 2.0 refresh token issued earlier by a web-server or user-agent flow."""
+
+    type: Literal["refresh_token"] = field(default="refresh_token", metadata=meta("Auth flow."))
+    login_url: str = field(
+        metadata=meta(
+            "Token endpoint origin, e.g. https://login.salesforce.com.",
+            pattern=_HTTPS_ORIGIN,
+            hint=_HTTP_ORIGIN_HINT,
+        )
+    )
+    client_id: Credential = field(metadata=meta("Consumer key of the app."))
+    refresh_token: SecretRef = field(metadata=meta("The refresh token."))
+    client_secret: SecretRef | None = field(
+        default=None, metadata=meta("Consumer secret, when the app requires it.")
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SoapLoginAuth:
+    """SOAP ``login()`` (being retired by Salesforce: prefer client credentials or JWT)."""
+
+    type: Literal["soap_login"] = field(default="soap_login", metadata=meta("Auth flow."))
+    login_url: str = field(
+        metadata=meta(
+            "Login origin, e.g. https://login.salesforce.com.",
+            pattern=_HTTPS_ORIGIN,
+            hint=_HTTP_ORIGIN_HINT,
+        )
+    )
+    username: Credential = field(metadata=meta("Salesforce username."))
+    password: SecretRef = field(metadata=meta("Password of that user."))
+    security_token: SecretRef | None = field(
+        default=None, metadata=meta("Security token appended to the password.")
+    )
+    api_version: str = field(
+        default="64.0",
+        metadata=meta(
+            "SOAP API version of the login call (login() is not available from 65.0).",
+            pattern=_API_VERSION_PATTERN,
+            hint="a version such as '64.0'",
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaticTokenAuth:
+    """An access token obtained elsewhere (short-lived; for experiments and debugging)."""
+
+    type: Literal["static_token"] = field(default="static_token", metadata=meta("Auth flow."))
+    access_token: SecretRef = field(metadata=meta("The access (session) token."))
+    instance_url: str = field(
+        metadata=meta(
+            "Instance URL the token belongs to, e.g. https://mycompany.my.salesforce.com.",
+            pattern=_HTTPS_ORIGIN,
+            hint=_HTTP_ORIGIN_HINT,
+        )
+    )
+
+
+AuthSpec = (
+    ClientCredentialsAuth
+    | JwtBearerAuth
+    | UsernamePasswordAuth
+    | RefreshTokenAuth
+    | SoapLoginAuth
+    | StaticTokenAuth
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SalesforceTls:
+    """TLS towards Salesforce. Verification cannot be turned off."""
+
+    verify: bool = field(
+        default=True,
+        metadata=meta("Verify the server certificate (must stay true for Salesforce)."),
+    )
+    ca_file: str | None = field(
+        default=None,
+        metadata=meta(
+            "PEM bundle of extra CA certificates (e.g. a TLS-inspecting proxy); relative paths "
+            "are resolved against the directory that contains conf/.",
+            path=True,
+        ),
+    )
+
+    @staticmethod
+    def _schema_extra() -> dict[str, Any]:
+        return {"properties": {"verify": {"const": True}}}
+
+    def _problems(self) -> list[tuple[str, str]]:
+        if self.verify:
+            return []
+        return [
+            (
+                "verify",
+                "may only be false for the emulator (connection.emulator.tls.verify); "
+                "Salesforce is always reached over verified TLS (got false)",
+            )
+        ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SalesforceSpec:
+    """A real Salesforce org."""
+
+    pubsub_endpoint: str = field(
+        default="api.pubsub.salesforce.com:7443",
+        metadata=meta(
+            "Pub/Sub API endpoint as host:port.",
+            pattern=_ENDPOINT_PATTERN,
+            hint="host:port, e.g. 'api.pubsub.salesforce.com:7443'",
+        ),
+    )
+    auth: AuthSpec = field(metadata=meta("How to obtain an access token; `type` selects the flow."))
+    tenant_id: str | None = field(
+        default=None,
+        metadata=meta(
+            "Org id (15 or 18 characters, 00D...) sent as tenantid; by default taken from the "
+            "token response.",
+            pattern=_ORG_ID_PATTERN,
+            hint="an org id starting with 00D (15 or 18 characters)",
+        ),
+    )
+    session_lifetime_seconds: float = field(
+        default=7200.0,
+        metadata=meta(
+            "How long an access token is trusted before it is refreshed (Salesforce tokens carry "
+            "no expiry; match the org's session timeout).",
+            exclusive_minimum=0,
+        ),
+    )
+    tls: SalesforceTls = field(default_factory=SalesforceTls, metadata=meta("TLS settings."))
+
+    def _problems(self) -> list[tuple[str, str]]:
+        port = int(self.pubsub_endpoint.rsplit(":", 1)[1])
+        if 1 <= port <= 65535:
+            return []
+        return [("pubsub_endpoint", f"port must be between 1 and 65535 (got {port})")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmulatorTls:
+    """TLS towards the built-in emulator."""
+
+    enabled: bool = field(
+        default=False, metadata=meta("Serve and connect with TLS (a self-signed CA is generated).")
+    )
+    verify: bool = field(default=True, metadata=meta("Verify the emulator's certificate."))
+    ca_file: str | None = field(
+        default=None,
+        metadata=meta(
+            "CA certificate to trust; by default the one the emulator generated.", path=True
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmulatorWorkload:
+    """What the emulator generates for a run."""
+
+    events: int = field(
+        default=10_000, metadata=meta("Change events to generate (whole transactions).", minimum=0)
+    )
+    platform_events: int = field(
+        default=1_000, metadata=meta("Platform events to publish.", minimum=0)
+    )
+    events_per_second: float | None = field(
+        default=None,
+        metadata=meta("Generation rate; null generates as fast as possible.", exclusive_minimum=0),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmulatorSpec:
+    """The built-in Pub/Sub API emulator (no Salesforce org needed)."""
+
+    host: str = field(default="127.0.0.1", metadata=meta("Interface the emulator listens on."))
+    grpc_port: int = field(
+        default=0, metadata=meta("gRPC port; 0 picks a free port.", minimum=0, maximum=65535)
+    )
+    http_port: int = field(
+        default=0,
+        metadata=meta("OAuth endpoint port; 0 picks a free port.", minimum=0, maximum=65535),
+    )
+    seed: int = field(
+        default=42,
+        metadata=meta("Seed of the event generator: the same seed yields the same events."),
+    )
+    state_dir: str | None = field(
+        default=None,
+        metadata=meta(
+            "Directory where the emulator keeps its event log between runs; null keeps it in "
+            "memory. Relative paths are resolved against the directory that contains conf/.",
+            path=True,
+        ),
+    )
+    tls: EmulatorTls = field(default_factory=EmulatorTls, metadata=meta("TLS settings."))
+    workload: EmulatorWorkload = field(
+        default_factory=EmulatorWorkload, metadata=meta("Generated workload.")
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConnectionSpec:
+    """Where events come from."""
+
+    source: Source = field(default="emulator", metadata=meta("Event source."))
+    emulator: EmulatorSpec = field(
+        default_factory=EmulatorSpec,
+        metadata=meta("Emulator settings (used when source is emulator)."),
+    )
+    salesforce: SalesforceSpec | None = field(
+        default=None, metadata=meta("Salesforce settings (required when source is salesforce).")
+    )
+
+    @staticmethod
+    def _schema_extra() -> dict[str, Any]:
+        return {
+            "if": {"properties": {"source": {"const": "salesforce"}}, "required": ["source"]},
+            "then": {"required": ["salesforce"]},
+        }
+
+    def _problems(self) -> list[tuple[str, str]]:
+        if self.source == "salesforce" and self.salesforce is None:
+            return [("salesforce", "required when connection.source is 'salesforce'")]
+        return []
+
+
+# ------------------------------------------------------------------------------------ lake
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchemasSpec:
+    """Schema (database) name of each layer."""
+
+    bronze: str = field(default="bronze", metadata=_identmeta("Schema of the bronze tables."))
+    silver: str = field(default="silver", metadata=_identmeta("Schema of the silver tables."))
+    gold: str = field(default="gold", metadata=_identmeta("Schema of the gold tables."))
+
+    def for_layer(self, layer: Layer) -> str:
+        name: str = getattr(self, layer)
+        return name
+
+
+@dataclass(frozen=True, kw_only=True)
+class LakeSpec:
+    """Where and how Delta tables are written."""
+
+    engine: EngineName = field(
+        default="auto",
+        metadata=meta(
+            "Lake engine: spark (delta-spark, Databricks), local (delta-rs + Spark local mode), "
+            "or auto (spark when Delta's Spark classes are present, else local)."
+        ),
+    )
+    location: str = field(
+        default="./lake",
+        metadata=meta(
+            "Root directory of the local engine's tables (<location>/<layer>/<table>); relative "
+            "paths are resolved against the directory that contains conf/.",
+            path=True,
+        ),
+    )
+    catalog: str | None = field(
+        default=None,
+        metadata=_identmeta(
+            "Unity Catalog catalog of the spark engine; null uses two-part schema.table names."
+        ),
+    )
+    schemas: SchemasSpec = field(
+        default_factory=SchemasSpec, metadata=meta("Schema names per layer.")
+    )
+    table_prefix: str = field(
+        default="",
+        metadata=meta(
+            "Prefix added to every table name (e.g. 'sfcdc_').",
+            pattern=_TABLE_PREFIX_PATTERN,
+            hint="letters, digits and '_'",
+            max_length=64,
+        ),
+    )
+
+    def table_name(self, name: str) -> str:
+        """The physical table name of a logical one (the prefix applied)."""
+        return f"{self.table_prefix}{name}"
+
+
+# -------------------------------------------------------------------- defaults and ingest
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplaySpec:
+    """Where a subscription starts when it has no checkpoint, and what a bad replay id does."""
+
+    start: ReplayStart = field(
+        default="earliest",
+        metadata=meta(
+            "Start of a new subscription: earliest (oldest retained event, 72 h on Salesforce) "
+            "or latest (only new events). Ignored once a checkpoint exists."
+        ),
+    )
+    on_corrupted: OnCorrupted = field(
+        default="fail",
+        metadata=meta(
+            "When Salesforce rejects the stored replay id (expired or invalid): fail (stop and "
+            "say so), or restart from earliest / latest (latest loses events)."
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchingSpec:
+    """When a batch of received events is written to bronze (whichever limit comes first)."""
+
+    max_events: int = field(default=50_000, metadata=meta("Events per bronze commit.", minimum=1))
+    max_bytes: Annotated[int, ByteSize] = field(
+        default=64 * 1024**2,
+        metadata=meta(
+            "Payload bytes per bronze commit: a byte count or a size such as '64MiB'.", minimum=1024
+        ),
+    )
+    max_age_seconds: float = field(
+        default=5.0,
+        metadata=meta(
+            "Longest time an event waits in memory before its batch is written.",
+            exclusive_minimum=0,
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DefaultsSpec:
+    """Settings applied to every object unless its own file overrides them."""
+
+    replay: ReplaySpec = field(
+        default_factory=ReplaySpec, metadata=meta("Replay start and recovery.")
+    )
+    batching: BatchingSpec = field(default_factory=BatchingSpec, metadata=meta("Bronze batching."))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetrySpec:
+    """Reconnecting after transient failures (exponential backoff)."""
+
+    max_attempts: int = field(
+        default=10,
+        metadata=meta("Consecutive failed attempts before the subscription gives up.", minimum=1),
+    )
+    initial_backoff_seconds: float = field(
+        default=1.0, metadata=meta("Wait before the first retry.", exclusive_minimum=0)
+    )
+    max_backoff_seconds: float = field(
+        default=60.0, metadata=meta("Longest wait between retries.", exclusive_minimum=0)
+    )
+    multiplier: float = field(
+        default=2.0, metadata=meta("Growth factor of the wait per failed attempt.", minimum=1)
+    )
+
+    def _problems(self) -> list[tuple[str, str]]:
+        if self.max_backoff_seconds >= self.initial_backoff_seconds:
+            return []
+        return [
+            (
+                "max_backoff_seconds",
+                f"must be at least initial_backoff_seconds ({self.initial_backoff_seconds:g}) "
+                f"(got {self.max_backoff_seconds:g})",
+            )
+        ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestSpec:
+    """Subscription behaviour shared by all topics."""
+
+    num_requested: int = field(
+        default=100,
+        metadata=meta(
+            "Flow control: events requested per FetchRequest (Salesforce caps it at 100).",
+            minimum=1,
+            maximum=100,
+        ),
+    )
+    retry: RetrySpec = field(default_factory=RetrySpec, metadata=meta("Retry policy."))
+    progress_interval_seconds: float = field(
+        default=30.0,
+        metadata=meta("How often a running subscription logs its progress.", exclusive_minimum=0),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineSpec:
+    """``conf/pipeline.yml``: one per deployment."""
+
+    connection: ConnectionSpec = field(
+        default_factory=ConnectionSpec, metadata=meta("Event source and credentials.")
+    )
+    lake: LakeSpec = field(default_factory=LakeSpec, metadata=meta("Delta tables."))
+    defaults: DefaultsSpec = field(
+        default_factory=DefaultsSpec, metadata=meta("Per-object defaults.")
+    )
+    ingest: IngestSpec = field(default_factory=IngestSpec, metadata=meta("Subscription settings."))
+
+
+# --------------------------------------------------------------------------------- objects
+
+
+@dataclass(frozen=True, kw_only=True)
+class TablesSpec:
+    """Table names of one object; each defaults to a name derived from the topic or object."""
+
+    bronze: str = field(
+        default=_DERIVED,
+        metadata=_identmeta(
+            "Bronze table (one per topic, shared by every object on that topic).",
+            derived="snake_case of the topic's last segment: account_change_event, change_events",
+        ),
+    )
+    silver: str = field(
+        default=_DERIVED,
+        metadata=_identmeta(
+            "Silver table of the object.",
+            derived="snake_case of the object without __c/__e: account, invoice, order_shipped",
+        ),
+    )
+    gold: str = field(
+        default=_DERIVED,
+        metadata=_identmeta(
+            "Gold table of the object.",
+            derived="snake_case of the object without __c/__e: account, invoice, order_shipped",
+        ),
+    )
+
+    def for_layer(self, layer: Layer) -> str:
+        name: str = getattr(self, layer)
+        return name
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObjectSpec:
+    """``conf/objects/<name>.yml``: one Salesforce object or platform event.
+
+    Built without ``topic`` or ``tables`` it derives them (see :func:`default_topic` and
+    :func:`default_tables`); :func:`load_conf` also applies the pipeline's ``defaults``.
+    """
+
+    api_name: str = field(
+        metadata=meta(
+            "API name of the object or platform event: Account, Invoice__c, Order_Shipped__e.",
+            key="object",
+            pattern=_OBJECT_PATTERN,
+            hint=_OBJECT_HINT,
+            max_length=_IDENTIFIER_MAX,
+        )
+    )
+    kind: ObjectKind = field(
+        metadata=meta(
+            "change_events for Change Data Capture of an object, platform_event for an event."
+        )
+    )
+    topic: str = field(
+        default=_DERIVED,
+        metadata=meta(
+            "Pub/Sub topic (or channel shared with other objects, such as /data/ChangeEvents).",
+            pattern=TOPIC_PATTERN,
+            hint=_TOPIC_HINT,
+            derived="/data/AccountChangeEvent, /data/Invoice__ChangeEvent, /event/Order_Shipped__e",
+        ),
+    )
+    enabled: bool = field(
+        default=True, metadata=meta("Ingest this object; false keeps the file but skips it.")
+    )
+    replay: ReplaySpec = field(
+        default_factory=ReplaySpec,
+        metadata=meta("Overrides of defaults.replay.", inherits="defaults.replay"),
+    )
+    batching: BatchingSpec = field(
+        default_factory=BatchingSpec,
+        metadata=meta("Overrides of defaults.batching.", inherits="defaults.batching"),
+    )
+    tables: TablesSpec = field(default_factory=TablesSpec, metadata=meta("Table names."))
+
+    def __post_init__(self) -> None:
+        # Derivation lives here so that code building an ObjectSpec directly (tests, notebooks)
+        # gets the same names as a YAML file that leaves them out.
+        topic = self.topic if self.topic is not None else default_topic(self.api_name, self.kind)
+        derived = default_tables(self.api_name, topic)
+        tables = TablesSpec(
+            bronze=self.tables.bronze if self.tables.bronze is not None else derived.bronze,
+            silver=self.tables.silver if self.tables.silver is not None else derived.silver,
+            gold=self.tables.gold if self.tables.gold is not None else derived.gold,
+        )
+        object.__setattr__(self, "topic", topic)
+        object.__setattr__(self, "tables", tables)
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """What a topic name says: its kind and, for single-entity topics, the entity."""
+
+    name: str
+    kind: TopicKind
+    entity: str | None
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One subscription: a topic, the bronze table it lands in and the objects it carries."""
+
+    topic: str
+    kind: TopicKind
+    bronze_table: str
+    replay: ReplaySpec
+    batching: BatchingSpec
+    objects: tuple[ObjectSpec, ...]
+
+
+@dataclass(frozen=True)
+class Conf:
+    """A loaded ``conf/`` directory: the pipeline and its objects, defaults applied."""
+
+    pipeline: PipelineSpec
+    objects: tuple[ObjectSpec, ...]
+    conf_dir: Path
+    object_files: Mapping[str, Path] = field(default_factory=dict)
+
+    def object(self, api_name: str) -> ObjectSpec:
+        """The object called ``api_name`` (case-sensitive, as in Salesforce)."""
+        for obj in self.objects:
+            if obj.api_name == api_name:
+                return obj
+        known = ", ".join(o.api_name for o in self.objects)
+        raise KeyError(f"no object {api_name!r} in {self.conf_dir} (configured: {known})")
+
+    def enabled_objects(self) -> tuple[ObjectSpec, ...]:
+        return tuple(o for o in self.objects if o.enabled)
+
+    def objects_by_topic(
+        self, *, include_disabled: bool = False
+    ) -> Mapping[str, tuple[ObjectSpec, ...]]:
+        """Objects grouped by topic, topics in name order. Objects sharing a topic share its
+        subscription and its bronze table."""
+        groups: dict[str, list[ObjectSpec]] = {}
+        for obj in self.objects:
+            if obj.enabled or include_disabled:
+                groups.setdefault(obj.topic, []).append(obj)
+        return {topic: tuple(groups[topic]) for topic in sorted(groups)}
+
+    def topics(self, *, include_disabled: bool = False) -> tuple[TopicSpec, ...]:
+        """One :class:`TopicSpec` per subscription (load_conf guarantees the objects of a
+        topic agree on bronze table, replay and batching)."""
+        specs = []
+        for topic, objs in self.objects_by_topic(include_disabled=include_disabled).items():
+            first = objs[0]
+            specs.append(
+                TopicSpec(
+                    topic=topic,
+                    kind=parse_topic(topic).kind,
+                    bronze_table=first.tables.bronze,
+                    replay=first.replay,
+                    batching=first.batching,
+                    objects=objs,
+                )
+            )
+        return tuple(specs)
+
+
+# ------------------------------------------------------------------------ names and topics
+
+
+def is_identifier(name: object) -> bool:
+    """True for names the lake engines may put in SQL unquoted (and at most 255 chars)."""
+    return (
+        isinstance(name, str)
+        and len(name) <= _IDENTIFIER_MAX
+        and _IDENTIFIER_RE.match(name) is not None
+    )
+
+
+def snake_case(name: str) -> str:
+    """``AccountChangeEvent`` -> ``account_change_event``; underscores are kept as they are."""
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name)
+    text = re.sub(r"(?<=[A-Z])(?=[A-Z][a-z])", "_", text)
+    return text.lower()
+
+
+def parse_topic(topic: str) -> TopicInfo:
+    """Classify a Pub/Sub topic name; ``ValueError`` lists the valid formats otherwise.
+
+    Names are case-sensitive, as on Salesforce.
+    """
+    if isinstance(topic, str):
+        for pattern, kind, entity in _TOPIC_RULES:
+            match = pattern.match(topic)
+            if match:
+                return TopicInfo(topic, kind, entity(match.group(1)) if match.groups() else None)
+    raise ValueError(f"must be {_TOPIC_HINT} (got {topic!r})")
+
+
+def default_topic(api_name: str, kind: ObjectKind) -> str:
+    """The topic Salesforce uses for an object's change events or for a platform event."""
+    if kind == "platform_event":
+        return f"/event/{api_name}"
+    if api_name.endswith("__c"):
+        return f"/data/{api_name.removesuffix('__c')}__ChangeEvent"
+    return f"/data/{api_name}ChangeEvent"
+
+
+def _object_table(api_name: str) -> str:
+    for suffix in ("__c", "__e"):
+        if api_name.endswith(suffix):
+            api_name = api_name.removesuffix(suffix)
+            break
+    return snake_case(api_name)
+
+
+def default_tables(api_name: str, topic: str) -> TablesSpec:
+    """Derived table names: bronze from the topic (one table per topic), silver and gold from
+    the object (``Invoice__c`` -> ``invoice``)."""
+    return TablesSpec(
+        bronze=snake_case(topic.rsplit("/", 1)[-1]),
+        silver=_object_table(api_name),
+        gold=_object_table(api_name),
+    )
+
+
+# ---------------------------------------------------------------------------- YAML reading
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe loader; duplicate keys are found on the node tree before construction."""
+
+
+def _duplicate_keys(node: yaml.Node, path: str, found: list[tuple[str, str]]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, str] = {}
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = key_node.value
+                mark = key_node.start_mark
+                where = f"line {mark.line + 1}, column {mark.column + 1}"
+                sub = join(path, str(key))
+                if key in seen:
+                    found.append(
+                        (
+                            sub,
+                            f"duplicate key (first at {seen[key]}, again at {where}); "
+                            "YAML would silently keep the last one",
+                        )
+                    )
+                else:
+                    seen[key] = where
+                _duplicate_keys(value_node, sub, found)
+            else:
+                _duplicate_keys(value_node, path, found)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _duplicate_keys(item, f"{path}[{i}]", found)
+
+
+_EMPTY = object()
+
+
+def _read_yaml(path: Path, ctx: Problems) -> Any:
+    """The document in ``path``; problems (syntax, duplicates) go to ``ctx``. Returns
+    ``_EMPTY`` for a file without content and ``INVALID`` when it cannot be used."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        ctx.add("", f"cannot be read ({exc.strerror or exc})")
+        return INVALID
+    except UnicodeDecodeError as exc:
+        ctx.add("", f"is not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return INVALID
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return _EMPTY
+        duplicates: list[tuple[str, str]] = []
+        _duplicate_keys(node, "", duplicates)
+        for key_path, message in duplicates:
+            ctx.add(key_path, message)
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        what = " ".join(p for p in (exc.context, exc.problem) if p)
+        ctx.add("", f"{where}invalid YAML: {what}")
+        return INVALID
+    except yaml.YAMLError as exc:
+        ctx.add("", f"invalid YAML: {exc}")
+        return INVALID
+    finally:
+        loader.dispose()
+    return data
+
+
+# ------------------------------------------------------------------- cross-field checks
+
+
+def _check_object(obj: ObjectSpec, lake: LakeSpec, ctx: Problems) -> None:
+    name, kind = obj.api_name, obj.kind
+    if kind == "platform_event" and name.endswith("__c"):
+        ctx.add(
+            "kind", f"{name} is a custom object (__c); its kind is change_events (got {kind!r})"
+        )
+    if kind == "change_events" and name.endswith("__e"):
+        ctx.add(
+            "kind", f"{name} is a platform event (__e); its kind is platform_event (got {kind!r})"
+        )
+    try:
+        info = parse_topic(obj.topic)
+    except ValueError as exc:
+        ctx.add("topic", str(exc))
+        return
+    expects = ("change_events", "change_event_channel")
+    if kind == "platform_event":
+        expects = ("platform_event", "platform_event_channel")
+    if info.kind not in expects:
+        ctx.add(
+            "topic",
+            f"a {kind} object needs a "
+            + ("/data/... topic" if kind == "change_events" else "/event/... topic")
+            + f" (got {obj.topic!r}, a {info.kind.replace('_', ' ')} topic)",
+        )
+    elif info.entity is not None and info.entity != name:
+        ctx.add(
+            "topic",
+            f"{obj.topic!r} carries {info.entity}, not {name}; use "
+            f"{default_topic(name, kind)!r} or a channel shared by several objects",
+        )
+    for layer in _LAYERS:
+        physical = lake.table_name(obj.tables.for_layer(layer))
+        if len(physical) > _IDENTIFIER_MAX:
+            ctx.add(
+                f"tables.{layer}",
+                f"with lake.table_prefix the name must be at most {_IDENTIFIER_MAX} characters "
+                f"(got {len(physical)})",
+            )
+
+
+def _check_objects(objs: list[tuple[ObjectSpec, Problems]], lake: LakeSpec) -> None:
+    by_name: dict[str, Problems] = {}
+    for obj, ctx in objs:
+        if obj.api_name in by_name:
+            ctx.add(
+                "object", f"{obj.api_name} is already configured in {by_name[obj.api_name].file}"
+            )
+        else:
+            by_name[obj.api_name] = ctx
+
+    # One subscription and one bronze table per topic: the objects on it must agree.
+    first_on_topic: dict[str, tuple[ObjectSpec, Problems]] = {}
+    for obj, ctx in objs:
+        if obj.topic not in first_on_topic:
+            first_on_topic[obj.topic] = (obj, ctx)
+            continue
+        other, other_ctx = first_on_topic[obj.topic]
+        for key in ("tables.bronze", "replay", "batching"):
+            mine = obj.tables.bronze if key == "tables.bronze" else getattr(obj, key)
+            theirs = other.tables.bronze if key == "tables.bronze" else getattr(other, key)
+            if mine != theirs:
+                ctx.add(
+                    key,
+                    f"objects sharing topic {obj.topic} share one subscription and bronze table, "
+                    f"so {key} must equal that of {other.api_name} ({other_ctx.file})",
+                )
+
+    # Physical names: (schema, table) must be unique, across layers when schemas coincide.
+    owners: dict[tuple[str, str], tuple[str, str, str]] = {}
+    for obj, ctx in objs:
+        for layer in _LAYERS:
+            schema = lake.schemas.for_layer(layer)
+            table = lake.table_name(obj.tables.for_layer(layer))
+            owner = f"topic {obj.topic}" if layer == "bronze" else obj.api_name
+            previous = owners.setdefault((schema, table), (layer, owner, ctx.file))
+            if previous == (layer, owner, ctx.file) or previous[:2] == ("bronze", owner):
+                continue
+            if previous[0] == layer == "bronze":
+                message = (
+                    f"table {schema}.{table} already lands {previous[1]} ({previous[2]}); "
+                    "each topic needs its own bronze table"
+                )
+            else:
+                message = (
+                    f"table {schema}.{table} is already the {previous[0]} table of "
+                    f"{previous[1]} ({previous[2]}); give one of them another name"
+                )
+            ctx.add(f"tables.{layer}", message)
+
+
+# ------------------------------------------------------------------------------- loading
+
+
+def _display(path: Path, conf_dir: Path) -> str:
+    try:
+        return str(Path(conf_dir.name) / path.relative_to(conf_dir))
+    except ValueError:
+        return str(path)
+
+
+def _load_pipeline(path: Path, ctx: Problems) -> PipelineSpec | None:
+    data = _read_yaml(path, ctx)
+    if data is INVALID:
+        return None
+    spec = parse_model(PipelineSpec, {} if data is _EMPTY else data, "", ctx)
+    if spec is INVALID:
+        return None
+    return spec  # type: ignore[no-any-return]
+
+
+def _load_object(
+    path: Path, defaults: DefaultsSpec, lake: LakeSpec, ctx: Problems
+) -> ObjectSpec | None:
+    data = _read_yaml(path, ctx)
+    if data is INVALID:
+        return None
+    if data is _EMPTY:
+        ctx.add("", "is empty; an object file needs at least 'object' and 'kind'")
+        return None
+    # Sections the file leaves out, and keys a section leaves out, come from the defaults.
+    inherited = {"replay": defaults.replay, "batching": defaults.batching}
+    spec = parse_model(ObjectSpec, data, "", ctx, inherited)
+    if spec is INVALID:
+        return None
+    _check_object(spec, lake, ctx)
+    return spec  # type: ignore[no-any-return]
+
+
+def load_pipeline(path: Path) -> PipelineSpec:
+    """Read one ``pipeline.yml`` (relative paths resolved against its directory's parent)."""
+    ctx = Problems(str(path))
+    spec = _load_pipeline(path, ctx)
+    if ctx.problems or spec is None:
+        raise ConfigError(f"{path} is invalid", ctx.problems)
+    resolved: PipelineSpec = resolve_paths(spec, path.resolve().parent.parent)
+    return resolved
+
+
+def load_object(
+    path: Path, *, defaults: DefaultsSpec | None = None, lake: LakeSpec | None = None
+) -> ObjectSpec:
+    """Read one object file, applying ``defaults`` (the built-in ones when omitted)."""
+    ctx = Problems(str(path))
+    spec = _load_object(path, defaults or DefaultsSpec(), lake or LakeSpec(), ctx)
+    if ctx.problems or spec is None:
+        raise ConfigError(f"{path} is invalid", ctx.problems)
+    return spec
+
+
+def _object_files(objects_dir: Path) -> list[Path]:
+    files = [p for p in objects_dir.iterdir() if p.suffix in (".yml", ".yaml") and p.is_file()]
+    return sorted(p for p in files if not p.name.startswith((".", "_")))
+
+
+def load_conf(conf_dir: Path) -> Conf:
+    """Load ``conf_dir/pipeline.yml`` and every ``conf_dir/objects/*.yml``.
+
+    Defaults are applied and derived names filled in; relative paths (lake location, CA
+    files, emulator state) are resolved against ``conf_dir``'s parent. Raises one
+    :class:`ConfigError` listing every problem in every file.
+    """
+    conf_dir = Path(conf_dir)
+    problems: list[str] = []
+    pipeline_path = conf_dir / "pipeline.yml"
+    if not conf_dir.is_dir():
+        raise ConfigError(f"configuration directory {conf_dir} does not exist")
+    if not pipeline_path.is_file():
+        raise ConfigError(
+            f"{pipeline_path} is missing: every deployment needs a pipeline.yml "
+            "(connection, lake, defaults, ingest)"
+        )
+    pipe_ctx = Problems(_display(pipeline_path, conf_dir))
+    pipeline = _load_pipeline(pipeline_path, pipe_ctx)
+    if pipeline is not None:
+        pipeline = resolve_paths(pipeline, conf_dir.resolve().parent)
+    problems.extend(pipe_ctx.problems)
+    defaults = pipeline.defaults if pipeline else DefaultsSpec()
+    lake = pipeline.lake if pipeline else LakeSpec()
+
+    objects_dir = conf_dir / "objects"
+    files = _object_files(objects_dir) if objects_dir.is_dir() else []
+    if not files:
+        problems.append(
+            f"{_display(objects_dir, conf_dir)}: no object files (*.yml); add one per "
+            "Salesforce object or platform event"
+        )
+    loaded: list[tuple[ObjectSpec, Problems]] = []
+    contexts: list[Problems] = []
+    object_files: dict[str, Path] = {}
+    for path in files:
+        ctx = Problems(_display(path, conf_dir))
+        contexts.append(ctx)
+        obj = _load_object(path, defaults, lake, ctx)
+        if obj is not None:
+            loaded.append((obj, ctx))
+            object_files.setdefault(obj.api_name, path)
+    _check_objects(loaded, lake)
+    for ctx in contexts:
+        problems.extend(ctx.problems)
+    if problems or pipeline is None:
+        count = len(problems)
+        raise ConfigError(
+            f"{conf_dir}: {count} configuration problem{'s' if count != 1 else ''}", problems
+        )
+    objects = tuple(sorted((obj for obj, _ in loaded), key=lambda o: o.api_name))
+    return Conf(pipeline=pipeline, objects=objects, conf_dir=conf_dir, object_files=object_files)

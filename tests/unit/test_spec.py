@@ -1,0 +1,858 @@
+"""The YAML spec: defaults, derived names, and strict validation reporting every problem."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from ingest.errors import ConfigError
+from pipelines.spec import (
+    ClientCredentialsAuth,
+    Conf,
+    DatabricksSecret,
+    EnvSecret,
+    JwtBearerAuth,
+    ObjectSpec,
+    PipelineSpec,
+    SoapLoginAuth,
+    StaticTokenAuth,
+    TablesSpec,
+    default_tables,
+    default_topic,
+    is_identifier,
+    load_conf,
+    load_object,
+    load_pipeline,
+    parse_byte_size,
+    parse_topic,
+    snake_case,
+)
+from pipelines.spec_schema import json_schema
+
+ACCOUNT = "object: Account\nkind: change_events\n"
+
+
+def write_conf(
+    root: Path, pipeline: str | None = "", objects: dict[str, str] | None = None
+) -> Path:
+    conf = root / "conf"
+    (conf / "objects").mkdir(parents=True)
+    if pipeline is not None:
+        (conf / "pipeline.yml").write_text(textwrap.dedent(pipeline))
+    for name, text in (objects if objects is not None else {"account": ACCOUNT}).items():
+        (conf / "objects" / f"{name}.yml").write_text(textwrap.dedent(text))
+    return conf
+
+
+def problems_of(conf: Path) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_conf(conf)
+    return info.value.problems
+
+
+def only_problem(conf: Path) -> str:
+    problems = problems_of(conf)
+    assert len(problems) == 1, problems
+    return problems[0]
+
+
+# ------------------------------------------------------------------------------ happy paths
+
+
+def test_minimal_conf_gets_defaults_and_derived_names(tmp_path: Path) -> None:
+    conf = load_conf(write_conf(tmp_path))
+    assert isinstance(conf, Conf)
+    assert conf.pipeline == PipelineSpec(
+        lake=conf.pipeline.lake,
+        connection=conf.pipeline.connection,
+    )
+    assert conf.pipeline.connection.source == "emulator"
+    assert conf.pipeline.lake.engine == "auto"
+    assert conf.pipeline.lake.location == str((tmp_path / "lake").resolve())
+    assert conf.pipeline.defaults.batching.max_events == 50_000
+    assert conf.pipeline.defaults.batching.max_bytes == 64 * 1024 * 1024
+    assert conf.pipeline.defaults.batching.max_age_seconds == 5.0
+    assert conf.pipeline.ingest.num_requested == 100
+    (account,) = conf.objects
+    assert account.api_name == "Account"
+    assert account.topic == "/data/AccountChangeEvent"
+    assert account.tables == TablesSpec(
+        bronze="account_change_event", silver="account", gold="account"
+    )
+    assert account.replay.start == "earliest"
+    assert account.replay.on_corrupted == "fail"
+    assert account.enabled is True
+    assert conf.object_files["Account"].name == "account.yml"
+
+
+@pytest.mark.parametrize(
+    ("api_name", "kind", "topic", "bronze", "table"),
+    [
+        ("Account", "change_events", "/data/AccountChangeEvent", "account_change_event", "account"),
+        (
+            "Invoice__c",
+            "change_events",
+            "/data/Invoice__ChangeEvent",
+            "invoice__change_event",
+            "invoice",
+        ),
+        (
+            "OpportunityLineItem",
+            "change_events",
+            "/data/OpportunityLineItemChangeEvent",
+            "opportunity_line_item_change_event",
+            "opportunity_line_item",
+        ),
+        (
+            "ns__Shipment_Line__c",
+            "change_events",
+            "/data/ns__Shipment_Line__ChangeEvent",
+            "ns__shipment_line__change_event",
+            "ns__shipment_line",
+        ),
+        (
+            "Order_Shipped__e",
+            "platform_event",
+            "/event/Order_Shipped__e",
+            "order_shipped__e",
+            "order_shipped",
+        ),
+        (
+            "BatchApexErrorEvent",
+            "platform_event",
+            "/event/BatchApexErrorEvent",
+            "batch_apex_error_event",
+            "batch_apex_error_event",
+        ),
+    ],
+)
+def test_derived_topic_and_tables(api_name: str, kind, topic: str, bronze: str, table: str) -> None:
+    assert default_topic(api_name, kind) == topic
+    assert default_tables(api_name, topic) == TablesSpec(bronze=bronze, silver=table, gold=table)
+    built = ObjectSpec(api_name=api_name, kind=kind)
+    assert built.topic == topic
+    assert built.tables == TablesSpec(bronze=bronze, silver=table, gold=table)
+    assert parse_topic(topic).entity == api_name
+
+
+def test_snake_case_keeps_underscores_and_splits_acronyms() -> None:
+    assert snake_case("ChangeEvents") == "change_events"
+    assert snake_case("Sales__chn") == "sales__chn"
+    assert snake_case("HTTPRequestLog") == "http_request_log"
+    assert snake_case("Account2Contact") == "account2_contact"
+
+
+def test_object_overrides_merge_key_by_key_with_the_pipeline_defaults(tmp_path: Path) -> None:
+    conf_dir = write_conf(
+        tmp_path,
+        """
+        defaults:
+          replay: {start: latest, on_corrupted: earliest}
+          batching: {max_events: 1000, max_bytes: 2MB, max_age_seconds: 0.5}
+        """,
+        {
+            "account": ACCOUNT + "batching: {max_events: 10}\n",
+            "contact": "object: Contact\nkind: change_events\nreplay: {on_corrupted: fail}\n",
+        },
+    )
+    conf = load_conf(conf_dir)
+    account, contact = conf.object("Account"), conf.object("Contact")
+    assert account.batching.max_events == 10
+    assert account.batching.max_bytes == 2_000_000
+    assert account.batching.max_age_seconds == 0.5
+    assert account.replay.start == "latest"
+    assert contact.replay.start == "latest"
+    assert contact.replay.on_corrupted == "fail"
+    assert contact.batching.max_events == 1000
+
+
+def test_explicit_names_and_shared_channel(tmp_path: Path) -> None:
+    conf = load_conf(
+        write_conf(
+            tmp_path,
+            "lake: {table_prefix: sf_, schemas: {gold: curated}}\n",
+            {
+                "account": ACCOUNT + "topic: /data/ChangeEvents\ntables: {gold: customer}\n",
+                "contact": "object: Contact\nkind: change_events\ntopic: /data/ChangeEvents\n",
+                "lead": "object: Lead\nkind: change_events\nenabled: false\n",
+                "order": "object: Order_Shipped__e\nkind: platform_event\n",
+            },
+        )
+    )
+    assert conf.object("Account").tables == TablesSpec(
+        bronze="change_events", silver="account", gold="customer"
+    )
+    assert conf.pipeline.lake.table_name("customer") == "sf_customer"
+    by_topic = conf.objects_by_topic()
+    assert list(by_topic) == ["/data/ChangeEvents", "/event/Order_Shipped__e"]
+    assert [o.api_name for o in by_topic["/data/ChangeEvents"]] == ["Account", "Contact"]
+    assert "/data/LeadChangeEvent" in conf.objects_by_topic(include_disabled=True)
+    topics = {t.topic: t for t in conf.topics()}
+    assert topics["/data/ChangeEvents"].kind == "change_event_channel"
+    assert topics["/data/ChangeEvents"].bronze_table == "change_events"
+    assert topics["/event/Order_Shipped__e"].kind == "platform_event"
+    assert [o.api_name for o in conf.enabled_objects()] == [
+        "Account",
+        "Contact",
+        "Order_Shipped__e",
+    ]
+    with pytest.raises(KeyError, match="no object 'Nope'"):
+        conf.object("Nope")
+
+
+def test_salesforce_connection_with_secret_references(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("SFCDC_SECRET", raising=False)  # unresolvable references are fine here
+    conf = load_conf(
+        write_conf(
+            tmp_path,
+            """
+            connection:
+              source: salesforce
+              salesforce:
+                auth:
+                  type: client_credentials
+                  login_url: https://acme.my.salesforce.com
+                  client_id: 3MVG9-public-id
+                  client_secret: {secret: {scope: sfcdc, key: client-secret}}
+                tls: {ca_file: certs/proxy.pem}
+            """,
+        )
+    )
+    sf = conf.pipeline.connection.salesforce
+    assert sf is not None
+    assert sf.pubsub_endpoint == "api.pubsub.salesforce.com:7443"
+    assert sf.auth == ClientCredentialsAuth(
+        login_url="https://acme.my.salesforce.com",
+        client_id="3MVG9-public-id",
+        client_secret=DatabricksSecret(scope="sfcdc", key="client-secret"),
+    )
+    assert sf.tls.verify is True
+    assert sf.tls.ca_file == str((tmp_path / "certs" / "proxy.pem").resolve())
+
+
+@pytest.mark.parametrize(
+    ("auth", "expected"),
+    [
+        (
+            "{type: jwt_bearer, login_url: 'https://login.salesforce.com', client_id: {env: ID},"
+            " username: etl@acme.com, private_key: {env: KEY}}",
+            JwtBearerAuth(
+                login_url="https://login.salesforce.com",
+                client_id=EnvSecret(env="ID"),
+                username="etl@acme.com",
+                private_key=EnvSecret(env="KEY"),
+            ),
+        ),
+        (
+            "{type: soap_login, login_url: 'https://test.salesforce.com', username: u,"
+            " password: {env: PW}}",
+            SoapLoginAuth(
+                login_url="https://test.salesforce.com", username="u", password=EnvSecret(env="PW")
+            ),
+        ),
+        (
+            "{type: static_token, access_token: {env: TOKEN},"
+            " instance_url: 'https://acme.my.salesforce.com'}",
+            StaticTokenAuth(
+                access_token=EnvSecret(env="TOKEN"), instance_url="https://acme.my.salesforce.com"
+            ),
+        ),
+    ],
+)
+def test_auth_flows_parse_into_their_models(tmp_path: Path, auth: str, expected: object) -> None:
+    conf = load_conf(
+        write_conf(
+            tmp_path, f"connection:\n  source: salesforce\n  salesforce:\n    auth: {auth}\n"
+        )
+    )
+    assert conf.pipeline.connection.salesforce is not None
+    assert conf.pipeline.connection.salesforce.auth == expected
+
+
+def test_empty_pipeline_file_means_all_defaults(tmp_path: Path) -> None:
+    conf_dir = write_conf(tmp_path, "# nothing set\n")
+    assert load_conf(conf_dir).pipeline.lake.schemas.gold == "gold"
+    assert load_pipeline(conf_dir / "pipeline.yml").ingest.retry.max_attempts == 10
+
+
+def test_load_object_alone(tmp_path: Path) -> None:
+    path = tmp_path / "x.yml"
+    path.write_text("object: Invoice__c\nkind: change_events\n")
+    assert load_object(path).tables.gold == "invoice"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [(1024, 1024), ("64MiB", 64 * 1024**2), ("64 MB", 64_000_000), ("1.5GiB", 1536 * 1024**2)],
+)
+def test_byte_sizes(text: int | str, expected: int) -> None:
+    assert parse_byte_size(text) == expected
+
+
+def test_byte_size_rejects_unknown_units() -> None:
+    with pytest.raises(ValueError, match=r"units B, kB, KB, MB, GB, KiB, MiB, GiB; got '64 Mb'"):
+        parse_byte_size("64 Mb")
+
+
+@pytest.mark.parametrize(
+    ("topic", "kind", "entity"),
+    [
+        ("/data/ChangeEvents", "change_event_channel", None),
+        ("/data/Sales__chn", "change_event_channel", None),
+        ("/data/AccountChangeEvent", "change_events", "Account"),
+        ("/data/Invoice__ChangeEvent", "change_events", "Invoice__c"),
+        ("/event/Order_Shipped__e", "platform_event", "Order_Shipped__e"),
+        ("/event/LoginEventStream", "platform_event", "LoginEventStream"),
+        ("/event/Orders__chn", "platform_event_channel", None),
+    ],
+)
+def test_topic_formats(topic: str, kind: str, entity: str | None) -> None:
+    info = parse_topic(topic)
+    assert (info.kind, info.entity) == (kind, entity)
+
+
+@pytest.mark.parametrize(
+    "topic",
+    ["/data/Account", "data/AccountChangeEvent", "/topic/X", "/event/", "/data/changeevents", ""],
+)
+def test_invalid_topics(topic: str) -> None:
+    with pytest.raises(ValueError, match="must be a Pub/Sub topic name"):
+        parse_topic(topic)
+
+
+def test_identifier_rule() -> None:
+    assert is_identifier("gold_2")
+    assert is_identifier("_x")
+    for bad in ("2gold", "gold-x", "gold.account", "a b", "x`", "", "a" * 256, None):
+        assert not is_identifier(bad)
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def test_problem_format_matches_the_documented_one(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, objects={"account": ACCOUNT + "replay: {start: yesterday}\n"})
+    assert only_problem(conf) == (
+        "conf/objects/account.yml: replay.start: must be one of 'earliest', 'latest' "
+        "(got 'yesterday')"
+    )
+
+
+def test_every_problem_of_every_file_is_reported_at_once(tmp_path: Path) -> None:
+    conf = write_conf(
+        tmp_path,
+        """
+        lake:
+          engine: spark
+          engin: local
+          schemas: {gold: "gold; DROP TABLE x"}
+        defaults:
+          batching: {max_events: '50k', max_bytes: 10}
+        ingest:
+          num_requested: 101
+          retry: {max_attempts: 3, max_attempts: 4,
+                  initial_backoff_seconds: 5, max_backoff_seconds: 1}
+        """,
+        {
+            "account": ACCOUNT + "replay: {strat: latest}\n",
+            "broken": "object: Broken\nkind: [change_events\n",
+            "nameless": "kind: change_events\n",
+        },
+    )
+    problems = problems_of(conf)
+    expected = [
+        "conf/pipeline.yml: ingest.retry.max_attempts: duplicate key (first at line 10, column 11,"
+        " again at line 10, column 28); YAML would silently keep the last one",
+        "conf/pipeline.yml: lake.engin: unknown key; valid keys are 'catalog', 'engine', "
+        "'location', 'schemas', 'table_prefix' (did you mean 'engine'?)",
+        "conf/pipeline.yml: lake.schemas.gold: must be a SQL identifier: letters, digits and '_',"
+        " not starting with a digit (got 'gold; DROP TABLE x')",
+        "conf/pipeline.yml: defaults.batching.max_events: must be an integer (got '50k', a str)",
+        "conf/pipeline.yml: defaults.batching.max_bytes: must be at least 1024 (got 10)",
+        "conf/pipeline.yml: ingest.num_requested: must be at most 100 (got 101)",
+        "conf/pipeline.yml: ingest.retry.max_backoff_seconds: must be at least "
+        "initial_backoff_seconds (5) (got 1)",
+        "conf/objects/account.yml: replay.strat: unknown key; valid keys are 'on_corrupted', "
+        "'start' (did you mean 'start'?)",
+        "conf/objects/broken.yml: line 3, column 1: invalid YAML: while parsing a flow sequence "
+        "expected ',' or ']', but got '<stream end>'",
+        "conf/objects/nameless.yml: object: required key is missing (API name of the object or "
+        "platform event: Account, Invoice__c, Order_Shipped__e.)",
+    ]
+    assert problems == expected
+
+
+def test_malformed_yaml_names_line_and_column(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, "lake:\n  engine: local\n engine: spark\n")
+    problem = only_problem(conf)
+    assert problem.startswith("conf/pipeline.yml: line 3, column 2: invalid YAML:")
+
+
+def test_several_documents_in_one_file_are_rejected(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, objects={"account": ACCOUNT + "---\n" + ACCOUNT})
+    assert "expected a single document" in only_problem(conf)
+
+
+def test_non_mapping_documents_are_rejected(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, "- lake\n", {"account": "Account\n"})
+    assert problems_of(conf) == [
+        "conf/pipeline.yml: must be a mapping of keys to values (got ['lake'], a list)",
+        "conf/objects/account.yml: must be a mapping of keys to values (got 'Account', a str)",
+    ]
+
+
+def test_empty_object_file(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, objects={"account": ACCOUNT, "blank": "# todo\n"})
+    assert only_problem(conf) == (
+        "conf/objects/blank.yml: is empty; an object file needs at least 'object' and 'kind'"
+    )
+
+
+def test_missing_pipeline_and_missing_objects(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"pipeline\.yml is missing"):
+        load_conf(write_conf(tmp_path / "a", pipeline=None))
+    assert problems_of(write_conf(tmp_path / "b", objects={})) == [
+        "conf/objects: no object files (*.yml); add one per Salesforce object or platform event"
+    ]
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_conf(tmp_path / "nowhere")
+
+
+def test_unknown_top_level_keys_list_the_valid_ones(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, objects={"account": ACCOUNT + "tabels: {gold: x}\n"})
+    assert only_problem(conf) == (
+        "conf/objects/account.yml: tabels: unknown key; valid keys are 'batching', 'enabled', "
+        "'kind', 'object', 'replay', 'tables', 'topic' (did you mean 'tables'?)"
+    )
+
+
+def test_wrong_types(tmp_path: Path) -> None:
+    conf = write_conf(
+        tmp_path,
+        "connection: {emulator: {seed: 1.5, tls: {enabled: 'yes'}}}\n",
+        {"account": ACCOUNT + "enabled: 1\nbatching: {max_age_seconds: true}\n"},
+    )
+    assert problems_of(conf) == [
+        "conf/pipeline.yml: connection.emulator.seed: must be an integer (got 1.5, a float)",
+        "conf/pipeline.yml: connection.emulator.tls.enabled: must be true or false "
+        "(got 'yes', a str)",
+        "conf/objects/account.yml: enabled: must be true or false (got 1, an int)",
+        "conf/objects/account.yml: batching.max_age_seconds: must be a number (got true, a bool)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        (
+            "object: Account\nkind: change_events\ntopic: /data/Account\n",
+            "topic: must be a Pub/Sub topic name, one of /event/<Name>__e, /event/<Name>, "
+            "/event/<Name>__chn, /data/ChangeEvents, /data/<Object>ChangeEvent, "
+            "/data/<Object>__ChangeEvent, /data/<Name>__chn (got '/data/Account')",
+        ),
+        (
+            "object: Account\nkind: change_events\ntopic: /data/ContactChangeEvent\n",
+            "topic: '/data/ContactChangeEvent' carries Contact, not Account; use "
+            "'/data/AccountChangeEvent' or a channel shared by several objects",
+        ),
+        (
+            "object: Account\nkind: platform_event\ntopic: /data/AccountChangeEvent\n",
+            "topic: a platform_event object needs a /event/... topic (got "
+            "'/data/AccountChangeEvent', a change events topic)",
+        ),
+        (
+            "object: Order_Shipped__e\nkind: change_events\n",
+            "kind: Order_Shipped__e is a platform event (__e); its kind is platform_event "
+            "(got 'change_events')",
+        ),
+        (
+            "object: Invoice__c\nkind: platform_event\n",
+            "kind: Invoice__c is a custom object (__c); its kind is change_events "
+            "(got 'platform_event')",
+        ),
+        (
+            "object: Account\nkind: change_events\ntables: {gold: 'account`; DROP TABLE x; --'}\n",
+            "tables.gold: must be a SQL identifier: letters, digits and '_', not starting with a "
+            "digit (got 'account`; DROP TABLE x; --')",
+        ),
+        (
+            "object: Account\nkind: change_events\ntables: {silver: " + "s" * 256 + "}\n",
+            "tables.silver: must be at most 255 characters (got 256)",
+        ),
+        (
+            "object: Account Name\nkind: change_events\n",
+            "object: must be a Salesforce API name such as 'Account', 'Invoice__c' or "
+            "'Order_Shipped__e' (got 'Account Name')",
+        ),
+        (
+            "object: Account\nkind: cdc\n",
+            "kind: must be one of 'change_events', 'platform_event' (got 'cdc')",
+        ),
+    ],
+)
+def test_object_rules(tmp_path: Path, obj: str, message: str) -> None:
+    conf = write_conf(tmp_path, objects={"thing": obj})
+    problems = problems_of(conf)
+    assert f"conf/objects/thing.yml: {message}" in problems, problems
+
+
+def test_prefix_counts_towards_the_identifier_limit(tmp_path: Path) -> None:
+    conf = write_conf(
+        tmp_path,
+        "lake: {table_prefix: " + "p" * 60 + "}\n",
+        {"a": ACCOUNT + "tables: {gold: " + "g" * 200 + "}\n"},
+    )
+    assert only_problem(conf) == (
+        "conf/objects/a.yml: tables.gold: with lake.table_prefix the name must be at most 255 "
+        "characters (got 260)"
+    )
+
+
+def test_two_objects_cannot_share_a_silver_or_gold_table(tmp_path: Path) -> None:
+    conf = write_conf(
+        tmp_path,
+        objects={
+            "account": ACCOUNT,
+            "customer": "object: Customer__c\nkind: change_events\ntables: {gold: account}\n",
+        },
+    )
+    assert only_problem(conf) == (
+        "conf/objects/customer.yml: tables.gold: table gold.account is already the gold table of "
+        "Account (conf/objects/account.yml); give one of them another name"
+    )
+
+
+def test_layers_sharing_a_schema_must_not_collide(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, "lake: {schemas: {bronze: sf, silver: sf, gold: sf}}\n")
+    assert only_problem(conf) == (
+        "conf/objects/account.yml: tables.gold: table sf.account is already the silver table of "
+        "Account (conf/objects/account.yml); give one of them another name"
+    )
+
+
+def test_same_object_twice(tmp_path: Path) -> None:
+    conf = write_conf(
+        tmp_path, objects={"a": ACCOUNT, "b": ACCOUNT + "tables: {silver: a2, gold: a2}\n"}
+    )
+    problems = problems_of(conf)
+    assert "conf/objects/b.yml: object: Account is already configured in conf/objects/a.yml" in (
+        problems
+    )
+
+
+def test_objects_on_one_topic_must_agree(tmp_path: Path) -> None:
+    channel = "kind: change_events\ntopic: /data/ChangeEvents\n"
+    conf = write_conf(
+        tmp_path,
+        objects={
+            "a": "object: Account\n" + channel,
+            "b": "object: Contact\n" + channel + "replay: {start: latest}\ntables: {bronze: cdc}\n",
+        },
+    )
+    assert problems_of(conf) == [
+        "conf/objects/b.yml: tables.bronze: objects sharing topic /data/ChangeEvents share one "
+        "subscription and bronze table, so tables.bronze must equal that of Account "
+        "(conf/objects/a.yml)",
+        "conf/objects/b.yml: replay: objects sharing topic /data/ChangeEvents share one "
+        "subscription and bronze table, so replay must equal that of Account (conf/objects/a.yml)",
+    ]
+
+
+def test_two_topics_cannot_land_in_one_bronze_table(tmp_path: Path) -> None:
+    conf = write_conf(
+        tmp_path,
+        objects={
+            "a": ACCOUNT + "tables: {bronze: cdc}\n",
+            "b": "object: Contact\nkind: change_events\ntables: {bronze: cdc}\n",
+        },
+    )
+    assert only_problem(conf) == (
+        "conf/objects/b.yml: tables.bronze: table bronze.cdc already lands topic "
+        "/data/AccountChangeEvent (conf/objects/a.yml); each topic needs its own bronze table"
+    )
+
+
+# ------------------------------------------------------------------------ connection rules
+
+
+SF = """
+connection:
+  source: salesforce
+  salesforce:
+    auth:
+{auth}
+"""
+
+
+def _sf(auth: str, extra: str = "") -> str:
+    body = "\n".join("      " + line for line in textwrap.dedent(auth).strip().splitlines())
+    return SF.format(auth=body) + extra
+
+
+def test_literal_secret_is_an_error_that_does_not_echo_the_value(tmp_path: Path) -> None:
+    conf = write_conf(
+        tmp_path,
+        _sf(
+            """
+            type: client_credentials
+            login_url: https://acme.my.salesforce.com
+            client_id: abc
+            client_secret: s3cr3t-hunter2
+            """
+        ),
+    )
+    with pytest.raises(ConfigError) as info:
+        load_conf(conf)
+    assert info.value.problems == [
+        "conf/pipeline.yml: connection.salesforce.auth.client_secret: must be a secret reference,"
+        " {env: NAME} or {secret: {scope: ..., key: ...}} (got a literal value, a str); secret "
+        "values never go in YAML"
+    ]
+    assert "s3cr3t-hunter2" not in str(info.value)
+    assert "s3cr3t-hunter2" not in repr(info.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("{env: 1BAD}", "client_secret.env: must be a string matching"),
+        ("{secret: {scope: sfcdc}}", "client_secret.secret.key: required key is missing"),
+        ("{env: A, secret: {scope: s, key: k}}", "got a mapping with keys 'env', 'secret'"),
+        ("{vault: x}", "got a mapping with keys 'vault'"),
+        ("", "(got null, a NoneType)"),
+    ],
+)
+def test_secret_reference_format_is_checked(tmp_path: Path, value: str, message: str) -> None:
+    conf = write_conf(
+        tmp_path,
+        _sf(
+            f"""
+            type: client_credentials
+            login_url: https://acme.my.salesforce.com
+            client_id: abc
+            client_secret: {value}
+            """
+        ),
+    )
+    problem = only_problem(conf)
+    assert message in problem, problem
+
+
+@pytest.mark.parametrize(
+    ("auth", "missing"),
+    [
+        (
+            "type: client_credentials\nlogin_url: https://a.my.salesforce.com",
+            ["client_id", "client_secret"],
+        ),
+        (
+            "type: jwt_bearer\nlogin_url: https://login.salesforce.com",
+            ["client_id", "username", "private_key"],
+        ),
+        (
+            "type: username_password\nlogin_url: https://login.salesforce.com",
+            ["client_id", "client_secret", "username", "password"],
+        ),
+        (
+            "type: refresh_token\nlogin_url: https://login.salesforce.com",
+            ["client_id", "refresh_token"],
+        ),
+        ("type: soap_login", ["login_url", "username", "password"]),
+        ("type: static_token", ["access_token", "instance_url"]),
+    ],
+)
+def test_each_auth_type_requires_its_keys(tmp_path: Path, auth: str, missing: list[str]) -> None:
+    problems = problems_of(write_conf(tmp_path, _sf(auth)))
+    reported = [p.split(": ")[1].removeprefix("connection.salesforce.auth.") for p in problems]
+    assert reported == missing, problems
+
+
+def test_auth_keys_of_another_type_are_unknown(tmp_path: Path) -> None:
+    conf = write_conf(
+        tmp_path,
+        _sf(
+            """
+            type: static_token
+            access_token: {env: T}
+            instance_url: https://acme.my.salesforce.com
+            login_url: https://login.salesforce.com
+            """
+        ),
+    )
+    assert only_problem(conf) == (
+        "conf/pipeline.yml: connection.salesforce.auth.login_url: unknown key; valid keys are "
+        "'access_token', 'instance_url', 'type'"
+    )
+
+
+def test_auth_type_must_be_known(tmp_path: Path) -> None:
+    assert only_problem(write_conf(tmp_path, _sf("type: saml"))) == (
+        "conf/pipeline.yml: connection.salesforce.auth.type: must be one of 'client_credentials', "
+        "'jwt_bearer', 'username_password', 'refresh_token', 'soap_login', 'static_token' "
+        "(got 'saml')"
+    )
+
+
+def test_client_credentials_needs_my_domain(tmp_path: Path) -> None:
+    conf = write_conf(
+        tmp_path,
+        _sf(
+            """
+            type: client_credentials
+            login_url: https://login.salesforce.com
+            client_id: abc
+            client_secret: {env: S}
+            """
+        ),
+    )
+    assert "for client_credentials; Salesforce rejects this flow on login.salesforce.com" in (
+        only_problem(conf)
+    )
+
+
+def test_tls_verification_may_only_be_disabled_for_the_emulator(tmp_path: Path) -> None:
+    auth = """
+        type: static_token
+        access_token: {env: T}
+        instance_url: https://acme.my.salesforce.com
+        """
+    conf = write_conf(tmp_path / "sf", _sf(auth, "    tls: {verify: false}\n"))
+    assert only_problem(conf) == (
+        "conf/pipeline.yml: connection.salesforce.tls.verify: may only be false for the emulator "
+        "(connection.emulator.tls.verify); Salesforce is always reached over verified TLS "
+        "(got false)"
+    )
+    emulator = load_conf(
+        write_conf(
+            tmp_path / "emu", "connection: {emulator: {tls: {enabled: true, verify: false}}}\n"
+        )
+    )
+    assert emulator.pipeline.connection.emulator.tls.verify is False
+
+
+def test_salesforce_source_needs_its_section(tmp_path: Path) -> None:
+    assert only_problem(write_conf(tmp_path, "connection: {source: salesforce}\n")) == (
+        "conf/pipeline.yml: connection.salesforce: required when connection.source is 'salesforce'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("    pubsub_endpoint: api.pubsub.salesforce.com\n", "must be host:port"),
+        (
+            "    pubsub_endpoint: api.pubsub.salesforce.com:99999\n",
+            "port must be between 1 and 65535",
+        ),
+        ("    tenant_id: 12345\n", "must be a string (got 12345, an int)"),
+        ("    tenant_id: 001000000000000AAA\n", "must be an org id starting with 00D"),
+    ],
+)
+def test_salesforce_endpoint_and_tenant(tmp_path: Path, extra: str, message: str) -> None:
+    auth = "type: static_token\naccess_token: {env: T}\ninstance_url: https://a.my.salesforce.com"
+    problem = only_problem(write_conf(tmp_path, _sf(auth, extra)))
+    assert message in problem, problem
+
+
+# --------------------------------------------------------------------------- JSON Schema
+
+
+def test_generated_schemas_are_valid_draft_2020_12() -> None:
+    for root in (PipelineSpec, ObjectSpec):
+        schema = json_schema(root)
+        assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert schema["additionalProperties"] is False
+
+
+def test_schema_and_loader_agree_on_examples() -> None:
+    pipeline = jsonschema.Draft202012Validator(json_schema(PipelineSpec))
+    obj = jsonschema.Draft202012Validator(json_schema(ObjectSpec))
+    good_pipeline = {
+        "connection": {
+            "source": "salesforce",
+            "salesforce": {
+                "auth": {
+                    "type": "jwt_bearer",
+                    "login_url": "https://login.salesforce.com",
+                    "client_id": {"env": "ID"},
+                    "username": "etl@acme.com",
+                    "private_key": {"secret": {"scope": "sfcdc", "key": "jwt-key"}},
+                },
+            },
+        },
+        "defaults": {"batching": {"max_bytes": "32MiB"}},
+    }
+    assert list(pipeline.iter_errors(good_pipeline)) == []
+    bad = [
+        {"connection": {"source": "salesforce"}},
+        {"connection": {"salesforce": {"auth": {"type": "static_token"}}}},
+        {"lake": {"engin": "local"}},
+        {"ingest": {"num_requested": 101}},
+        {"defaults": {"batching": {"max_bytes": "64 Mb"}}},
+        {
+            "connection": {
+                "salesforce": {
+                    "tls": {"verify": False},
+                    "auth": {
+                        "type": "static_token",
+                        "access_token": {"env": "T"},
+                        "instance_url": "https://a.my.salesforce.com",
+                    },
+                }
+            }
+        },
+        {
+            "connection": {
+                "salesforce": {
+                    "auth": {
+                        "type": "static_token",
+                        "access_token": "literal",
+                        "instance_url": "https://a.my.salesforce.com",
+                    }
+                }
+            }
+        },
+    ]
+    for doc in bad:
+        assert list(pipeline.iter_errors(doc)), doc
+    assert list(obj.iter_errors({"object": "Account", "kind": "change_events"})) == []
+    assert list(obj.iter_errors({"object": "Account"}))
+    assert list(
+        obj.iter_errors({"object": "Account", "kind": "change_events", "tables": {"gold": "a-b"}})
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["pipelines.spec", "pipelines.spec_fields", "pipelines.spec_schema"]
+)
+def test_public_api_is_curated(name: str) -> None:
+    import importlib
+
+    module = importlib.import_module(name)
+    # ruff (RUF022) keeps __all__ sorted; here: nothing private, nothing missing, no repeats
+    assert len(set(module.__all__)) == len(module.__all__)
+    for symbol in module.__all__:
+        assert not symbol.startswith("_")
+        assert hasattr(module, symbol), f"{name}.__all__ names missing {symbol}"
+
+
+def test_yaml_is_parsed_in_exactly_one_module() -> None:
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    importers = []
+    for package in ("ingest", "pipelines"):
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module]
+                if any(name.split(".")[0] == "yaml" for name in names):
+                    importers.append(str(path.relative_to(root)))
+    assert importers == ["pipelines/spec.py"]
