@@ -13,9 +13,13 @@ in gold's diff reconstruction.
 """
 
 from ingest.decoding.bitmap import BitmapExpander, expander_for, field_names
+from ingest.decoding.diff import apply_diff, diff_sha256, is_diff
 
 __all__ = [
     "BitmapExpander",
+    "apply_diff",
+    "diff_sha256",
     "expander_for",
     "field_names",
+    "is_diff",
 ]
