@@ -12,12 +12,18 @@ in gold's diff reconstruction.
 - :class:`ChangeEvent`: a decoded change event with its header and expanded bitmaps.
 """
 
+from ingest.decoding.avro import DecodedBatch, EventDecoder, compile_decoder
 from ingest.decoding.bitmap import BitmapExpander, expander_for, field_names
 from ingest.decoding.diff import apply_diff, diff_sha256, is_diff
+from ingest.decoding.event import ChangeEvent
 
 __all__ = [
     "BitmapExpander",
+    "ChangeEvent",
+    "DecodedBatch",
+    "EventDecoder",
     "apply_diff",
+    "compile_decoder",
     "diff_sha256",
     "expander_for",
     "field_names",
