@@ -14,6 +14,7 @@ in gold's diff reconstruction.
 
 from ingest.decoding.avro import DecodedBatch, EventDecoder, compile_decoder
 from ingest.decoding.bitmap import BitmapExpander, expander_for, field_names
+from ingest.decoding.cache import DecoderCache
 from ingest.decoding.diff import apply_diff, diff_sha256, is_diff
 from ingest.decoding.event import ChangeEvent
 
@@ -21,6 +22,7 @@ __all__ = [
     "BitmapExpander",
     "ChangeEvent",
     "DecodedBatch",
+    "DecoderCache",
     "EventDecoder",
     "apply_diff",
     "compile_decoder",
