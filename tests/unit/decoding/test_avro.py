@@ -423,6 +423,17 @@ def test_batch_expands_the_bitmaps_of_every_row() -> None:
     assert index == 2 and "bit 38 is past the last field" in reason
 
 
+def test_batches_longer_than_a_chunk_keep_their_row_indexes() -> None:
+    good = [encode(ACCOUNT, _account(Phone=str(i))) for i in range(700)]
+    payloads = [b"\x07" if i % 97 == 0 else p for i, p in enumerate(good)]
+    batch = ACCOUNT_DECODER.decode_batch(p for p in payloads)  # any iterable will do
+    bad = list(range(0, 700, 97))
+    assert [i for i, _ in batch.errors] == bad
+    assert batch.row_index == [i for i in range(700) if i not in bad]
+    assert batch.columns["Phone"] == [str(i) for i in batch.row_index]
+    assert batch.changed == [("LastModifiedDate",)] * len(batch)
+
+
 def test_an_empty_batch_has_empty_columns() -> None:
     batch = ACCOUNT_DECODER.decode_batch([])
     assert len(batch) == 0 and batch.errors == [] and batch.changed == []
