@@ -884,6 +884,7 @@ class EventDecoder:
 
     @property
     def specialised(self) -> bool:
+        """Whether generated code decodes this schema (else fastavro, same results)."""
         return self._compiled is not None
 
     @property
@@ -894,6 +895,11 @@ class EventDecoder:
     def __repr__(self) -> str:
         how = "generated" if self.specialised else f"fastavro: {self.fallback_reason}"
         return f"EventDecoder({self.schema.name}, {self.schema.schema_id}, {how})"
+
+    def __reduce__(self) -> tuple[type[EventDecoder], tuple[EventSchema]]:
+        # Compiled code does not pickle; Spark ships closures to executors pickled, so a
+        # decoder travels as its schema and is rebuilt there.
+        return (EventDecoder, (self.schema,))
 
     def decode(self, payload: bytes) -> dict[str, Any]:
         """The record, exactly as ``fastavro.schemaless_reader`` returns it.

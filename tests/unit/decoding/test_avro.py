@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 from dataclasses import replace
 from typing import Any
@@ -630,6 +631,15 @@ def test_event_factory_builds_ordinary_change_events() -> None:
     assert made == ChangeEvent(*args) and type(made) is ChangeEvent
     with pytest.raises(AttributeError):
         made.entity = "Contact"  # type: ignore[misc]
+
+
+def test_decoders_pickle_as_their_schema() -> None:
+    payload = encode(ACCOUNT, _account(Phone="7"))
+    ACCOUNT_DECODER.decode(payload)  # compiled forms exist and must not be pickled
+    copy = pickle.loads(pickle.dumps(ACCOUNT_DECODER))
+    assert copy is not ACCOUNT_DECODER and copy.schema.schema_id == ACCOUNT.schema_id
+    assert copy.decode(payload) == ACCOUNT_DECODER.decode(payload)
+    assert copy.decode_event(payload) == ACCOUNT_DECODER.decode_event(payload)
 
 
 # --- one decoder, many threads ----------------------------------------------------------
