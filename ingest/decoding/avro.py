@@ -181,6 +181,7 @@ class _Block:
     header: list[tuple[str, str]]  # (header field, local), when header fields are locals
     body: list[tuple[str, str]]  # (top-level field, local), when body fields are locals
     header_is_split: bool
+    arrays: frozenset[str] = frozenset()  # header fields that are plain (non-null) arrays
 
 
 def _is_nullable_union(t: Any) -> bool:
@@ -518,13 +519,19 @@ class _Generator:
         else:
             self.emit(f"r = {self.const(dict.fromkeys(names))}.copy()", "")
             self.fields_into(fields, "", [f"r[{n!r}]" for n in names], preset=True)
+        arrays = frozenset(
+            f["name"]
+            for f in (first["fields"] if split and isinstance(first, dict) else [])
+            if isinstance(self.resolve(f["type"]), dict)
+            and self.resolve(f["type"])["type"] == "array"
+        )
         self.emit("if pos != ln: _trailing(ln - pos)", "")
         self.expanding.pop()
         # CPython refuses more than 100 indentation levels and 20 nested loop/try blocks;
         # the wrappers add 3 and 2 of them.
         if self.deepest + 3 > _MAX_INDENT or self.deepest_loops + 2 > _MAX_BLOCKS:
             raise _Unsupported("schema nested too deeply for generated code")
-        return _Block(self.lines, self.paths, header, body, split)
+        return _Block(self.lines, self.paths, header, body, split, arrays)
 
 
 # --- assembling the generated functions -------------------------------------------------
@@ -532,9 +539,9 @@ class _Generator:
 _PROLOGUE = "if buf.__class__ is not bytes: buf = _as_bytes(buf)"
 
 
-def _bitmap_lookups(header: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+def _bitmap_lookups(block: _Block) -> tuple[list[str], list[str]]:
     """Code expanding the three bitmaps through the memo, and the three result expressions."""
-    local = dict(header)
+    local = dict(block.header)
     lines: list[str] = []
     results: list[str] = []
     for i, name in enumerate(BITMAP_FIELDS):
@@ -543,8 +550,11 @@ def _bitmap_lookups(header: list[tuple[str, str]]) -> tuple[list[str], list[str]
             results.append("()")
             continue
         x = f"x{i}"
-        lines.append(f"k = tuple({v}); {x} = _memo_get(k)")
-        lines.append(f"if {x} is None: {x} = _expand(k)")
+        if name in block.arrays:
+            lines.append(f"k = tuple({v}); {x} = _memo_get(k)")
+            lines.append(f"if {x} is None: {x} = _expand(k)")
+        else:  # not a plain array of strings: the expander checks what it got
+            lines.append(f"{x} = _expand({v})")
         results.append(x)
     return lines, results
 
@@ -594,7 +604,7 @@ class _Source:
             self.add("        return _fallback_event(buf)")
             self.add("    except _LOW_LEVEL as exc:")
             self.add("        raise _fail(exc, buf) from exc")
-            lookups, results = _bitmap_lookups(event.header)
+            lookups, results = _bitmap_lookups(event)
             for line in lookups:
                 self.add("    " + line)
             h = [local[n] for n in HEADER_VALUE_FIELDS]
@@ -610,7 +620,7 @@ class _Source:
         self.add("            " + _PROLOGUE)
         self.add("            ln = len(buf); pos = 0")
         self.add_block(batch, "            ")
-        lookups, results = _bitmap_lookups(batch.header)
+        lookups, results = _bitmap_lookups(batch)
         for line in lookups:
             self.add("            " + line)
         self.add("        except _Irregular:")

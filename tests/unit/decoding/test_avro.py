@@ -18,6 +18,7 @@ from ingest.schema import EventSchema, schema_id
 
 from .support import (
     LOCATION,
+    STRINGS,
     SWITCHABLE_NAME,
     account_schema,
     avro_schemas,
@@ -621,6 +622,18 @@ def test_from_record_names_missing_header_fields() -> None:
     with pytest.raises(DecodeError, match="lacks changeOrigin"):
         ChangeEvent.from_record(decoder.decode(payload), schema)
     assert decoder.decode_batch([payload]).changed == [()]
+
+
+def test_nullable_bitmap_fields_are_expanded_too() -> None:
+    raw = account_schema()
+    fields = raw["fields"][0]["type"]["fields"]
+    fields[-1] = {"name": "changedFields", "type": ["null", STRINGS]}
+    schema = event_schema(raw)
+    decoder = EventDecoder(schema)
+    for changed, names in [(None, ()), (["0x40"], ("Phone",))]:
+        payload = encode(schema, _account(ChangeEventHeader=_header_values(changedFields=changed)))
+        assert decoder.decode_event(payload).changed == names
+        assert decoder.decode_batch([payload]).changed == [names]
 
 
 def test_event_factory_builds_ordinary_change_events() -> None:
