@@ -1,0 +1,396 @@
+"""Subscribe: one topic, one flow-controlled stream at a time, resubscribed after failures.
+
+:class:`Subscription` is an iterator of lifecycle items (see :mod:`ingest.client.stream`).
+When a stream fails, the failure is classified (:mod:`ingest.client.errors`) and:
+
+- transient failures reopen the stream after a full-jitter backoff, at most
+  ``retry.max_attempts`` times in a row (the count resets once events flow again);
+- credential rejections invalidate the token, which the next call refreshes, and reopen;
+- a rejected replay id follows ``on_corrupted``: ``"fail"`` raises
+  :class:`~ingest.errors.ReplayIdError`; ``"earliest"`` / ``"latest"`` yield a
+  :class:`ReplayGap` and resubscribe there;
+- permanent failures raise :class:`~ingest.errors.PermanentError` at once.
+
+Every new stream starts after the position the *consumer* has durably stored
+(``durable_position()``), or after the last item handed out when no callback is given, and
+is announced by a :class:`Resubscribed` item so the consumer drops what it had not stored.
+Items received before a failure are handed out first, then the failure is handled.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import grpc
+
+from ingest.auth import Credentials, TokenManager
+from ingest.client.errors import Failure
+from ingest.client.retry import RetryPolicy
+from ingest.client.stream import (
+    MAX_REQUESTED,
+    EventBatch,
+    FlowWindow,
+    Item,
+    Keepalive,
+    ReceivedEvent,
+    ReplayGap,
+    Resubscribed,
+    StreamStats,
+    _Stream,
+)
+from ingest.errors import AuthUnavailableError, ReplayIdError, TransientError
+from ingest.pubsub import pb2, pb2_grpc
+from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
+
+__all__ = ["CorruptedReplayPolicy", "Subscription", "fetch_request"]
+
+CorruptedReplayPolicy = Literal["fail", "earliest", "latest"]
+
+_log = logging.getLogger(__name__)
+_DEFAULT_IDLE_FETCH_AFTER = 30.0
+
+
+def fetch_request(topic: str, start: StartPosition, num_requested: int) -> pb2.FetchRequest:
+    """The first FetchRequest of a stream: topic, start position and initial window."""
+    if isinstance(start, After):
+        return pb2.FetchRequest(
+            topic_name=topic,
+            replay_preset=pb2.ReplayPreset.CUSTOM,
+            replay_id=start.replay_id.value,
+            num_requested=num_requested,
+        )
+    preset = pb2.ReplayPreset.EARLIEST if isinstance(start, Earliest) else pb2.ReplayPreset.LATEST
+    return pb2.FetchRequest(topic_name=topic, replay_preset=preset, num_requested=num_requested)
+
+
+@dataclass(frozen=True, slots=True)
+class _NeedPosition:
+    reason: str
+    attempt: int
+    forced: StartPosition | None
+
+
+def _convert_fetch(
+    topic: str, clock: Callable[[], float]
+) -> Callable[[Any], tuple[list[Any], int, int]]:
+    def convert(response: Any) -> tuple[list[Any], int, int]:
+        received_at = clock()
+        pending = response.pending_num_requested
+        raw_events = response.events
+        if raw_events:
+            events = tuple(
+                ReceivedEvent(ReplayId(e.replay_id), e.event.id, e.event.schema_id, e.event.payload)
+                for e in raw_events
+            )
+            latest = (
+                ReplayId(response.latest_replay_id)
+                if response.latest_replay_id
+                else events[-1].replay_id
+            )
+            batch = EventBatch(topic, events, latest, response.rpc_id, received_at, pending)
+            return [batch], len(events), pending
+        if not response.latest_replay_id:
+            # A keepalive without a position carries nothing to checkpoint.
+            return [], 0, pending
+        keepalive = Keepalive(
+            topic, ReplayId(response.latest_replay_id), response.rpc_id, received_at, pending
+        )
+        return [keepalive], 0, pending
+
+    return convert
+
+
+class Subscription:
+    """A resilient Subscribe stream on one topic. Iterate it for :data:`Item` values.
+
+    ``start`` is used for the first stream. ``durable_position`` returns the position after
+    the last event (or keepalive) the consumer has durably stored, or its initial start when
+    nothing is stored yet; it is called between items, in the consumer's thread.
+    ``num_requested`` (at most 100) is the server-side window; ``buffer_events`` (default
+    ``num_requested``) bounds events received but not yet taken plus events outstanding.
+    """
+
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        topic: str,
+        *,
+        start: StartPosition | None = None,
+        durable_position: Callable[[], StartPosition] | None = None,
+        on_corrupted: CorruptedReplayPolicy = "fail",
+        num_requested: int = MAX_REQUESTED,
+        buffer_events: int | None = None,
+        retry: RetryPolicy | None = None,
+        tokens: TokenManager | None = None,
+        idle_fetch_after: float = _DEFAULT_IDLE_FETCH_AFTER,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if not isinstance(topic, str) or not topic.startswith("/"):
+            raise ValueError(
+                f"topic must be a path such as /data/AccountChangeEvent (got {topic!r})"
+            )
+        if on_corrupted not in ("fail", "earliest", "latest"):
+            raise ValueError(
+                f"on_corrupted must be 'fail', 'earliest' or 'latest' (got {on_corrupted!r})"
+            )
+        if idle_fetch_after <= 0:
+            raise ValueError(f"idle_fetch_after must be > 0 seconds (got {idle_fetch_after})")
+        self.topic = topic
+        self._stub = pb2_grpc.PubSubStub(channel)
+        self._start: StartPosition = start if start is not None else Latest()
+        self._durable = durable_position
+        self._on_corrupted = on_corrupted
+        self._window = FlowWindow(num_requested, buffer_events)
+        self._retry = retry or RetryPolicy()
+        self._tokens = tokens
+        self._idle_after = idle_fetch_after
+        self._clock = clock
+        self._sleep = sleep
+        self._rand = rand
+        self._log = logger or _log
+        self._closed = threading.Event()
+        self._stream: _Stream[Any, Any] | None = None
+        self._last_handed: ReplayId | None = None
+        self._superseded: tuple[StartPosition, StartPosition] | None = None
+        self._events = 0
+        self._batches = 0
+        self._keepalives = 0
+        self._requests = 0
+        self._streams = 0
+        self._got_events = False
+
+    # -- public -------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Item]:
+        items = self._items()
+        reply: StartPosition | None = None
+        while True:
+            try:
+                out = items.send(reply)
+            except StopIteration:
+                return
+            reply = None
+            if isinstance(out, _NeedPosition):
+                reply = self._resume_position(out)
+                yield Resubscribed(self.topic, reply, out.attempt, out.reason)
+                continue
+            self._note_handed(out)
+            yield out
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the subscription: the current stream is cancelled and iteration stops."""
+        self._closed.set()
+        stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def stats(self) -> StreamStats:
+        """Counters since creation (events, batches, keepalives, requests, streams, window)."""
+        stream = self._stream
+        requests = self._requests + (stream.fetch_requests if stream is not None else 0)
+        return StreamStats(
+            events=self._events,
+            batches=self._batches,
+            keepalives=self._keepalives,
+            fetch_requests=requests,
+            streams=self._streams,
+            outstanding=self._window.outstanding,
+            buffered=self._window.buffered,
+            server_pending=self._window.server_pending,
+        )
+
+    def __repr__(self) -> str:
+        return f"Subscription({self.topic!r}, start={self._start!r})"
+
+    # -- positions (consumer thread) -----------------------------------------------------
+
+    def _note_handed(self, item: Any) -> None:
+        if isinstance(item, EventBatch | Keepalive):
+            self._last_handed = item.latest_replay_id
+
+    def _resume_position(self, need: _NeedPosition) -> StartPosition:
+        if need.forced is not None:
+            return need.forced
+        if self._durable is not None:
+            position = self._durable()
+        elif self._last_handed is not None:
+            position = After(self._last_handed)
+        else:
+            position = self._start
+        if self._superseded is not None and position == self._superseded[0]:
+            position = self._superseded[1]
+        return position
+
+    # -- the stream loop ------------------------------------------------------------------
+
+    def _open(self, position: StartPosition) -> _Stream[Any, Any]:
+        topic = self.topic
+        return _Stream(
+            name=topic,
+            call=self._stub.Subscribe,
+            first_request=lambda n: fetch_request(topic, position, n),
+            fetch_request=lambda n: pb2.FetchRequest(num_requested=n),
+            convert=_convert_fetch(topic, self._clock),
+            window=self._window,
+            idle_fetch_after=self._idle_after,
+            logger=self._log,
+        )
+
+    def _items(self) -> Generator[Any, StartPosition | None, None]:
+        position = self._start
+        attempts = 0
+        auth_failures = 0
+        forced: StartPosition | None = None
+        reason = ""
+        first = True
+        while not self._closed.is_set():
+            if not first:
+                sent = yield _NeedPosition(reason, max(attempts, auth_failures), forced)
+                if sent is None or self._closed.is_set():
+                    return
+                position = sent
+                forced = None
+            first = False
+            credentials: Credentials | None = None
+            failure: Failure | None = None
+            try:
+                credentials = self._tokens.current() if self._tokens is not None else None
+            except AuthUnavailableError as exc:
+                failure = classify_auth_unavailable(exc)
+            if failure is None:
+                failure = yield from self._run_stream(position)
+                if failure is None:
+                    return
+                if self._got_events:
+                    attempts = 0
+                    auth_failures = 0
+            self._log.warning(
+                "Subscribe to %s at %s failed: %s",
+                self.topic,
+                _describe(position),
+                failure.summary(),
+            )
+            action = f"Subscribe to {self.topic} at {_describe(position)}"
+            if failure.disposition == "permanent":
+                raise failure.exception(action)
+            if failure.disposition == "auth":
+                auth_failures += 1
+                if auth_failures > self._retry.auth_retries:
+                    raise failure.exception(
+                        f"{action} (credentials rejected {auth_failures} times in a row even "
+                        "after refreshing them; a static token cannot be refreshed)"
+                    )
+                if self._tokens is not None:
+                    self._tokens.invalidate(credentials)
+                if auth_failures > 1:
+                    self._sleep(self._retry.delay(auth_failures - 1, rand=self._rand))
+                reason = f"credentials rejected ({failure.summary()}); token refreshed"
+                continue
+            if failure.disposition == "replay":
+                if not isinstance(position, After):
+                    raise failure.exception(action)
+                if self._on_corrupted == "fail":
+                    raise ReplayIdError(
+                        f"{action}: the server rejected replay id {position.replay_id.hex()} "
+                        f"({failure.summary()}): it is unknown or older than the retention "
+                        "window (72 hours on Salesforce), so events after it may no longer be "
+                        "retrievable. Two ways out: on_corrupted='earliest' resumes at the "
+                        "oldest retained event (nothing retained is skipped; events stored "
+                        "before may come again), on_corrupted='latest' resumes at the tip "
+                        "(everything in between is skipped).",
+                        status=failure.status,
+                        error_code=failure.error_code,
+                        rpc_id=failure.rpc_id,
+                    )
+                resumed: StartPosition = (
+                    Earliest() if self._on_corrupted == "earliest" else Latest()
+                )
+                gap_reason = (
+                    f"replay id {position.replay_id.hex()} rejected ({failure.summary()}); "
+                    f"policy on_corrupted={self._on_corrupted!r}"
+                )
+                self._log.warning("%s: %s: resuming at %s", self.topic, gap_reason, resumed.kind)
+                self._superseded = (position, resumed)
+                yield ReplayGap(self.topic, position, resumed, gap_reason)
+                forced = resumed
+                reason = gap_reason
+                continue
+            attempts += 1
+            if attempts > self._retry.max_attempts:
+                raise TransientError(
+                    f"{action}: gave up after {self._retry.max_attempts} consecutive failed "
+                    f"attempts; last failure {failure.summary()}: {failure.description}",
+                    status=failure.status,
+                    error_code=failure.error_code,
+                    rpc_id=failure.rpc_id,
+                )
+            delay = self._retry.delay(attempts, rand=self._rand)
+            self._log.info(
+                "resubscribing to %s in %.2f s (attempt %d of %d)",
+                self.topic,
+                delay,
+                attempts,
+                self._retry.max_attempts,
+            )
+            self._sleep(delay)
+            reason = failure.summary()
+
+    def _run_stream(self, position: StartPosition) -> Generator[Any, Any, Failure | None]:
+        stream = self._open(position)
+        self._stream = stream
+        self._streams += 1
+        self._got_events = False
+        if self._closed.is_set():
+            stream.close()
+            return None
+        self._log.info("subscribed to %s at %s", self.topic, _describe(position))
+        try:
+            for item in stream:
+                if isinstance(item, EventBatch):
+                    self._got_events = True
+                    self._events += len(item.events)
+                    self._batches += 1
+                elif isinstance(item, Keepalive):
+                    self._keepalives += 1
+                yield item
+                if self._closed.is_set():
+                    return None
+        finally:
+            stream.close()
+            self._requests += stream.fetch_requests
+            self._stream = None
+        if self._closed.is_set():
+            return None
+        return stream.failure
+
+
+def classify_auth_unavailable(exc: AuthUnavailableError) -> Failure:
+    """A token endpoint that is down is a transient failure of the subscription."""
+    return Failure("transient", "AUTH_UNAVAILABLE", "", "", str(exc), "retrying the login later")
+
+
+def _describe(position: StartPosition | None) -> str:
+    if position is None:
+        return "the committed position"
+    if isinstance(position, After):
+        return f"after {position.replay_id.hex()}"
+    return position.kind

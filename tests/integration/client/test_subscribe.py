@@ -1,0 +1,306 @@
+"""Subscribe against a Pub/Sub API server over a socket: flow control, keepalives, faults."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+import pytest
+
+from ingest.auth import TokenManager
+from ingest.client.retry import RetryPolicy
+from ingest.client.stream import EventBatch, Keepalive, ReplayGap, Resubscribed
+from ingest.client.subscriber import Subscription
+from ingest.errors import PermanentError, ReplayIdError
+from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
+from tests.integration.client.conftest import TOPIC, encode, order_schema
+from tests.integration.client.fakebus import FakeBus
+
+pytestmark = pytest.mark.integration
+
+FAST_RETRY = RetryPolicy(max_attempts=5, initial_backoff=0.0, max_backoff=0.0)
+
+
+def _fill(bus: FakeBus, n: int, topic: str = TOPIC) -> None:
+    schema = order_schema()
+    for i in range(n):
+        bus.append(
+            topic,
+            encode(
+                schema,
+                {
+                    "CreatedDate": i,
+                    "CreatedById": "005",
+                    "Order_Number__c": str(i),
+                    "Note__c": None,
+                },
+            ),
+        )
+
+
+def test_reads_everything_in_order_within_the_window(bus: FakeBus, channel: grpc.Channel) -> None:
+    _fill(bus, 450)
+    got: list[bytes] = []
+    with Subscription(channel, TOPIC, start=Earliest(), retry=FAST_RETRY) as sub:
+        for item in sub:
+            if isinstance(item, EventBatch):
+                got.extend(e.replay_id.value for e in item.events)
+                assert item.latest_replay_id == item.events[-1].replay_id
+            if len(got) >= 450:
+                break
+    assert got == [e.replay_id for e in bus.log(TOPIC)]
+    assert bus.max_pending_seen <= 100
+    assert bus.first_requests[0].replay_preset == 1  # EARLIEST
+
+
+class StoringConsumer:
+    """Stores events in a list every ``commit_every`` batches, like bronze commits to Delta.
+
+    Events handed out but not yet stored are dropped on ``Resubscribed``; the durable
+    position is after the last stored event (or keepalive).
+    """
+
+    def __init__(self, start: StartPosition, commit_every: int = 3) -> None:
+        self.start = start
+        self.commit_every = commit_every
+        self.stored: list[bytes] = []
+        self.stored_ids: list[str] = []
+        self.pending: list[tuple[bytes, str]] = []
+        self.position: StartPosition = start
+        self.pending_position: StartPosition | None = None
+        self.batches = 0
+        self.resubscribed: list[Resubscribed] = []
+        self.gap_resumed: StartPosition | None = None
+
+    def durable_position(self) -> StartPosition:
+        return self.position
+
+    def handle(self, item: object) -> None:
+        if isinstance(item, ReplayGap):
+            self.gap_resumed = item.resumed
+            return
+        if isinstance(item, Resubscribed):
+            self.resubscribed.append(item)
+            assert item.position in (self.position, self.gap_resumed)
+            self.pending.clear()
+            self.pending_position = None
+            return
+        if isinstance(item, EventBatch):
+            self.pending.extend((e.replay_id.value, e.event_id) for e in item.events)
+            self.pending_position = After(item.latest_replay_id)
+            self.batches += 1
+            if self.batches % self.commit_every == 0:
+                self.commit()
+        elif isinstance(item, Keepalive):
+            self.pending_position = After(item.latest_replay_id)
+
+    def commit(self) -> None:
+        self.stored.extend(r for r, _ in self.pending)
+        self.stored_ids.extend(i for _, i in self.pending)
+        self.pending.clear()
+        if self.pending_position is not None:
+            self.position = self.pending_position
+
+
+def _consume(sub: Subscription, consumer: StoringConsumer, total: int) -> None:
+    for item in sub:
+        consumer.handle(item)
+        if len(consumer.stored) + len(consumer.pending) >= total and isinstance(item, EventBatch):
+            consumer.commit()
+            if len(consumer.stored) >= total:
+                break
+
+
+def test_hundred_stream_failures_lose_and_duplicate_nothing(
+    bus: FakeBus, channel: grpc.Channel
+) -> None:
+    _fill(bus, 1010)
+    bus.faults.fail_every = 10
+    consumer = StoringConsumer(Earliest())
+    sleeps: list[float] = []
+    sub = Subscription(
+        channel,
+        TOPIC,
+        start=Earliest(),
+        durable_position=consumer.durable_position,
+        retry=RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.004),
+        sleep=sleeps.append,
+    )
+    with sub:
+        _consume(sub, consumer, 1010)
+    log = [e.replay_id for e in bus.log(TOPIC)]
+    assert consumer.stored == log
+    assert len(set(consumer.stored_ids)) == len(log)
+    assert len(consumer.resubscribed) >= 100
+    assert bus.streams_opened >= 101
+    # every resubscription started after the durable position, and waited a jittered backoff
+    assert sum(isinstance(r.position, After) for r in consumer.resubscribed) >= 90
+    assert len(sleeps) >= 100 and all(0 <= s <= 0.004 for s in sleeps)
+    assert bus.max_pending_seen <= 100
+
+
+def test_without_durable_callback_resumes_after_the_last_item_handed_out(
+    bus: FakeBus, channel: grpc.Channel
+) -> None:
+    _fill(bus, 95)
+    bus.faults.fail_every = 30
+    got: list[bytes] = []
+    with Subscription(
+        channel, TOPIC, start=Earliest(), retry=FAST_RETRY, sleep=lambda s: None
+    ) as sub:
+        for item in sub:
+            if isinstance(item, EventBatch):
+                got.extend(e.replay_id.value for e in item.events)
+            if len(got) >= 95:
+                break
+    assert got == [e.replay_id for e in bus.log(TOPIC)]
+    customs = [r for r in bus.first_requests if r.replay_preset == 2]
+    assert customs and all(r.replay_id for r in customs)
+
+
+def test_token_expiry_mid_stream_is_recovered_without_losing_position(
+    bus: FakeBus, channel: grpc.Channel, tokens: TokenManager
+) -> None:
+    _fill(bus, 40)
+    consumer = StoringConsumer(Earliest(), commit_every=1)
+    expired = threading.Event()
+    with Subscription(
+        channel,
+        TOPIC,
+        start=Earliest(),
+        durable_position=consumer.durable_position,
+        tokens=tokens,
+        retry=FAST_RETRY,
+        sleep=lambda s: None,
+    ) as sub:
+        for item in sub:
+            consumer.handle(item)
+            if len(consumer.stored) >= 40 and not expired.is_set():
+                bus.expire_tokens()
+                expired.set()
+                _fill(bus, 40)
+            if len(consumer.stored) >= 80:
+                break
+    assert consumer.stored == [e.replay_id for e in bus.log(TOPIC)]
+    assert tokens.refreshes == 2
+    assert any("credentials rejected" in r.reason for r in consumer.resubscribed)
+
+
+def test_corrupted_replay_id_fails_by_default_naming_the_position_and_the_ways_out(
+    bus: FakeBus, channel: grpc.Channel
+) -> None:
+    _fill(bus, 10)
+    gone = ReplayId(bus.log(TOPIC)[2].replay_id)
+    bus.purge_before(TOPIC, 5)
+    sub = Subscription(channel, TOPIC, start=After(gone), retry=FAST_RETRY)
+    with pytest.raises(ReplayIdError) as info, sub:
+        next(iter(sub))
+    message = str(info.value)
+    assert gone.hex() in message
+    assert "on_corrupted='earliest'" in message and "on_corrupted='latest'" in message
+    assert info.value.error_code.endswith("replayid.corrupted")
+    assert info.value.rpc_id
+
+
+@pytest.mark.parametrize("policy", ["earliest", "latest"])
+def test_corrupted_replay_id_under_a_policy_yields_the_gap(
+    bus: FakeBus, channel: grpc.Channel, policy: str
+) -> None:
+    _fill(bus, 10)
+    gone = ReplayId(bus.log(TOPIC)[2].replay_id)
+    bus.purge_before(TOPIC, 5)
+    retained = [e.replay_id for e in bus.log(TOPIC)]
+    consumer = StoringConsumer(After(gone), commit_every=1)
+    items: list[object] = []
+    filled = False
+    bus.faults.keepalive_interval = 0.05
+    with Subscription(
+        channel,
+        TOPIC,
+        start=After(gone),
+        durable_position=consumer.durable_position,
+        on_corrupted=policy,  # type: ignore[arg-type]
+        retry=FAST_RETRY,
+    ) as sub:
+        for item in sub:
+            items.append(item)
+            consumer.handle(item)
+            if isinstance(item, Keepalive) and policy == "latest" and not filled:
+                # the stream at LATEST is open now: these are new events
+                _fill(bus, 3)
+                filled = True
+            if policy == "earliest" and len(consumer.stored) >= 5:
+                break
+            if policy == "latest" and len(consumer.stored) >= 3:
+                break
+    gaps = [i for i in items if isinstance(i, ReplayGap)]
+    assert len(gaps) == 1
+    assert gaps[0].requested == After(gone)
+    assert gaps[0].resumed == (Earliest() if policy == "earliest" else Latest())
+    assert gone.hex() in gaps[0].reason
+    if policy == "earliest":
+        assert consumer.stored == retained
+    else:
+        assert consumer.stored == [e.replay_id for e in bus.log(TOPIC)][-3:]
+
+
+def test_unknown_topic_fails_fast_with_what_to_fix(channel: grpc.Channel) -> None:
+    sleeps: list[float] = []
+    sub = Subscription(channel, "/data/NoSuchChangeEvent", retry=FAST_RETRY, sleep=sleeps.append)
+    with pytest.raises(PermanentError) as info, sub:
+        next(iter(sub))
+    assert "topic.not.found" in str(info.value)
+    assert "check the name" in str(info.value)
+    assert info.value.status == "NOT_FOUND"
+    assert sleeps == []
+
+
+def test_keepalives_surface_with_the_latest_replay_id(bus: FakeBus, channel: grpc.Channel) -> None:
+    bus.faults.keepalive_interval = 0.05
+    seen: list[Keepalive] = []
+    with Subscription(channel, TOPIC, start=Latest()) as sub:
+        for item in sub:
+            assert isinstance(item, Keepalive)
+            seen.append(item)
+            if len(seen) == 3:
+                break
+    assert all(k.latest_replay_id.value for k in seen)
+    assert seen[0].pending_num_requested == 100
+
+
+def test_a_stalled_consumer_keeps_the_stream_open_with_a_one_event_request(
+    bus: FakeBus, channel: grpc.Channel
+) -> None:
+    _fill(bus, 150)
+    bus.faults.idle_close = 0.4
+    got = 0
+    with Subscription(
+        channel, TOPIC, start=Earliest(), idle_fetch_after=0.1, retry=FAST_RETRY
+    ) as sub:
+        for item in sub:
+            if isinstance(item, EventBatch):
+                got += len(item.events)
+                if got == 100:
+                    # the whole window is buffered and nothing is outstanding: stall
+                    threading.Event().wait(1.0)
+                    assert sub.stats().buffered + sub.stats().outstanding <= 101
+            if got >= 150:
+                break
+    assert bus.streams_opened == 1
+    assert got == 150
+
+
+def test_slow_consumer_bounds_the_buffer(bus: FakeBus, channel: grpc.Channel) -> None:
+    _fill(bus, 600)
+    seen = 0
+    with Subscription(channel, TOPIC, start=Earliest(), num_requested=50, buffer_events=120) as sub:
+        for item in sub:
+            if isinstance(item, EventBatch):
+                seen += len(item.events)
+                stats = sub.stats()
+                assert stats.outstanding <= 50
+                assert stats.outstanding + stats.buffered <= 120
+                threading.Event().wait(0.002)
+            if seen >= 600:
+                break
+    assert bus.max_pending_seen <= 50
