@@ -92,7 +92,9 @@ class FakeBus(pb2_grpc.PubSubServicer):
             self._topics[topic].schema = schema
             self._schemas[schema.schema_id] = schema
 
-    def append(self, topic: str, payload: bytes, *, schema_id: str | None = None) -> bytes:
+    def append(
+        self, topic: str, payload: bytes, *, schema_id: str | None = None, event_id: str = ""
+    ) -> bytes:
         with self._lock:
             t = self._topics[topic]
             sid = schema_id or (t.schema.schema_id if t.schema else "")
@@ -100,7 +102,9 @@ class FakeBus(pb2_grpc.PubSubServicer):
             rid = self._counter.to_bytes(8, "big") + b"\x00\x00"
             t.events.append(
                 pb2.ConsumerEvent(
-                    event=pb2.ProducerEvent(id=str(uuid.uuid4()), schema_id=sid, payload=payload),
+                    event=pb2.ProducerEvent(
+                        id=event_id or str(uuid.uuid4()), schema_id=sid, payload=payload
+                    ),
                     replay_id=rid,
                 )
             )
@@ -398,7 +402,7 @@ class FakeBus(pb2_grpc.PubSubServicer):
                     )
                 )
                 continue
-            rid = self.append(t.name, ev.payload, schema_id=ev.schema_id)
+            rid = self.append(t.name, ev.payload, schema_id=ev.schema_id, event_id=key)
             results.append(pb2.PublishResult(replay_id=rid, correlation_key=key))
         # Results in reverse order: clients must correlate by key, not by position.
         return pb2.PublishResponse(
