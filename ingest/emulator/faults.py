@@ -1,0 +1,217 @@
+"""Fault injection for the emulator, adjustable while it runs.
+
+A :class:`Faults` object is shared by every part of a running emulator: set a fault and the
+next response, stream or token check sees it. :class:`FaultSettings` is the same thing as a
+frozen value, for :class:`~ingest.emulator.server.EmulatorConfig`.
+
+Faults that act on the event bus (purges) need a running emulator; the others are plain
+settings that the servers read.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from ingest.emulator.eventlog import decode_replay_id
+
+__all__ = [
+    "FaultSettings",
+    "Faults",
+    "StreamCut",
+    "StreamCutCode",
+]
+
+StreamCutCode = Literal["service.unavailable", "subscription.internal.error"]
+_CUT_CODES = ("service.unavailable", "subscription.internal.error")
+
+
+@dataclass(frozen=True)
+class StreamCut:
+    """End Subscribe / ManagedSubscribe streams with UNAVAILABLE after ``after_events`` events.
+
+    Events are counted per stream from the moment the cut is set (or the stream opened,
+    whichever is later). With ``repeat=False`` only the first stream to reach the count is cut
+    and the fault then clears itself; with ``repeat=True`` every stream is cut each time it
+    delivers that many events.
+    """
+
+    after_events: int
+    code: StreamCutCode = "service.unavailable"
+    repeat: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.after_events, int) or self.after_events < 0:
+            raise ValueError(
+                f"StreamCut.after_events must be an int >= 0 (got {self.after_events!r})"
+            )
+        if self.code not in _CUT_CODES:
+            raise ValueError(f"StreamCut.code must be one of {_CUT_CODES} (got {self.code!r})")
+
+
+@dataclass(frozen=True)
+class FaultSettings:
+    """Faults active from the start. ``latency`` is seconds added before every response."""
+
+    stream_cut: StreamCut | None = None
+    latency: float = 0.0
+    keepalive_only: bool = False
+
+    def __post_init__(self) -> None:
+        if self.latency < 0:
+            raise ValueError(f"FaultSettings.latency must be >= 0 seconds (got {self.latency!r})")
+
+
+Purger = Callable[[float | None, int | None], int]
+
+
+class Faults:
+    """The emulator's live fault switches. Thread-safe; every method takes effect at once."""
+
+    def __init__(self, settings: FaultSettings | None = None) -> None:
+        settings = settings or FaultSettings()
+        self._lock = threading.Lock()
+        self._stream_cut = settings.stream_cut
+        self._cut_generation = 0
+        self._latency = settings.latency
+        self._keepalive_only = settings.keepalive_only
+        self._token_generation = 0
+        self._listeners: list[Callable[[], None]] = []
+        self._purger: Purger | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Faults(stream_cut={self._stream_cut!r}, latency={self._latency!r}, "
+            f"keepalive_only={self._keepalive_only!r}, token_generation={self._token_generation})"
+        )
+
+    # -- stream cuts -------------------------------------------------------------------------
+
+    def cut_streams(
+        self,
+        after_events: int,
+        *,
+        code: StreamCutCode = "service.unavailable",
+        repeat: bool = False,
+    ) -> None:
+        """End streams with UNAVAILABLE after ``after_events`` delivered events (see
+        :class:`StreamCut`)."""
+        cut = StreamCut(after_events, code, repeat)
+        with self._lock:
+            self._stream_cut = cut
+            self._cut_generation += 1
+        self._changed()
+
+    def clear_stream_cut(self) -> None:
+        with self._lock:
+            self._stream_cut = None
+            self._cut_generation += 1
+
+    @property
+    def stream_cut(self) -> tuple[int, StreamCut | None]:
+        """The active cut and its generation (a new generation restarts per-stream counts)."""
+        with self._lock:
+            return self._cut_generation, self._stream_cut
+
+    def fire_stream_cut(self, generation: int) -> StreamCut | None:
+        """Claim the cut for one stream; ``None`` when another stream already used a one-shot
+        cut of this generation (or it was cleared)."""
+        with self._lock:
+            if generation != self._cut_generation or self._stream_cut is None:
+                return None
+            cut = self._stream_cut
+            if not cut.repeat:
+                self._stream_cut = None
+                self._cut_generation += 1
+            return cut
+
+    # -- latency and keepalive-only ----------------------------------------------------------
+
+    @property
+    def latency(self) -> float:
+        """Seconds slept before each response, to emulate a real round trip."""
+        return self._latency
+
+    @latency.setter
+    def latency(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"latency must be >= 0 seconds (got {seconds!r})")
+        self._latency = float(seconds)
+
+    @property
+    def keepalive_only(self) -> bool:
+        """While set, streams deliver no events, only keepalives."""
+        return self._keepalive_only
+
+    @keepalive_only.setter
+    def keepalive_only(self, value: bool) -> None:
+        self._keepalive_only = bool(value)
+        self._changed()
+
+    # -- tokens ------------------------------------------------------------------------------
+
+    def expire_tokens(self) -> None:
+        """Make every access token issued so far invalid (as after a Salesforce release)."""
+        with self._lock:
+            self._token_generation += 1
+
+    @property
+    def token_generation(self) -> int:
+        """Tokens issued under an older generation are rejected."""
+        return self._token_generation
+
+    # -- purges ------------------------------------------------------------------------------
+
+    def purge(self, *, before: float | None = None, through: bytes | None = None) -> int:
+        """Drop events appended before epoch time ``before`` and/or up to and including replay
+        id ``through``; their replay ids become corrupted for CUSTOM replay. Returns the number
+        of events dropped. Needs a running emulator."""
+        if before is None and through is None:
+            raise ValueError("purge needs before=<epoch seconds> or through=<replay id bytes>")
+        position: int | None = None
+        if through is not None:
+            position = decode_replay_id(through)
+            if position is None:
+                raise ValueError(
+                    f"purge through= needs a replay id from this emulator: 10 bytes ending in two "
+                    f"zero bytes (got {through.hex()!r}, {len(through)} bytes)"
+                )
+        with self._lock:
+            purger = self._purger
+        if purger is None:
+            raise RuntimeError("purge needs a running emulator: call Emulator.start() first")
+        return purger(before, position)
+
+    def clear(self) -> None:
+        """Remove every standing fault (stream cut, latency, keepalive-only)."""
+        with self._lock:
+            self._stream_cut = None
+            self._cut_generation += 1
+            self._latency = 0.0
+            self._keepalive_only = False
+        self._changed()
+
+    # -- wiring (used by the emulator) -------------------------------------------------------
+
+    def attach(self, purger: Purger | None) -> None:
+        """Connect (or with ``None`` disconnect) the running event bus that purges act on."""
+        with self._lock:
+            self._purger = purger
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever a fault that streams wait on changes."""
+        with self._lock:
+            self._listeners.append(callback)
+
+    def remove_listener(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if callback in self._listeners:
+                self._listeners.remove(callback)
+
+    def _changed(self) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for cb in listeners:
+            cb()
