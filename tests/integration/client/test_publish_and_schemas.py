@@ -13,21 +13,13 @@ from ingest.client.publisher import Publisher
 from ingest.client.schemas import SchemaCache
 from ingest.client.stream import EventBatch
 from ingest.client.subscriber import Subscription
+from ingest.emulator.server import Emulator
+from ingest.emulator.topics import EmittedEvent
 from ingest.errors import PermanentError
 from ingest.replay import Earliest
-from tests.integration.client.conftest import TOPIC, encode, order_schema
-from tests.integration.client.fakebus import FakeBus
+from tests.integration.client.conftest import CHANNEL, TOPIC, Recorder, encode, order, order_schema
 
 pytestmark = pytest.mark.integration
-
-
-def _record(i: int, note: str | None = None) -> dict[str, object]:
-    return {
-        "CreatedDate": 1_700_000_000_000 + i,
-        "CreatedById": "005xx",
-        "Order_Number__c": f"O-{i}",
-        "Note__c": note,
-    }
 
 
 def _decode(cache: SchemaCache, schema_id: str, payload: bytes) -> dict[str, object]:
@@ -36,36 +28,38 @@ def _decode(cache: SchemaCache, schema_id: str, payload: bytes) -> dict[str, obj
 
 
 def test_schema_cache_fetches_each_id_once_even_concurrently(
-    bus: FakeBus, channel: grpc.Channel
+    channel: grpc.Channel, recorder: Recorder
 ) -> None:
     cache = SchemaCache(channel)
     sid = cache.topic_info(TOPIC).schema_id
     with ThreadPoolExecutor(8) as pool:
         schemas = list(pool.map(lambda _: cache.schema(sid), range(32)))
     assert all(s is schemas[0] for s in schemas)
-    assert cache.get_schema_calls == 1 == bus.schema_calls
+    assert cache.get_schema_calls == 1 == recorder.unary.count("GetSchema")
     assert cache.topic_info(TOPIC) is cache.topic_info(TOPIC)
     assert cache.get_topic_calls == 1
 
 
-def test_blank_channel_schema_is_explained(bus: FakeBus, channel: grpc.Channel) -> None:
-    bus.add_topic("/data/ChangeEvents", None)
+def test_blank_channel_schema_is_explained(emulator: Emulator, channel: grpc.Channel) -> None:
     cache = SchemaCache(channel)
-    assert cache.topic_info("/data/ChangeEvents").schema_id == ""
+    assert cache.topic_info(CHANNEL).schema_id == ""
     with pytest.raises(ValueError, match="own schema_id"):
-        cache.current_schema("/data/ChangeEvents")
+        cache.current_schema(CHANNEL)
 
 
 def test_schema_change_mid_stream_decodes_each_event_with_its_own_schema(
-    bus: FakeBus, channel: grpc.Channel
+    emulator: Emulator, channel: grpc.Channel
 ) -> None:
     v1, v2 = order_schema(), order_schema("Carrier__c")
     assert v1.schema_id != v2.schema_id
-    for i in range(3):
-        bus.append(TOPIC, encode(v1, _record(i)))
-    bus.add_schema(TOPIC, v2)
-    for i in range(3, 6):
-        bus.append(TOPIC, encode(v2, {**_record(i), "Carrier__c": f"C{i}"}))
+    emulator.append(
+        EmittedEvent(TOPIC, v1.schema_id, encode(v1, order(i)), f"e{i}") for i in range(3)
+    )
+    emulator.catalogue.add_version(TOPIC, v2)
+    emulator.append(
+        EmittedEvent(TOPIC, v2.schema_id, encode(v2, {**order(i), "Carrier__c": f"C{i}"}), f"e{i}")
+        for i in range(3, 6)
+    )
     cache = SchemaCache(channel)
     decoded = []
     with Subscription(channel, TOPIC, start=Earliest()) as sub:
@@ -82,64 +76,62 @@ def test_schema_change_mid_stream_decodes_each_event_with_its_own_schema(
     assert cache.get_schema_calls == 2
 
 
-def test_publish_batches_and_correlates_by_key(bus: FakeBus, channel: grpc.Channel) -> None:
+def test_publish_batches_and_correlates_by_key(emulator: Emulator, channel: grpc.Channel) -> None:
     publisher = Publisher(channel)
-    outcomes = publisher.publish(TOPIC, [_record(i) for i in range(450)])
+    outcomes = publisher.publish(TOPIC, [order(i) for i in range(450)])
     assert [o.index for o in outcomes] == list(range(450))
     assert all(o.ok for o in outcomes)
-    log = bus.log(TOPIC)
+    log = emulator.log(TOPIC)
     assert len(log) == 450
     # the fake answers in reverse order; outcomes still match their events
     by_rid = {e.replay_id: e for e in log}
     for o in outcomes:
         assert o.replay_id is not None
-        assert by_rid[o.replay_id.value].event.id == o.event_id
+        assert by_rid[o.replay_id.value].event_id == o.event_id
     cache = SchemaCache(channel)
     first = log[0]
-    assert _decode(cache, first.event.schema_id, first.event.payload)["Order_Number__c"] == "O-0"
+    assert _decode(cache, first.schema_id, first.payload)["Order_Number__c"] == "O-0"
 
 
 @pytest.mark.parametrize("client_side_limit", [True, False])
 def test_an_event_over_one_megabyte_fails_alone(
-    bus: FakeBus, channel: grpc.Channel, client_side_limit: bool
+    emulator: Emulator, channel: grpc.Channel, client_side_limit: bool
 ) -> None:
     publisher = Publisher(
         channel, max_event_bytes=1024 * 1024 if client_side_limit else None, max_retries=1
     )
-    records = [_record(0), _record(1, note="x" * (1024 * 1024 + 10)), _record(2)]
+    records = [order(0), order(1, note="x" * (1024 * 1024 + 10)), order(2)]
     outcomes = publisher.publish(TOPIC, records)
     assert [o.ok for o in outcomes] == [True, False, True]
-    assert outcomes[1].error and ("1 MB" in outcomes[1].error or "1,048,576" in outcomes[1].error)
+    assert outcomes[1].error
+    assert "1,048,576 bytes" in outcomes[1].error or "1048576 bytes" in outcomes[1].error
     assert outcomes[1].attempts == (0 if client_side_limit else 2)
-    assert len(bus.log(TOPIC)) == 2
+    assert len(emulator.log(TOPIC)) == 2
 
 
 @pytest.mark.parametrize("ordered", [False, True])
 def test_publish_stream_pipelined_and_ordered(
-    bus: FakeBus, channel: grpc.Channel, ordered: bool
+    emulator: Emulator, channel: grpc.Channel, ordered: bool
 ) -> None:
     publisher = Publisher(channel, max_batch_events=50)
-    outcomes = publisher.publish_stream(TOPIC, [_record(i) for i in range(230)], ordered=ordered)
+    outcomes = publisher.publish_stream(TOPIC, [order(i) for i in range(230)], ordered=ordered)
     assert all(o.ok for o in outcomes)
-    log = bus.log(TOPIC)
+    log = emulator.log(TOPIC)
     ids = {o.event_id for o in outcomes}
-    assert {e.event.id for e in log} == ids
+    assert {e.event_id for e in log} == ids
     if ordered:
         cache = SchemaCache(channel)
-        numbers = [
-            _decode(cache, e.event.schema_id, e.event.payload)["Order_Number__c"] for e in log
-        ]
-        # batches land in order; within a batch the fake reverses nothing on the bus
+        numbers = [_decode(cache, e.schema_id, e.payload)["Order_Number__c"] for e in log]
         assert numbers == [f"O-{i}" for i in range(230)]
 
 
-def test_bad_records_are_rejected_before_sending(bus: FakeBus, channel: grpc.Channel) -> None:
+def test_bad_records_are_rejected_before_sending(emulator: Emulator, channel: grpc.Channel) -> None:
     publisher = Publisher(channel)
     with pytest.raises(ValueError, match=r"record 1 does not fit schema .*Order_Shipped__e"):
-        publisher.publish(TOPIC, [_record(0), {"CreatedDate": "yesterday"}])
-    assert bus.log(TOPIC) == []
+        publisher.publish(TOPIC, [order(0), {"CreatedDate": "yesterday"}])
+    assert len(emulator.log(TOPIC)) == 0
 
 
 def test_publish_to_unknown_topic_raises(channel: grpc.Channel) -> None:
     with pytest.raises(PermanentError, match=r"topic\.not\.found"):
-        Publisher(channel).publish("/event/Nope__e", [_record(0)])
+        Publisher(channel).publish("/event/Nope__e", [order(0)])

@@ -3,43 +3,30 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import grpc
 import pytest
 
 from ingest.auth import TokenManager
+from ingest.client.channel import TlsSettings, connect
 from ingest.client.retry import RetryPolicy
 from ingest.client.stream import EventBatch, Keepalive, ReplayGap, Resubscribed
 from ingest.client.subscriber import Subscription
+from ingest.emulator.server import Emulator
 from ingest.errors import PermanentError, ReplayIdError
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
-from tests.integration.client.conftest import TOPIC, encode, order_schema
-from tests.integration.client.fakebus import FakeBus
+from tests.integration.client.conftest import TOPIC, Recorder, fill, login
 
 pytestmark = pytest.mark.integration
 
 FAST_RETRY = RetryPolicy(max_attempts=5, initial_backoff=0.0, max_backoff=0.0)
 
 
-def _fill(bus: FakeBus, n: int, topic: str = TOPIC) -> None:
-    schema = order_schema()
-    for i in range(n):
-        bus.append(
-            topic,
-            encode(
-                schema,
-                {
-                    "CreatedDate": i,
-                    "CreatedById": "005",
-                    "Order_Number__c": str(i),
-                    "Note__c": None,
-                },
-            ),
-        )
-
-
-def test_reads_everything_in_order_within_the_window(bus: FakeBus, channel: grpc.Channel) -> None:
-    _fill(bus, 450)
+def test_reads_everything_in_order_within_the_window(
+    emulator: Emulator, channel: grpc.Channel, recorder: Recorder
+) -> None:
+    fill(emulator, 450)
     got: list[bytes] = []
     with Subscription(channel, TOPIC, start=Earliest(), retry=FAST_RETRY) as sub:
         for item in sub:
@@ -48,9 +35,9 @@ def test_reads_everything_in_order_within_the_window(bus: FakeBus, channel: grpc
                 assert item.latest_replay_id == item.events[-1].replay_id
             if len(got) >= 450:
                 break
-    assert got == [e.replay_id for e in bus.log(TOPIC)]
-    assert bus.max_pending_seen <= 100
-    assert bus.first_requests[0].replay_preset == 1  # EARLIEST
+    assert got == [e.replay_id for e in emulator.log(TOPIC)]
+    assert recorder.max_outstanding <= 100
+    assert recorder.first_requests[0].replay_preset == 1  # EARLIEST
 
 
 class StoringConsumer:
@@ -112,10 +99,10 @@ def _consume(sub: Subscription, consumer: StoringConsumer, total: int) -> None:
 
 
 def test_hundred_stream_failures_lose_and_duplicate_nothing(
-    bus: FakeBus, channel: grpc.Channel
+    emulator: Emulator, channel: grpc.Channel, recorder: Recorder
 ) -> None:
-    _fill(bus, 1010)
-    bus.faults.fail_every = 10
+    fill(emulator, 1010)
+    emulator.faults.cut_streams(10, repeat=True)
     consumer = StoringConsumer(Earliest())
     sleeps: list[float] = []
     sub = Subscription(
@@ -128,22 +115,22 @@ def test_hundred_stream_failures_lose_and_duplicate_nothing(
     )
     with sub:
         _consume(sub, consumer, 1010)
-    log = [e.replay_id for e in bus.log(TOPIC)]
+    log = [e.replay_id for e in emulator.log(TOPIC)]
     assert consumer.stored == log
     assert len(set(consumer.stored_ids)) == len(log)
     assert len(consumer.resubscribed) >= 100
-    assert bus.streams_opened >= 101
+    assert sub.stats().streams >= 101 and recorder.streams == sub.stats().streams
     # every resubscription started after the durable position, and waited a jittered backoff
     assert sum(isinstance(r.position, After) for r in consumer.resubscribed) >= 90
     assert len(sleeps) >= 100 and all(0 <= s <= 0.004 for s in sleeps)
-    assert bus.max_pending_seen <= 100
+    assert recorder.max_outstanding <= 100
 
 
 def test_without_durable_callback_resumes_after_the_last_item_handed_out(
-    bus: FakeBus, channel: grpc.Channel
+    emulator: Emulator, channel: grpc.Channel, recorder: Recorder
 ) -> None:
-    _fill(bus, 95)
-    bus.faults.fail_every = 30
+    fill(emulator, 95)
+    emulator.faults.cut_streams(30, repeat=True)
     got: list[bytes] = []
     with Subscription(
         channel, TOPIC, start=Earliest(), retry=FAST_RETRY, sleep=lambda s: None
@@ -153,15 +140,15 @@ def test_without_durable_callback_resumes_after_the_last_item_handed_out(
                 got.extend(e.replay_id.value for e in item.events)
             if len(got) >= 95:
                 break
-    assert got == [e.replay_id for e in bus.log(TOPIC)]
-    customs = [r for r in bus.first_requests if r.replay_preset == 2]
+    assert got == [e.replay_id for e in emulator.log(TOPIC)]
+    customs = [r for r in recorder.first_requests if r.replay_preset == 2]
     assert customs and all(r.replay_id for r in customs)
 
 
 def test_token_expiry_mid_stream_is_recovered_without_losing_position(
-    bus: FakeBus, channel: grpc.Channel, tokens: TokenManager
+    emulator: Emulator, channel: grpc.Channel, tokens: TokenManager
 ) -> None:
-    _fill(bus, 40)
+    fill(emulator, 40)
     consumer = StoringConsumer(Earliest(), commit_every=1)
     expired = threading.Event()
     with Subscription(
@@ -176,22 +163,25 @@ def test_token_expiry_mid_stream_is_recovered_without_losing_position(
         for item in sub:
             consumer.handle(item)
             if len(consumer.stored) >= 40 and not expired.is_set():
-                bus.expire_tokens()
+                # Tokens are checked when a call starts: the stream carries on until it is
+                # cut, and the reconnect then meets the expired token.
+                emulator.faults.expire_tokens()
+                emulator.faults.cut_streams(5)
                 expired.set()
-                _fill(bus, 40)
+                fill(emulator, 40)
             if len(consumer.stored) >= 80:
                 break
-    assert consumer.stored == [e.replay_id for e in bus.log(TOPIC)]
+    assert consumer.stored == [e.replay_id for e in emulator.log(TOPIC)]
     assert tokens.refreshes == 2
     assert any("credentials rejected" in r.reason for r in consumer.resubscribed)
 
 
 def test_corrupted_replay_id_fails_by_default_naming_the_position_and_the_ways_out(
-    bus: FakeBus, channel: grpc.Channel
+    emulator: Emulator, channel: grpc.Channel
 ) -> None:
-    _fill(bus, 10)
-    gone = ReplayId(bus.log(TOPIC)[2].replay_id)
-    bus.purge_before(TOPIC, 5)
+    fill(emulator, 10)
+    gone = ReplayId(emulator.log(TOPIC)[2].replay_id)
+    emulator.faults.purge(through=emulator.log(TOPIC)[4].replay_id)
     sub = Subscription(channel, TOPIC, start=After(gone), retry=FAST_RETRY)
     with pytest.raises(ReplayIdError) as info, sub:
         next(iter(sub))
@@ -204,16 +194,15 @@ def test_corrupted_replay_id_fails_by_default_naming_the_position_and_the_ways_o
 
 @pytest.mark.parametrize("policy", ["earliest", "latest"])
 def test_corrupted_replay_id_under_a_policy_yields_the_gap(
-    bus: FakeBus, channel: grpc.Channel, policy: str
+    emulator: Emulator, channel: grpc.Channel, policy: str
 ) -> None:
-    _fill(bus, 10)
-    gone = ReplayId(bus.log(TOPIC)[2].replay_id)
-    bus.purge_before(TOPIC, 5)
-    retained = [e.replay_id for e in bus.log(TOPIC)]
+    fill(emulator, 10)
+    gone = ReplayId(emulator.log(TOPIC)[2].replay_id)
+    emulator.faults.purge(through=emulator.log(TOPIC)[4].replay_id)
+    retained = [e.replay_id for e in emulator.log(TOPIC)]
     consumer = StoringConsumer(After(gone), commit_every=1)
     items: list[object] = []
     filled = False
-    bus.faults.keepalive_interval = 0.05
     with Subscription(
         channel,
         TOPIC,
@@ -227,7 +216,7 @@ def test_corrupted_replay_id_under_a_policy_yields_the_gap(
             consumer.handle(item)
             if isinstance(item, Keepalive) and policy == "latest" and not filled:
                 # the stream at LATEST is open now: these are new events
-                _fill(bus, 3)
+                fill(emulator, 3)
                 filled = True
             if policy == "earliest" and len(consumer.stored) >= 5:
                 break
@@ -241,7 +230,7 @@ def test_corrupted_replay_id_under_a_policy_yields_the_gap(
     if policy == "earliest":
         assert consumer.stored == retained
     else:
-        assert consumer.stored == [e.replay_id for e in bus.log(TOPIC)][-3:]
+        assert consumer.stored == [e.replay_id for e in emulator.log(TOPIC)][-3:]
 
 
 def test_unknown_topic_fails_fast_with_what_to_fix(channel: grpc.Channel) -> None:
@@ -255,8 +244,11 @@ def test_unknown_topic_fails_fast_with_what_to_fix(channel: grpc.Channel) -> Non
     assert sleeps == []
 
 
-def test_keepalives_surface_with_the_latest_replay_id(bus: FakeBus, channel: grpc.Channel) -> None:
-    bus.faults.keepalive_interval = 0.05
+def test_keepalives_surface_with_the_latest_replay_id(
+    make_emulator: Callable[..., Emulator],
+) -> None:
+    emulator = make_emulator(keepalive_interval=0.05)
+    channel = connect(emulator.grpc_target, tokens=login(emulator), tls=TlsSettings(enabled=False))
     seen: list[Keepalive] = []
     with Subscription(channel, TOPIC, start=Latest()) as sub:
         for item in sub:
@@ -269,10 +261,11 @@ def test_keepalives_surface_with_the_latest_replay_id(bus: FakeBus, channel: grp
 
 
 def test_a_stalled_consumer_keeps_the_stream_open_with_a_one_event_request(
-    bus: FakeBus, channel: grpc.Channel
+    make_emulator: Callable[..., Emulator],
 ) -> None:
-    _fill(bus, 150)
-    bus.faults.idle_close = 0.4
+    emulator = make_emulator(idle_timeout=0.4)
+    channel = connect(emulator.grpc_target, tokens=login(emulator), tls=TlsSettings(enabled=False))
+    fill(emulator, 150)
     got = 0
     with Subscription(
         channel, TOPIC, start=Earliest(), idle_fetch_after=0.1, retry=FAST_RETRY
@@ -286,12 +279,14 @@ def test_a_stalled_consumer_keeps_the_stream_open_with_a_one_event_request(
                     assert sub.stats().buffered + sub.stats().outstanding <= 101
             if got >= 150:
                 break
-    assert bus.streams_opened == 1
+        assert sub.stats().streams == 1
     assert got == 150
 
 
-def test_slow_consumer_bounds_the_buffer(bus: FakeBus, channel: grpc.Channel) -> None:
-    _fill(bus, 600)
+def test_slow_consumer_bounds_the_buffer(
+    emulator: Emulator, channel: grpc.Channel, recorder: Recorder
+) -> None:
+    fill(emulator, 600)
     seen = 0
     with Subscription(channel, TOPIC, start=Earliest(), num_requested=50, buffer_events=120) as sub:
         for item in sub:
@@ -303,4 +298,4 @@ def test_slow_consumer_bounds_the_buffer(bus: FakeBus, channel: grpc.Channel) ->
                 threading.Event().wait(0.002)
             if seen >= 600:
                 break
-    assert bus.max_pending_seen <= 50
+    assert recorder.max_outstanding <= 50
