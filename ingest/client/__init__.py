@@ -12,7 +12,10 @@ Typical use::
 
 from ingest.client.channel import DEFAULT_ENDPOINT, TlsSettings, connect, is_loopback
 from ingest.client.errors import Disposition, Failure, classify, classify_status
+from ingest.client.managed import ManagedSubscription
+from ingest.client.publisher import Publisher, PublishOutcome
 from ingest.client.retry import RetryPolicy
+from ingest.client.schemas import SchemaCache, TopicInfo
 from ingest.client.stream import (
     MAX_REQUESTED,
     CommitFailed,
@@ -38,13 +41,18 @@ __all__ = [
     "FlowWindow",
     "Item",
     "Keepalive",
+    "ManagedSubscription",
+    "PublishOutcome",
+    "Publisher",
     "ReceivedEvent",
     "ReplayGap",
     "Resubscribed",
     "RetryPolicy",
+    "SchemaCache",
     "StreamStats",
     "Subscription",
     "TlsSettings",
+    "TopicInfo",
     "classify",
     "classify_status",
     "connect",

@@ -257,102 +257,54 @@ class Subscription:
 
     def _items(self) -> Generator[Any, StartPosition | None, None]:
         position = self._start
-        attempts = 0
-        auth_failures = 0
+        recovery = _Recovery(self._retry, self._tokens, self._sleep, self._rand, self._log)
         forced: StartPosition | None = None
         reason = ""
         first = True
         while not self._closed.is_set():
             if not first:
-                sent = yield _NeedPosition(reason, max(attempts, auth_failures), forced)
+                sent = yield _NeedPosition(reason, recovery.consecutive, forced)
                 if sent is None or self._closed.is_set():
                     return
                 position = sent
                 forced = None
             first = False
-            credentials: Credentials | None = None
-            failure: Failure | None = None
-            try:
-                credentials = self._tokens.current() if self._tokens is not None else None
-            except AuthUnavailableError as exc:
-                failure = classify_auth_unavailable(exc)
+            action = f"Subscribe to {self.topic} at {_describe(position)}"
+            credentials, failure = recovery.credentials()
             if failure is None:
                 failure = yield from self._run_stream(position)
                 if failure is None:
                     return
                 if self._got_events:
-                    attempts = 0
-                    auth_failures = 0
-            self._log.warning(
-                "Subscribe to %s at %s failed: %s",
-                self.topic,
-                _describe(position),
-                failure.summary(),
-            )
-            action = f"Subscribe to {self.topic} at {_describe(position)}"
-            if failure.disposition == "permanent":
+                    recovery.reset()
+            self._log.warning("%s failed: %s", action, failure.summary())
+            if failure.disposition != "replay":
+                reason = recovery.recover(failure, action, credentials)
+                continue
+            if not isinstance(position, After):
                 raise failure.exception(action)
-            if failure.disposition == "auth":
-                auth_failures += 1
-                if auth_failures > self._retry.auth_retries:
-                    raise failure.exception(
-                        f"{action} (credentials rejected {auth_failures} times in a row even "
-                        "after refreshing them; a static token cannot be refreshed)"
-                    )
-                if self._tokens is not None:
-                    self._tokens.invalidate(credentials)
-                if auth_failures > 1:
-                    self._sleep(self._retry.delay(auth_failures - 1, rand=self._rand))
-                reason = f"credentials rejected ({failure.summary()}); token refreshed"
-                continue
-            if failure.disposition == "replay":
-                if not isinstance(position, After):
-                    raise failure.exception(action)
-                if self._on_corrupted == "fail":
-                    raise ReplayIdError(
-                        f"{action}: the server rejected replay id {position.replay_id.hex()} "
-                        f"({failure.summary()}): it is unknown or older than the retention "
-                        "window (72 hours on Salesforce), so events after it may no longer be "
-                        "retrievable. Two ways out: on_corrupted='earliest' resumes at the "
-                        "oldest retained event (nothing retained is skipped; events stored "
-                        "before may come again), on_corrupted='latest' resumes at the tip "
-                        "(everything in between is skipped).",
-                        status=failure.status,
-                        error_code=failure.error_code,
-                        rpc_id=failure.rpc_id,
-                    )
-                resumed: StartPosition = (
-                    Earliest() if self._on_corrupted == "earliest" else Latest()
-                )
-                gap_reason = (
-                    f"replay id {position.replay_id.hex()} rejected ({failure.summary()}); "
-                    f"policy on_corrupted={self._on_corrupted!r}"
-                )
-                self._log.warning("%s: %s: resuming at %s", self.topic, gap_reason, resumed.kind)
-                self._superseded = (position, resumed)
-                yield ReplayGap(self.topic, position, resumed, gap_reason)
-                forced = resumed
-                reason = gap_reason
-                continue
-            attempts += 1
-            if attempts > self._retry.max_attempts:
-                raise TransientError(
-                    f"{action}: gave up after {self._retry.max_attempts} consecutive failed "
-                    f"attempts; last failure {failure.summary()}: {failure.description}",
+            if self._on_corrupted == "fail":
+                raise ReplayIdError(
+                    f"{action}: the server rejected replay id {position.replay_id.hex()} "
+                    f"({failure.summary()}): it is unknown or older than the retention "
+                    "window (72 hours on Salesforce), so events after it may no longer be "
+                    "retrievable. Two ways out: on_corrupted='earliest' resumes at the "
+                    "oldest retained event (nothing retained is skipped; events stored "
+                    "before may come again), on_corrupted='latest' resumes at the tip "
+                    "(everything in between is skipped).",
                     status=failure.status,
                     error_code=failure.error_code,
                     rpc_id=failure.rpc_id,
                 )
-            delay = self._retry.delay(attempts, rand=self._rand)
-            self._log.info(
-                "resubscribing to %s in %.2f s (attempt %d of %d)",
-                self.topic,
-                delay,
-                attempts,
-                self._retry.max_attempts,
+            resumed: StartPosition = Earliest() if self._on_corrupted == "earliest" else Latest()
+            reason = (
+                f"replay id {position.replay_id.hex()} rejected ({failure.summary()}); "
+                f"policy on_corrupted={self._on_corrupted!r}"
             )
-            self._sleep(delay)
-            reason = failure.summary()
+            self._log.warning("%s: %s: resuming at %s", self.topic, reason, resumed.kind)
+            self._superseded = (position, resumed)
+            yield ReplayGap(self.topic, position, resumed, reason)
+            forced = resumed
 
     def _run_stream(self, position: StartPosition) -> Generator[Any, Any, Failure | None]:
         stream = self._open(position)
@@ -383,9 +335,84 @@ class Subscription:
         return stream.failure
 
 
-def classify_auth_unavailable(exc: AuthUnavailableError) -> Failure:
-    """A token endpoint that is down is a transient failure of the subscription."""
-    return Failure("transient", "AUTH_UNAVAILABLE", "", "", str(exc), "retrying the login later")
+class _Recovery:
+    """Consecutive-failure bookkeeping shared by Subscribe and ManagedSubscribe streams:
+    backoff for transient failures, token refresh for rejections, raising when bounded
+    attempts run out or retrying cannot help."""
+
+    def __init__(
+        self,
+        retry: RetryPolicy,
+        tokens: TokenManager | None,
+        sleep: Callable[[float], None],
+        rand: Callable[[], float],
+        log: logging.Logger,
+    ) -> None:
+        self._retry = retry
+        self._tokens = tokens
+        self._sleep = sleep
+        self._rand = rand
+        self._log = log
+        self.attempts = 0
+        self.auth_failures = 0
+
+    @property
+    def consecutive(self) -> int:
+        return max(self.attempts, self.auth_failures)
+
+    def reset(self) -> None:
+        """Events flowed: the next failure starts a fresh count."""
+        self.attempts = 0
+        self.auth_failures = 0
+
+    def credentials(self) -> tuple[Credentials | None, Failure | None]:
+        """The credentials the next call will use (logging in if due); a token endpoint
+        that is down is a transient failure, a rejected login raises."""
+        if self._tokens is None:
+            return None, None
+        try:
+            return self._tokens.current(), None
+        except AuthUnavailableError as exc:
+            return None, Failure(
+                "transient", "AUTH_UNAVAILABLE", "", "", str(exc), "retrying the login later"
+            )
+
+    def recover(self, failure: Failure, action: str, credentials: Credentials | None) -> str:
+        """Wait or refresh as ``failure`` requires and return the reason to report; raise the
+        failure when it is permanent or attempts are exhausted."""
+        if failure.disposition in ("permanent", "replay"):
+            raise failure.exception(action)
+        if failure.disposition == "auth":
+            self.auth_failures += 1
+            if self.auth_failures > self._retry.auth_retries:
+                raise failure.exception(
+                    f"{action} (credentials rejected {self.auth_failures} times in a row even "
+                    "after refreshing them; a static token cannot be refreshed)"
+                )
+            if self._tokens is not None:
+                self._tokens.invalidate(credentials)
+            if self.auth_failures > 1:
+                self._sleep(self._retry.delay(self.auth_failures - 1, rand=self._rand))
+            return f"credentials rejected ({failure.summary()}); token refreshed"
+        self.attempts += 1
+        if self.attempts > self._retry.max_attempts:
+            raise TransientError(
+                f"{action}: gave up after {self._retry.max_attempts} consecutive failed "
+                f"attempts; last failure {failure.summary()}: {failure.description}",
+                status=failure.status,
+                error_code=failure.error_code,
+                rpc_id=failure.rpc_id,
+            )
+        delay = self._retry.delay(self.attempts, rand=self._rand)
+        self._log.info(
+            "%s: retrying in %.2f s (attempt %d of %d)",
+            action,
+            delay,
+            self.attempts,
+            self._retry.max_attempts,
+        )
+        self._sleep(delay)
+        return failure.summary()
 
 
 def _describe(position: StartPosition | None) -> str:

@@ -1,0 +1,133 @@
+"""ManagedSubscribe against the emulator: commits, resume after commit, refused commits."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from ingest.client.managed import ManagedSubscription
+from ingest.client.retry import RetryPolicy
+from ingest.client.stream import CommitFailed, EventBatch, Keepalive, Resubscribed
+from ingest.emulator.server import Emulator
+from ingest.errors import PermanentError
+from ingest.replay import After, ReplayId
+from tests.integration.client.conftest import MANAGED, fill
+
+pytestmark = pytest.mark.integration
+
+FAST_RETRY = RetryPolicy(max_attempts=3, initial_backoff=0.0, max_backoff=0.0)
+
+
+def _wait_answered(sub: ManagedSubscription) -> None:
+    deadline = time.monotonic() + 5
+    while sub.outstanding_commits and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sub.outstanding_commits == ()
+
+
+def test_resume_after_commit(emulator: Emulator, channel: grpc.Channel) -> None:
+    log = fill(emulator, 30)
+    stored: list[bytes] = []
+    with ManagedSubscription(channel, developer_name=MANAGED, num_requested=10) as sub:
+        for item in sub:
+            if isinstance(item, EventBatch):
+                stored.extend(e.replay_id.value for e in item.events)
+                if len(stored) >= 20:
+                    # stored durably: now commit (leaving the loop would end the stream)
+                    sub.commit(item.latest_replay_id)
+                    _wait_answered(sub)
+                    break
+        assert sub.last_committed == ReplayId(stored[-1])
+    assert stored == log[:20]
+
+    again: list[bytes] = []
+    with ManagedSubscription(channel, developer_name=MANAGED, num_requested=10) as sub:
+        for item in sub:
+            if isinstance(item, EventBatch):
+                again.extend(e.replay_id.value for e in item.events)
+                if len(again) >= 10:
+                    break
+    assert again == log[20:30]
+
+
+def test_refused_commit_is_yielded_not_ignored(emulator: Emulator, channel: grpc.Channel) -> None:
+    fill(emulator, 20)
+    failed: list[CommitFailed] = []
+    batches: list[EventBatch] = []
+    with ManagedSubscription(channel, developer_name=MANAGED, num_requested=10) as sub:
+        for item in sub:
+            if isinstance(item, EventBatch):
+                batches.append(item)
+                if len(batches) == 2:
+                    sub.commit(batches[1].latest_replay_id)
+                    _wait_answered(sub)
+                    # older than the committed position: the server refuses it
+                    sub.commit(batches[0].latest_replay_id)
+            elif isinstance(item, CommitFailed):
+                failed.append(item)
+                break
+            elif isinstance(item, Keepalive):
+                continue
+    assert len(failed) == 1
+    assert failed[0].replay_id == batches[0].latest_replay_id
+    assert "older" in failed[0].error
+    assert sub.last_committed == batches[1].latest_replay_id
+
+
+def test_keepalive_ids_can_be_committed(emulator: Emulator, channel: grpc.Channel) -> None:
+    with ManagedSubscription(channel, developer_name=MANAGED) as sub:
+        for item in sub:
+            assert isinstance(item, Keepalive)
+            sub.commit(item.latest_replay_id)
+            _wait_answered(sub)
+            assert sub.last_committed == item.latest_replay_id
+            break
+
+
+def test_reconnects_after_a_cut_and_the_server_resumes_after_the_commit(
+    emulator: Emulator, channel: grpc.Channel
+) -> None:
+    log = fill(emulator, 40)
+    emulator.faults.cut_streams(15)
+    stored: list[bytes] = []
+    pending: list[bytes] = []
+    resubscribed: list[Resubscribed] = []
+    with ManagedSubscription(
+        channel, developer_name=MANAGED, num_requested=10, retry=FAST_RETRY, sleep=lambda s: None
+    ) as sub:
+        for item in sub:
+            if isinstance(item, Resubscribed):
+                resubscribed.append(item)
+                pending.clear()  # not committed: the server delivers these again
+            elif isinstance(item, EventBatch):
+                pending.extend(e.replay_id.value for e in item.events)
+                if len(pending) >= 10:
+                    stored.extend(pending)
+                    pending.clear()
+                    sub.commit(item.latest_replay_id)
+                    _wait_answered(sub)
+                if len(stored) >= 40:
+                    break
+    assert stored == log
+    assert len(resubscribed) == 1
+    assert resubscribed[0].position == After(ReplayId(log[9]))
+
+
+def test_unknown_managed_subscription_is_permanent(channel: grpc.Channel) -> None:
+    with (
+        pytest.raises(PermanentError, match=r"developer\.name\.not\.found"),
+        ManagedSubscription(
+            channel, developer_name="No_Such_Subscription", retry=FAST_RETRY
+        ) as sub,
+    ):
+        next(iter(sub))
+
+
+def test_commit_needs_an_open_stream(channel: grpc.Channel) -> None:
+    sub = ManagedSubscription(channel, subscription_id="18x000000000001AAA")
+    with pytest.raises(RuntimeError, match="needs an open stream"):
+        sub.commit(ReplayId(b"\x01"))
+    with pytest.raises(ValueError, match="exactly one of"):
+        ManagedSubscription(channel, developer_name="A", subscription_id="18x")
