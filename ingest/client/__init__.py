@@ -13,6 +13,7 @@ Typical use::
 from ingest.client.channel import DEFAULT_ENDPOINT, TlsSettings, connect, is_loopback
 from ingest.client.errors import Disposition, Failure, classify, classify_status
 from ingest.client.managed import ManagedSubscription
+from ingest.client.multi import MultiSubscription
 from ingest.client.publisher import Publisher, PublishOutcome
 from ingest.client.retry import RetryPolicy
 from ingest.client.schemas import SchemaCache, TopicInfo
@@ -42,6 +43,7 @@ __all__ = [
     "Item",
     "Keepalive",
     "ManagedSubscription",
+    "MultiSubscription",
     "PublishOutcome",
     "Publisher",
     "ReceivedEvent",

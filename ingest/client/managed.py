@@ -73,7 +73,7 @@ class ManagedSubscription:
         tokens: TokenManager | None = None,
         idle_fetch_after: float = _DEFAULT_IDLE_FETCH_AFTER,
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         rand: Callable[[], float] = random.random,
         id_factory: Callable[[], str] = lambda: str(uuid.uuid4()),
         logger: logging.Logger | None = None,
@@ -94,7 +94,8 @@ class ManagedSubscription:
         self._tokens = tokens
         self._idle_after = idle_fetch_after
         self._clock = clock
-        self._sleep = sleep
+        # Backoff waits on the closed flag by default, so close() interrupts it.
+        self._sleep = sleep if sleep is not None else self._wait_closed
         self._rand = rand
         self._new_id = id_factory
         self._log = logger or _log
@@ -109,6 +110,9 @@ class ManagedSubscription:
         self._requests = 0
         self._streams = 0
         self._got_events = False
+
+    def _wait_closed(self, seconds: float) -> None:
+        self._closed.wait(seconds)
 
     # -- public ----------------------------------------------------------------------------
 

@@ -130,7 +130,7 @@ class Subscription:
         tokens: TokenManager | None = None,
         idle_fetch_after: float = _DEFAULT_IDLE_FETCH_AFTER,
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         rand: Callable[[], float] = random.random,
         logger: logging.Logger | None = None,
     ) -> None:
@@ -154,7 +154,8 @@ class Subscription:
         self._tokens = tokens
         self._idle_after = idle_fetch_after
         self._clock = clock
-        self._sleep = sleep
+        # Backoff waits on the closed flag by default, so close() interrupts it.
+        self._sleep = sleep if sleep is not None else self._wait_closed
         self._rand = rand
         self._log = logger or _log
         self._closed = threading.Event()
@@ -167,6 +168,9 @@ class Subscription:
         self._requests = 0
         self._streams = 0
         self._got_events = False
+
+    def _wait_closed(self, seconds: float) -> None:
+        self._closed.wait(seconds)
 
     # -- public -------------------------------------------------------------------------
 
@@ -350,7 +354,8 @@ class _Recovery:
     ) -> None:
         self._retry = retry
         self._tokens = tokens
-        self._sleep = sleep
+        # Backoff waits on the closed flag by default, so close() interrupts it.
+        self._sleep = sleep if sleep is not None else self._wait_closed
         self._rand = rand
         self._log = log
         self.attempts = 0
