@@ -738,16 +738,18 @@ class SoapLogin(_HttpFlow):
         session = result.findtext("p:sessionId", default="", namespaces=_SOAP_NS)
         server_url = result.findtext("p:serverUrl", default="", namespaces=_SOAP_NS)
         org = result.findtext("p:userInfo/p:organizationId", default="", namespaces=_SOAP_NS)
+        valid = result.findtext("p:userInfo/p:sessionSecondsValid", default="", namespaces=_SOAP_NS)
         if not session or not server_url or not org:
             raise AuthError(
                 "soap login: the response lacks sessionId, serverUrl or userInfo/organizationId"
             )
+        issued_at = self._clock()
         return Credentials(
             access_token=Secret(session),
             instance_url=_base_url(server_url, what="serverUrl"),
             tenant_id=org,
-            expires_at=None,
-            issued_at=self._clock(),
+            expires_at=issued_at + int(valid) if valid.isdigit() else None,
+            issued_at=issued_at,
         )
 
     def __repr__(self) -> str:
