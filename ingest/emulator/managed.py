@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -144,7 +144,7 @@ class ManagedSubscriptions:
                 config, old.committed if old else None
             )
 
-    def __iter__(self) -> Iterable[ManagedSubscription]:
+    def __iter__(self) -> Iterator[ManagedSubscription]:
         with self._lock:
             return iter(list(self._subs.values()))
 
