@@ -5,6 +5,9 @@ change at any time (an admin adds a field) while older events keep their old ids
 are decoded by *their* schema id, fetched with GetSchema the first time the id is seen and
 parsed once. ``/data/ChangeEvents`` and other multi-entity channels have no schema of their
 own: GetTopic reports a blank schema id there.
+
+:meth:`SchemaCache.decoders` hands the schemas to :class:`~ingest.decoding.DecoderCache`, which
+builds one decoder per schema id.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 import grpc
 
 from ingest.client.errors import classify
+from ingest.decoding import DecoderCache
 from ingest.pubsub import pb2, pb2_grpc
 from ingest.schema import EventSchema, parse_event_schema
 
@@ -52,6 +56,7 @@ class SchemaCache:
         self._schemas: dict[str, EventSchema] = {}
         self._fetching: dict[str, threading.Lock] = {}
         self._topics: dict[str, TopicInfo] = {}
+        self._decoders: DecoderCache | None = None
         self.get_schema_calls = 0
         self.get_topic_calls = 0
 
@@ -88,6 +93,18 @@ class SchemaCache:
             return schema
 
     __call__ = schema
+
+    def schema_json(self, schema_id: str) -> str:
+        """The schema's JSON text: the loader a :class:`~ingest.decoding.DecoderCache` takes."""
+        return self.schema(schema_id).json
+
+    def decoders(self) -> DecoderCache:
+        """The :class:`~ingest.decoding.DecoderCache` fed by this cache (one per cache), so
+        each schema id costs one GetSchema and one decoder build, however many events."""
+        with self._lock:
+            if self._decoders is None:
+                self._decoders = DecoderCache(self.schema_json)
+            return self._decoders
 
     def add(self, schema: EventSchema) -> None:
         """Prime the cache (for example from a schema registry table) without a call."""

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import io
-
-import fastavro
 import grpc
 import pytest
 
@@ -101,15 +98,14 @@ def test_channel_events_decode_with_their_own_schema_ids(
     fill(emulator, 3, CONTACT)
     cache = SchemaCache(channel)
     assert cache.topic_info(CHANNEL).schema_id == ""
+    decoders = cache.decoders()
     entities = []
     with Subscription(channel, CHANNEL, start=Earliest()) as sub:
         for item in sub:
             if isinstance(item, EventBatch):
                 for e in item.events:
-                    record = fastavro.schemaless_reader(
-                        io.BytesIO(e.payload), cache.schema(e.schema_id).parsed
-                    )
-                    entities.append(record["ChangeEventHeader"]["entityName"])  # type: ignore[index,call-overload]
+                    event = decoders.decoder(e.schema_id).decode_event(e.payload)
+                    entities.append(event.entity)
             if len(entities) >= 6:
                 break
     assert sorted(entities) == ["Account"] * 3 + ["Contact"] * 3

@@ -61,18 +61,21 @@ def test_schema_change_mid_stream_decodes_each_event_with_its_own_schema(
         for i in range(3, 6)
     )
     cache = SchemaCache(channel)
+    decoders = cache.decoders()
     decoded = []
     with Subscription(channel, TOPIC, start=Earliest()) as sub:
         for item in sub:
             if isinstance(item, EventBatch):
                 decoded.extend(
-                    (e.schema_id, _decode(cache, e.schema_id, e.payload)) for e in item.events
+                    (e.schema_id, decoders.decoder(e.schema_id).decode(e.payload))
+                    for e in item.events
                 )
             if len(decoded) >= 6:
                 break
     assert [sid for sid, _ in decoded] == [v1.schema_id] * 3 + [v2.schema_id] * 3
     assert "Carrier__c" not in decoded[0][1]
     assert decoded[5][1]["Carrier__c"] == "C5"
+    assert decoded[2][1]["Order_Number__c"] == "O-2"
     assert cache.get_schema_calls == 2
 
 
