@@ -35,18 +35,19 @@ from ingest.auth import TokenManager
 from ingest.client.errors import Failure
 from ingest.client.retry import RetryPolicy
 from ingest.client.stream import (
+    DEFAULT_BUFFER_BYTES,
+    DEFAULT_BUFFER_EVENTS,
     MAX_REQUESTED,
     CommitFailed,
     EventBatch,
     FlowWindow,
     Item,
     Keepalive,
-    ReceivedEvent,
     Resubscribed,
     StreamStats,
     _Stream,
 )
-from ingest.client.subscriber import _DEFAULT_IDLE_FETCH_AFTER, _Recovery
+from ingest.client.subscriber import _DEFAULT_IDLE_FETCH_AFTER, _convert_fetch, _Recovery
 from ingest.pubsub import pb2, pb2_grpc
 from ingest.replay import After, ReplayId
 
@@ -68,7 +69,8 @@ class ManagedSubscription:
         subscription_id: str | None = None,
         topic: str | None = None,
         num_requested: int = MAX_REQUESTED,
-        buffer_events: int | None = None,
+        buffer_events: int = DEFAULT_BUFFER_EVENTS,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         retry: RetryPolicy | None = None,
         tokens: TokenManager | None = None,
         idle_fetch_after: float = _DEFAULT_IDLE_FETCH_AFTER,
@@ -89,7 +91,7 @@ class ManagedSubscription:
         self._developer_name = developer_name or ""
         self._subscription_id = subscription_id or ""
         self._stub = pb2_grpc.PubSubStub(channel)
-        self._window = FlowWindow(num_requested, buffer_events)
+        self._window = FlowWindow(num_requested, buffer_events, buffer_bytes)
         self._retry = retry or RetryPolicy()
         self._tokens = tokens
         self._idle_after = idle_fetch_after
@@ -110,6 +112,7 @@ class ManagedSubscription:
         self._requests = 0
         self._streams = 0
         self._got_events = False
+        self._convert_events = _convert_fetch(self.topic, clock)
 
     def _wait_closed(self, seconds: float) -> None:
         self._closed.wait(seconds)
@@ -192,37 +195,16 @@ class ManagedSubscription:
             num_requested=n,
         )
 
-    def _convert(self, response: Any) -> tuple[list[Any], int, int]:
-        received_at = self._clock()
-        pending = response.pending_num_requested
-        items: list[Any] = []
+    def _convert(self, response: Any) -> list[Any]:
+        if response.HasField("commit_response") and not response.events:
+            return []  # a commit answer: _inspect handled it, it is not a keepalive
+        return self._convert_events(response)
+
+    def _inspect(self, response: Any) -> list[Any]:
+        # Runs on the reader thread, so answers are recorded while the consumer is busy.
         if response.HasField("commit_response"):
-            items.extend(self._answered(response.commit_response))
-        if response.events:
-            events = tuple(
-                ReceivedEvent(ReplayId(e.replay_id), e.event.id, e.event.schema_id, e.event.payload)
-                for e in response.events
-            )
-            latest = (
-                ReplayId(response.latest_replay_id)
-                if response.latest_replay_id
-                else events[-1].replay_id
-            )
-            items.append(
-                EventBatch(self.topic, events, latest, response.rpc_id, received_at, pending)
-            )
-            return items, len(events), pending
-        if response.latest_replay_id and not response.HasField("commit_response"):
-            items.append(
-                Keepalive(
-                    self.topic,
-                    ReplayId(response.latest_replay_id),
-                    response.rpc_id,
-                    received_at,
-                    pending,
-                )
-            )
-        return items, 0, pending
+            return self._answered(response.commit_response)
+        return []
 
     def _answered(self, answer: Any) -> list[CommitFailed]:
         request_id = answer.commit_request_id
@@ -275,6 +257,7 @@ class ManagedSubscription:
             first_request=self._first_request,
             fetch_request=lambda n: pb2.ManagedFetchRequest(num_requested=n),
             convert=self._convert,
+            inspect=self._inspect,
             window=self._window,
             idle_fetch_after=self._idle_after,
             logger=self._log,

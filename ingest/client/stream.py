@@ -15,8 +15,10 @@ Flow control. Salesforce lets at most 100 events be outstanding on a stream. A r
 receives responses into a buffer; a :class:`FlowWindow` decides how many more events to ask
 for: whenever the consumer takes events from the buffer (so requests go out while the
 consumer is still working on what it took) and whenever events arrive while the buffer has
-room. Events outstanding at the server plus events buffered never exceed ``buffer_events``,
-so a slow consumer stops the requests and memory stays bounded. If nothing is outstanding for
+room. Events outstanding at the server plus events buffered never exceed ``buffer_events``
+(and nothing is requested while ``buffer_bytes`` are buffered), so a slow consumer stops the
+requests and memory stays bounded, while a consumer busy with a slow commit finds the next
+events already received when it comes back. If nothing is outstanding for
 ``idle_fetch_after`` seconds (the consumer is stuck on a slow commit and the buffer is full),
 a one-event request keeps the server from closing the stream under its 60-second rule.
 """
@@ -37,6 +39,8 @@ from ingest.client.errors import Failure, classify, classify_status
 from ingest.replay import ReplayId, StartPosition
 
 __all__ = [
+    "DEFAULT_BUFFER_BYTES",
+    "DEFAULT_BUFFER_EVENTS",
     "MAX_REQUESTED",
     "CommitFailed",
     "EventBatch",
@@ -50,6 +54,10 @@ __all__ = [
 ]
 
 MAX_REQUESTED = 100
+# Enough to keep receiving through a slow Delta commit; with typical 1-3 KB change events this
+# is a few MB, and the byte bound caps it for large ones.
+DEFAULT_BUFFER_EVENTS = 1000
+DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
 
 _log = logging.getLogger(__name__)
 
@@ -148,13 +156,19 @@ class StreamStats:
 class FlowWindow:
     """How many events to request, and when. Thread-safe; no I/O.
 
-    ``window`` (at most 100) bounds events outstanding at the server; ``buffer_events`` bounds
-    outstanding plus received-but-not-taken events. A request is granted once the free room
-    reaches ``min_request`` (a quarter of the window), so a trickle of single events does not
-    cause a request per event.
+    ``window`` (at most 100) bounds events outstanding at the server; ``buffer_events``
+    bounds outstanding plus received-but-not-taken events, and no request goes out while
+    ``buffer_bytes`` or more are buffered (so memory stays below ``buffer_bytes`` plus one
+    window of events). A request is granted once the free room reaches ``min_request`` (a
+    quarter of the window), so a trickle of single events does not cause a request per event.
     """
 
-    def __init__(self, window: int = MAX_REQUESTED, buffer_events: int | None = None) -> None:
+    def __init__(
+        self,
+        window: int = MAX_REQUESTED,
+        buffer_events: int | None = None,
+        buffer_bytes: int | None = None,
+    ) -> None:
         if not 1 <= window <= MAX_REQUESTED:
             raise ValueError(
                 f"num_requested must be between 1 and {MAX_REQUESTED} (got {window}); "
@@ -165,16 +179,22 @@ class FlowWindow:
             raise ValueError(
                 f"buffer_events must be >= num_requested ({window}) (got {buffer_events})"
             )
+        if buffer_bytes is not None and buffer_bytes <= 0:
+            raise ValueError(f"buffer_bytes must be > 0 (got {buffer_bytes})")
         self.window = window
         self.buffer_events = buffer_events
+        self.buffer_bytes = buffer_bytes
         self.min_request = max(1, window // 4)
         self._lock = threading.Lock()
         self.outstanding = 0
         self.buffered = 0
+        self.buffered_bytes = 0
         self.server_pending = 0
         self.overdelivered = 0
 
     def _room(self) -> int:
+        if self.buffer_bytes is not None and self.buffered_bytes >= self.buffer_bytes:
+            return 0
         return min(
             self.window - self.outstanding, self.buffer_events - self.outstanding - self.buffered
         )
@@ -191,23 +211,26 @@ class FlowWindow:
         with self._lock:
             self.outstanding = 0
             self.buffered = 0
+            self.buffered_bytes = 0
             self.server_pending = 0
             return self._grant_locked(1)
 
-    def received(self, events: int, server_pending: int) -> int:
+    def received(self, events: int, server_pending: int, nbytes: int = 0) -> int:
         """Events arrived; returns how many more to request now (0 for none)."""
         with self._lock:
             if events > self.outstanding:
                 self.overdelivered += events - self.outstanding
             self.outstanding = max(self.outstanding - events, 0)
             self.buffered += events
+            self.buffered_bytes += nbytes
             self.server_pending = server_pending
             return self._grant_locked(self.min_request)
 
-    def taken(self, events: int) -> int:
+    def taken(self, events: int, nbytes: int = 0) -> int:
         """The consumer took events from the buffer; returns how many more to request now."""
         with self._lock:
             self.buffered = max(self.buffered - events, 0)
+            self.buffered_bytes = max(self.buffered_bytes - nbytes, 0)
             return self._grant_locked(self.min_request)
 
     def idle_ping(self) -> int:
@@ -235,9 +258,13 @@ class _End:
 
 
 class _Stream(Generic[Req, Resp]):
-    """One open bidi stream: request queue, reader thread and bounded buffer of items.
+    """One open bidi stream: request queue, reader thread and bounded buffer of responses.
 
-    Iterating it yields the converted items of each response in order, then ends; after the
+    The reader thread does as little as possible while holding the GIL: it counts the events
+    of each response, sends the top-up the window allows, and queues the raw response
+    (``inspect`` may turn part of a response into items first, for commit answers that must
+    be seen even while the consumer is busy). Responses are converted into items on the
+    consumer's side, when taken. Iterating yields the items in order, then ends; after the
     end, :attr:`failure` says why the stream stopped (``None`` when it was closed locally).
     """
 
@@ -248,14 +275,16 @@ class _Stream(Generic[Req, Resp]):
         call: Callable[..., Any],
         first_request: Callable[[int], Req],
         fetch_request: Callable[[int], Req],
-        convert: Callable[[Resp], tuple[list[Any], int, int]],
+        convert: Callable[[Resp], list[Any]],
         window: FlowWindow,
         idle_fetch_after: float,
         logger: logging.Logger,
+        inspect: Callable[[Resp], list[Any]] | None = None,
     ) -> None:
         self._name = name
         self._fetch_request = fetch_request
         self._convert = convert
+        self._inspect = inspect
         self._window = window
         self._idle_after = idle_fetch_after
         self._log = logger
@@ -309,38 +338,51 @@ class _Stream(Generic[Req, Resp]):
 
     def _read(self) -> None:
         failure: Failure | None = None
+        items = self._items
+        window = self._window
+        inspect = self._inspect
         try:
             for response in self._call:
                 self.responses += 1
                 self._last_traffic = time.monotonic()
-                items, events, pending = self._convert(response)
+                events = len(response.events)
+                size = response.ByteSize() if events else 0
                 # Count before handing over, so the consumer's take never precedes it.
-                more = self._window.received(events, pending)
-                for item in items:
-                    self._items.put(item)
-                self.top_up(more)
+                more = window.received(events, response.pending_num_requested, size)
+                if more:
+                    self.top_up(more)
+                if inspect is not None:
+                    for item in inspect(response):
+                        items.put(item)
+                items.put(response)
             if not self._closing.is_set():
                 failure = classify_status("OK", description="the server ended the stream")
         except grpc.RpcError as exc:
             if not self._closing.is_set():
                 failure = classify(exc)
-        except Exception as exc:  # a bug in conversion must end the stream loudly, not hang it
+        except Exception as exc:  # a bug here must end the stream loudly, not hang it
             self._log.exception("%s: reading the stream failed", self._name)
             failure = classify(exc)
-        self._items.put(_End(failure))
+        items.put(_End(failure))
 
     # -- consumer side --
 
     def __iter__(self) -> Iterator[Any]:
+        items = self._items
+        window = self._window
+        convert = self._convert
         while True:
-            item = self._items.get()
-            if isinstance(item, _End):
-                self.failure = item.failure
+            entry = items.get()
+            if isinstance(entry, _End):
+                self.failure = entry.failure
                 return
-            events = getattr(item, "events", None)
+            if not hasattr(entry, "pending_num_requested"):
+                yield entry  # an item made by inspect
+                continue
+            events = len(entry.events)
             if events:
-                self.top_up(self._window.taken(len(events)))
-            yield item
+                self.top_up(window.taken(events, entry.ByteSize()))
+            yield from convert(entry)
 
     def close(self) -> None:
         """End the stream: cancel the call and stop the request iterator."""

@@ -33,6 +33,8 @@ from ingest.auth import Credentials, TokenManager
 from ingest.client.errors import Failure
 from ingest.client.retry import RetryPolicy
 from ingest.client.stream import (
+    DEFAULT_BUFFER_BYTES,
+    DEFAULT_BUFFER_EVENTS,
     MAX_REQUESTED,
     EventBatch,
     FlowWindow,
@@ -44,7 +46,7 @@ from ingest.client.stream import (
     StreamStats,
     _Stream,
 )
-from ingest.errors import AuthUnavailableError, ReplayIdError, TransientError
+from ingest.errors import AuthUnavailableError, PermanentError, ReplayIdError, TransientError
 from ingest.pubsub import pb2, pb2_grpc
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
 
@@ -76,32 +78,46 @@ class _NeedPosition:
     forced: StartPosition | None
 
 
-def _convert_fetch(
-    topic: str, clock: Callable[[], float]
-) -> Callable[[Any], tuple[list[Any], int, int]]:
-    def convert(response: Any) -> tuple[list[Any], int, int]:
+def _convert_fetch(topic: str, clock: Callable[[], float]) -> Callable[[Any], list[Any]]:
+    new_replay_id = ReplayId.__new__
+    set_value = object.__setattr__
+
+    def replay_id(value: bytes) -> ReplayId:
+        # The server's bytes are bytes already; skip re-validating them per event.
+        rid = new_replay_id(ReplayId)
+        set_value(rid, "value", value)
+        return rid
+
+    def convert(response: Any) -> list[Any]:
         received_at = clock()
         pending = response.pending_num_requested
         raw_events = response.events
         if raw_events:
-            events = tuple(
-                ReceivedEvent(ReplayId(e.replay_id), e.event.id, e.event.schema_id, e.event.payload)
-                for e in raw_events
-            )
+            events: list[ReceivedEvent] = []
+            append = events.append
+            for e in raw_events:
+                event = e.event
+                rid = e.replay_id
+                if not rid:
+                    raise PermanentError(
+                        f"{topic}: the server sent event {event.id} without a replay id; "
+                        "the stream cannot be resumed past it"
+                    )
+                append(ReceivedEvent(replay_id(rid), event.id, event.schema_id, event.payload))
             latest = (
-                ReplayId(response.latest_replay_id)
+                replay_id(response.latest_replay_id)
                 if response.latest_replay_id
                 else events[-1].replay_id
             )
-            batch = EventBatch(topic, events, latest, response.rpc_id, received_at, pending)
-            return [batch], len(events), pending
+            return [EventBatch(topic, tuple(events), latest, response.rpc_id, received_at, pending)]
         if not response.latest_replay_id:
             # A keepalive without a position carries nothing to checkpoint.
-            return [], 0, pending
-        keepalive = Keepalive(
-            topic, ReplayId(response.latest_replay_id), response.rpc_id, received_at, pending
-        )
-        return [keepalive], 0, pending
+            return []
+        return [
+            Keepalive(
+                topic, ReplayId(response.latest_replay_id), response.rpc_id, received_at, pending
+            )
+        ]
 
     return convert
 
@@ -112,8 +128,9 @@ class Subscription:
     ``start`` is used for the first stream. ``durable_position`` returns the position after
     the last event (or keepalive) the consumer has durably stored, or its initial start when
     nothing is stored yet; it is called between items, in the consumer's thread.
-    ``num_requested`` (at most 100) is the server-side window; ``buffer_events`` (default
-    ``num_requested``) bounds events received but not yet taken plus events outstanding.
+    ``num_requested`` (at most 100) is the server-side window; ``buffer_events`` bounds events
+    received but not yet taken plus events outstanding, and ``buffer_bytes`` the bytes held:
+    the stream keeps receiving while the consumer is busy, up to those bounds.
     """
 
     def __init__(
@@ -125,7 +142,8 @@ class Subscription:
         durable_position: Callable[[], StartPosition] | None = None,
         on_corrupted: CorruptedReplayPolicy = "fail",
         num_requested: int = MAX_REQUESTED,
-        buffer_events: int | None = None,
+        buffer_events: int = DEFAULT_BUFFER_EVENTS,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         retry: RetryPolicy | None = None,
         tokens: TokenManager | None = None,
         idle_fetch_after: float = _DEFAULT_IDLE_FETCH_AFTER,
@@ -149,7 +167,7 @@ class Subscription:
         self._start: StartPosition = start if start is not None else Latest()
         self._durable = durable_position
         self._on_corrupted = on_corrupted
-        self._window = FlowWindow(num_requested, buffer_events)
+        self._window = FlowWindow(num_requested, buffer_events, buffer_bytes)
         self._retry = retry or RetryPolicy()
         self._tokens = tokens
         self._idle_after = idle_fetch_after

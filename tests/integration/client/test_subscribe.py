@@ -268,7 +268,12 @@ def test_a_stalled_consumer_keeps_the_stream_open_with_a_one_event_request(
     fill(emulator, 150)
     got = 0
     with Subscription(
-        channel, TOPIC, start=Earliest(), idle_fetch_after=0.1, retry=FAST_RETRY
+        channel,
+        TOPIC,
+        start=Earliest(),
+        buffer_events=100,
+        idle_fetch_after=0.1,
+        retry=FAST_RETRY,
     ) as sub:
         for item in sub:
             if isinstance(item, EventBatch):
@@ -299,3 +304,31 @@ def test_slow_consumer_bounds_the_buffer(
             if seen >= 600:
                 break
     assert recorder.max_outstanding <= 50
+
+
+def test_a_busy_consumer_finds_the_next_events_already_received(
+    emulator: Emulator, channel: grpc.Channel, recorder: Recorder
+) -> None:
+    fill(emulator, 400)
+    with Subscription(channel, TOPIC, start=Earliest(), buffer_events=300) as sub:
+        for item in sub:
+            assert isinstance(item, EventBatch)
+            # a slow commit: meanwhile the reader keeps receiving, within the buffer bound
+            threading.Event().wait(0.3)
+            stats = sub.stats()
+            assert stats.buffered >= 200
+            assert stats.buffered + stats.outstanding <= 300
+            break
+    assert recorder.max_outstanding <= 100
+
+
+def test_the_byte_bound_stops_requests(emulator: Emulator, channel: grpc.Channel) -> None:
+    fill(emulator, 400)
+    with Subscription(
+        channel, TOPIC, start=Earliest(), buffer_events=400, buffer_bytes=20_000
+    ) as sub:
+        for _item in sub:
+            threading.Event().wait(0.3)
+            # events are ~100 bytes each: one window of 100 fills the byte budget
+            assert sub.stats().buffered <= 200
+            break
