@@ -145,3 +145,18 @@ def test_commit_needs_an_open_stream(channel: grpc.Channel) -> None:
         sub.commit(ReplayId(b"\x01"))
     with pytest.raises(ValueError, match="exactly one of"):
         ManagedSubscription(channel, developer_name="A", subscription_id="18x")
+
+
+def test_by_subscription_id(emulator: Emulator, channel: grpc.Channel) -> None:
+    log = fill(emulator, 5)
+    sub_id = emulator.config.managed_subscriptions[0].subscription_id
+    assert sub_id.startswith("18x")
+    got: list[bytes] = []
+    with ManagedSubscription(channel, subscription_id=sub_id) as sub:
+        for item in sub:
+            if isinstance(item, EventBatch):
+                got.extend(e.replay_id.value for e in item.events)
+            if len(got) >= 5:
+                break
+    assert got == log
+    assert sub.topic == f"managed:{sub_id}"
