@@ -1,6 +1,6 @@
-"""Pure decoding helpers: Avro payloads, field bitmaps, diff-encoded text, schema cache.
+"""Pure decoding functions: Avro payloads, field bitmaps, diff-encoded text, schema cache.
 
-No Spark here: the same functions run in the Pub/Sub client, inside silver's Spark tasks and
+No Spark here: the same functions run in the Pub/Sub client, inside silver's Spark executors and
 in gold's diff reconstruction.
 
 - :class:`EventDecoder` / :func:`compile_decoder`: Avro binary payload -> record (equal to

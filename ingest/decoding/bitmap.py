@@ -62,9 +62,26 @@ class BitmapExpander:
         """The memo, keyed by the bitmap as a tuple (read it, do not write it)."""
         return self._memo
 
-    def expand(self, bitmap: Sequence[str]) -> tuple[str, ...]:
-        """Field names whose bits are set, in schema order (see the module docstring)."""
-        key = bitmap if type(bitmap) is tuple else tuple(bitmap)
+    def expand(self, bitmap: Sequence[str] | None) -> tuple[str, ...]:
+        """Field names whose bits are set, in schema order (see the module docstring).
+
+        None (a schema whose bitmap field is nullable, which Salesforce's are not) names
+        nothing, like an empty bitmap.
+        """
+        if type(bitmap) is tuple:
+            key = bitmap
+        elif type(bitmap) is list:
+            key = tuple(bitmap)
+        elif bitmap is None:
+            return ()
+        elif isinstance(bitmap, (str, bytes)) or not isinstance(bitmap, Sequence):
+            raise BitmapError(
+                f"a bitmap must be a list of strings such as ['0x0402'] (got "
+                f"{type(bitmap).__name__} {repr(bitmap)[:_SHOWN]}) for schema "
+                f"{self.schema.name} ({self.schema.schema_id})"
+            )
+        else:
+            key = tuple(bitmap)
         try:
             return self._memo[key]
         except KeyError:
@@ -155,7 +172,7 @@ def expander_for(schema: EventSchema) -> BitmapExpander:
     return expander
 
 
-def field_names(bitmap: Sequence[str], schema: EventSchema) -> tuple[str, ...]:
+def field_names(bitmap: Sequence[str] | None, schema: EventSchema) -> tuple[str, ...]:
     """Expand one bitmap (``changedFields``, ``nulledFields`` or ``diffFields``) to names.
 
     With the Account order of Salesforce's documentation (0 header, 1 Name, ..., 4

@@ -37,6 +37,11 @@ class DecoderCache:
         self._lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
 
+    def __reduce__(self) -> tuple[type[DecoderCache], tuple[Callable[[str], str | None]]]:
+        # Locks do not pickle: a cache shipped to a Spark executor starts empty there and
+        # loads through the same (picklable) loader.
+        return (DecoderCache, (self._load,))
+
     def __contains__(self, schema_id: object) -> bool:
         return schema_id in self._entries
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 from dataclasses import replace
 from typing import Any
@@ -17,6 +18,7 @@ from ingest.schema import EventSchema, schema_id
 
 from .support import (
     LOCATION,
+    STRINGS,
     SWITCHABLE_NAME,
     account_schema,
     avro_schemas,
@@ -76,14 +78,14 @@ def test_the_account_schema_is_specialised() -> None:
     assert "def decode_record(buf):" in (ACCOUNT_DECODER.source or "")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records(ACCOUNT))
 def test_salesforce_shaped_records_decode_exactly_as_fastavro_does(record: Any) -> None:
     payload = encode(ACCOUNT, record)
     assert same(ACCOUNT_DECODER.decode(payload), fastavro_decode(ACCOUNT, payload))
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records(ACCOUNT))
 def test_every_truncation_of_a_payload_is_a_decode_error(record: Any) -> None:
     payload = encode(ACCOUNT, record)
@@ -95,7 +97,7 @@ def test_every_truncation_of_a_payload_is_a_decode_error(record: Any) -> None:
     assert [i for i, _ in batch.errors] == list(range(len(payload)))
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_random_schemas_decode_exactly_as_fastavro_does(data: st.DataObject) -> None:
     raw = data.draw(avro_schemas(), label="schema")
@@ -342,12 +344,65 @@ def test_recursive_schemas_fall_back_to_fastavro() -> None:
     }
     # parse_event_schema cannot describe a self-referencing record's fields (Salesforce
     # never sends one); the decoder only needs the Avro schema.
-    text = json.dumps(node)
-    schema = EventSchema(schema_id=schema_id(text), json=text, name="Node", fields=(), raw=node)
+    schema = _raw_schema(node)
     decoder = EventDecoder(schema)
     assert not decoder.specialised and "recursive" in (decoder.fallback_reason or "")
     record = {"value": 1, "next": {"value": 2, "next": None}}
     assert decoder.decode(encode(schema, record)) == record
+
+
+def _raw_schema(raw: dict[str, Any]) -> EventSchema:
+    text = json.dumps(raw)
+    return EventSchema(schema_id(text), text, raw["name"], (), raw)
+
+
+def _nested_records(depth: int) -> dict[str, Any]:
+    t: dict[str, Any] = {"type": "record", "name": f"N{depth}", "fields": [opt("x", "long")]}
+    for d in range(depth - 1, -1, -1):
+        t = {"type": "record", "name": f"N{d}", "fields": [opt("x", "long"), opt("c", t)]}
+    return t
+
+
+def _nested_arrays(depth: int) -> dict[str, Any]:
+    t: Any = "long"
+    for _ in range(depth):
+        t = {"type": "array", "items": t}
+    return {"type": "record", "name": "A", "fields": [{"name": "a", "type": t}]}
+
+
+@pytest.mark.parametrize(
+    ("raw", "value", "specialised"),
+    [
+        (_nested_records(30), {"x": 5, "c": {"x": -1, "c": None}}, True),
+        (_nested_records(60), {"x": 5, "c": {"x": -1, "c": None}}, False),
+        (_nested_arrays(8), {"a": [[[[[[[[1, 2]]]]]]]]}, True),
+        (_nested_arrays(12), {"a": [[[[[[[[[[[[3]]]]]]]]]]]]}, False),
+    ],
+)
+def test_schemas_nested_beyond_what_python_compiles_fall_back(
+    raw: dict[str, Any], value: Any, specialised: bool
+) -> None:
+    schema = _raw_schema(raw)
+    decoder = EventDecoder(schema)
+    assert decoder.specialised is specialised
+    if not specialised:
+        assert decoder.fallback_reason == "schema nested too deeply for generated code"
+    payload = encode(schema, value)
+    assert decoder.decode(payload) == value
+    assert decoder.decode_batch([payload]).columns == {k: [v] for k, v in value.items()}
+
+
+def test_each_generated_form_is_compiled_when_first_used() -> None:
+    decoder = EventDecoder(ACCOUNT)
+    compiled = decoder._compiled
+    assert compiled is not None and compiled._functions == {}
+    payload = encode(ACCOUNT, _account())
+    decoder.decode_batch([payload])
+    assert set(compiled._functions) == {"batch"}
+    decoder.decode(payload)
+    decoder.decode_event(payload)
+    assert set(compiled._functions) == {"batch", "record", "event"}
+    assert compile_decoder(ACCOUNT)(payload) == decoder.decode(payload)
 
 
 # --- generated code is safe -------------------------------------------------------------
@@ -421,6 +476,17 @@ def test_batch_expands_the_bitmaps_of_every_row() -> None:
     assert batch.row_index == [0, 1]
     ((index, reason),) = batch.errors
     assert index == 2 and "bit 38 is past the last field" in reason
+
+
+def test_batches_longer_than_a_chunk_keep_their_row_indexes() -> None:
+    good = [encode(ACCOUNT, _account(Phone=str(i))) for i in range(700)]
+    payloads = [b"\x07" if i % 97 == 0 else p for i, p in enumerate(good)]
+    batch = ACCOUNT_DECODER.decode_batch(p for p in payloads)  # any iterable will do
+    bad = list(range(0, 700, 97))
+    assert [i for i, _ in batch.errors] == bad
+    assert batch.row_index == [i for i in range(700) if i not in bad]
+    assert batch.columns["Phone"] == [str(i) for i in batch.row_index]
+    assert batch.changed == [("LastModifiedDate",)] * len(batch)
 
 
 def test_an_empty_batch_has_empty_columns() -> None:
@@ -558,6 +624,18 @@ def test_from_record_names_missing_header_fields() -> None:
     assert decoder.decode_batch([payload]).changed == [()]
 
 
+def test_nullable_bitmap_fields_are_expanded_too() -> None:
+    raw = account_schema()
+    fields = raw["fields"][0]["type"]["fields"]
+    fields[-1] = {"name": "changedFields", "type": ["null", STRINGS]}
+    schema = event_schema(raw)
+    decoder = EventDecoder(schema)
+    for changed, names in [(None, ()), (["0x40"], ("Phone",))]:
+        payload = encode(schema, _account(ChangeEventHeader=_header_values(changedFields=changed)))
+        assert decoder.decode_event(payload).changed == names
+        assert decoder.decode_batch([payload]).changed == [names]
+
+
 def test_event_factory_builds_ordinary_change_events() -> None:
     from ingest.decoding.event import event_factory
 
@@ -566,6 +644,15 @@ def test_event_factory_builds_ordinary_change_events() -> None:
     assert made == ChangeEvent(*args) and type(made) is ChangeEvent
     with pytest.raises(AttributeError):
         made.entity = "Contact"  # type: ignore[misc]
+
+
+def test_decoders_pickle_as_their_schema() -> None:
+    payload = encode(ACCOUNT, _account(Phone="7"))
+    ACCOUNT_DECODER.decode(payload)  # compiled forms exist and must not be pickled
+    copy = pickle.loads(pickle.dumps(ACCOUNT_DECODER))
+    assert copy is not ACCOUNT_DECODER and copy.schema.schema_id == ACCOUNT.schema_id
+    assert copy.decode(payload) == ACCOUNT_DECODER.decode(payload)
+    assert copy.decode_event(payload) == ACCOUNT_DECODER.decode_event(payload)
 
 
 # --- one decoder, many threads ----------------------------------------------------------

@@ -246,6 +246,16 @@ def test_bitmaps_that_do_not_fit_are_errors(bitmap: list[Any], problem: str) -> 
     assert "does not fit schema com.sforce.eventbus.AccountChangeEvent" in message
 
 
+@pytest.mark.parametrize("bitmap", ["0x1", b"0x1", 7, {"0x1": 1}])
+def test_a_bitmap_is_a_sequence_of_strings(bitmap: Any) -> None:
+    with pytest.raises(BitmapError, match=r"a bitmap must be a list of strings .* \(got"):
+        field_names(bitmap, ACCOUNT)
+
+
+def test_none_names_nothing() -> None:
+    assert field_names(None, ACCOUNT) == ()
+
+
 def test_error_messages_quote_a_long_bitmap_only_in_part() -> None:
     with pytest.raises(BitmapError) as info:
         field_names(["0x" + "F" * 5000], ACCOUNT)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 import threading
 import time
 from collections import Counter
@@ -166,3 +167,15 @@ def test_an_id_that_is_not_the_schemas_fingerprint_is_kept_and_logged(
         schema = cache.schema("server-id")
     assert schema.schema_id == "server-id"
     assert f"differs from the schema's own fingerprint {EVENT_ID}" in caplog.text
+
+
+def _registry_source(sid: str) -> str:
+    return {ACCOUNT_ID: ACCOUNT_JSON}[sid]
+
+
+def test_a_pickled_cache_starts_empty_with_the_same_loader() -> None:
+    cache = DecoderCache(_registry_source)
+    cache.get(ACCOUNT_ID)
+    copy = pickle.loads(pickle.dumps(cache))
+    assert len(copy) == 0 and ACCOUNT_ID not in copy
+    assert copy.schema(ACCOUNT_ID).schema_id == ACCOUNT_ID

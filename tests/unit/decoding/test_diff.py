@@ -24,6 +24,9 @@ def build(old: list[str], new: list[str], new_value: str, *, context: int = 0) -
     return "\n".join(["--- ", f"+++ {sha(new_value)}", *body])
 
 
+# Decoded Avro strings never hold lone surrogates (they are not UTF-8).
+LINE_CHARS = st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",))
+
 PARAGRAPHS = [
     f"Paragraph {i}: " + "Acme builds widgets for customers in many markets. " * 3
     for i in range(1, 8)
@@ -118,16 +121,14 @@ def test_lone_line_feeds_stay_inside_the_lines_of_a_crlf_value() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    st.lists(
-        st.text(st.characters(blacklist_characters="\r\n"), max_size=30), min_size=1, max_size=25
-    ),
+    st.lists(st.text(LINE_CHARS, max_size=30), min_size=1, max_size=25),
     st.data(),
 )
 def test_round_trips(old: list[str], data: st.DataObject) -> None:
     new = list(old)
     for _ in range(data.draw(st.integers(0, 6))):
         op = data.draw(st.sampled_from(["replace", "insert", "delete"]))
-        text = data.draw(st.text(st.characters(blacklist_characters="\r\n"), max_size=30))
+        text = data.draw(st.text(LINE_CHARS, max_size=30))
         if op == "insert":
             new.insert(data.draw(st.integers(0, len(new))), text)
         elif new:
