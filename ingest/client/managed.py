@@ -112,6 +112,7 @@ class ManagedSubscription:
         self._requests = 0
         self._streams = 0
         self._got_events = False
+        self._iterated = False
         self._convert_events = _convert_fetch(self.topic, clock)
 
     def _wait_closed(self, seconds: float) -> None:
@@ -264,6 +265,9 @@ class ManagedSubscription:
         )
 
     def _items(self) -> Generator[Item, None, None]:
+        if self._iterated:
+            raise RuntimeError(f"{self!r} can be iterated once; create a new one to resume")
+        self._iterated = True
         recovery = _Recovery(self._retry, self._tokens, self._sleep, self._rand, self._log)
         action = f"ManagedSubscribe {self.name}"
         first = True

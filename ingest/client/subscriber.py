@@ -186,6 +186,7 @@ class Subscription:
         self._requests = 0
         self._streams = 0
         self._got_events = False
+        self._iterated = False
 
     def _wait_closed(self, seconds: float) -> None:
         self._closed.wait(seconds)
@@ -193,7 +194,7 @@ class Subscription:
     # -- public -------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Item]:
-        items = self._items()
+        items = self._items()  # raises at the first next() if iterated before
         reply: StartPosition | None = None
         while True:
             try:
@@ -278,6 +279,12 @@ class Subscription:
         )
 
     def _items(self) -> Generator[Any, StartPosition | None, None]:
+        if self._iterated:
+            raise RuntimeError(
+                f"{self!r} can be iterated once; to continue, create a new Subscription "
+                "starting after the last stored replay id"
+            )
+        self._iterated = True
         position = self._start
         recovery = _Recovery(self._retry, self._tokens, self._sleep, self._rand, self._log)
         forced: StartPosition | None = None

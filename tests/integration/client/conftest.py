@@ -215,6 +215,7 @@ class Recorder(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientIntercep
         self.first_requests: list[Any] = []
         self.requests: list[Any] = []
         self.unary: list[str] = []
+        self.unary_requests: list[Any] = []
         self.streams = 0
         self.max_outstanding = 0
         self.fetch_sizes: list[int] = []
@@ -222,6 +223,7 @@ class Recorder(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientIntercep
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         with self.lock:
             self.unary.append(details.method.rsplit("/", 1)[-1])
+            self.unary_requests.append(request)
         return continuation(details, request)
 
     def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:

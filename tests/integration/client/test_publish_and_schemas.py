@@ -138,3 +138,20 @@ def test_bad_records_are_rejected_before_sending(emulator: Emulator, channel: gr
 def test_publish_to_unknown_topic_raises(channel: grpc.Channel) -> None:
     with pytest.raises(PermanentError, match=r"topic\.not\.found"):
         Publisher(channel).publish("/event/Nope__e", [order(0)])
+
+
+def test_batches_are_split_at_three_megabytes_and_two_hundred_events(
+    emulator: Emulator, channel: grpc.Channel, recorder: Recorder
+) -> None:
+    big = [order(i, note="n" * 800_000) for i in range(7)]
+    small = [order(100 + i) for i in range(450)]
+    outcomes = Publisher(channel).publish(TOPIC, big + small)
+    assert all(o.ok for o in outcomes)
+    requests = [
+        r for m, r in zip(recorder.unary, recorder.unary_requests, strict=True) if m == "Publish"
+    ]
+    assert all(r.ByteSize() <= 3 * 1024 * 1024 for r in requests)
+    assert all(len(r.events) <= 200 for r in requests)
+    assert sum(len(r.events) for r in requests) == 457
+    assert len(requests) >= 5  # 7 x 800 KB need at least 2 requests, 450 small ones 3
+    assert len({e.id for r in requests for e in r.events}) == 457  # one key per event

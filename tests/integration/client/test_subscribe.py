@@ -332,3 +332,12 @@ def test_the_byte_bound_stops_requests(emulator: Emulator, channel: grpc.Channel
             # events are ~100 bytes each: one window of 100 fills the byte budget
             assert sub.stats().buffered <= 200
             break
+
+
+def test_a_subscription_is_iterated_once(emulator: Emulator, channel: grpc.Channel) -> None:
+    fill(emulator, 3)
+    with Subscription(channel, TOPIC, start=Earliest()) as sub:
+        for _item in sub:
+            break
+        with pytest.raises(RuntimeError, match="iterated once"):
+            next(iter(sub))
