@@ -22,6 +22,7 @@ from typing import Any
 import fastavro
 import grpc
 
+from ingest.auth import TokenManager
 from ingest.client.errors import classify
 from ingest.client.schemas import SchemaCache
 from ingest.errors import TransientError
@@ -73,7 +74,8 @@ class Publisher:
 
     ``max_event_bytes`` rejects oversized events before sending (Salesforce's limit is 1 MB
     per event; ``None`` lets the server decide). ``max_retries`` bounds re-sends of events
-    whose result was an error.
+    whose result was an error. With ``tokens``, a call the server rejects for its credentials
+    (which publishes nothing) is sent again after a token refresh.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class Publisher:
         max_event_bytes: int | None = MAX_EVENT_BYTES,
         max_retries: int = 2,
         max_in_flight: int = 8,
+        tokens: TokenManager | None = None,
         id_factory: Callable[[], str] = lambda: str(uuid.uuid4()),
         logger: logging.Logger | None = None,
     ) -> None:
@@ -112,6 +115,7 @@ class Publisher:
         self._max_retries = max_retries
         self._max_in_flight = max_in_flight
         self._new_id = id_factory
+        self._tokens = tokens
         self._log = logger or _log
 
     # -- public ----------------------------------------------------------------------------
@@ -124,10 +128,25 @@ class Publisher:
         while batches:
             batch = batches.popleft()
             request = self._request(topic, batch)
-            try:
-                response = self._stub.Publish(request)
-            except grpc.RpcError as exc:
-                raise classify(exc).exception(f"Publish to {topic}") from None
+            rejections = 0
+            while True:
+                credentials = self._tokens.current() if self._tokens is not None else None
+                try:
+                    response = self._stub.Publish(request)
+                    break
+                except grpc.RpcError as exc:
+                    failure = classify(exc)
+                    # A rejected call published nothing: refresh the token and send it again.
+                    if (
+                        failure.disposition == "auth"
+                        and self._tokens is not None
+                        and rejections < 2
+                    ):
+                        rejections += 1
+                        self._tokens.invalidate(credentials)
+                        continue
+                    action = _progress(f"Publish to {topic}", pending)
+                    raise failure.exception(action) from None
             batches.extend(self._batches(self._settle(batch, response)))
         return self._outcomes(pending, schema)
 
@@ -147,9 +166,33 @@ class Publisher:
         """
         schema, pending = self._prepare(topic, records)
         batches = deque(self._batches([p for p in pending if p.error is None]))
-        if not batches:
-            return self._outcomes(pending, schema)
         limit = 1 if ordered else self._max_in_flight
+        rejections = 0
+        while batches:
+            credentials = self._tokens.current() if self._tokens is not None else None
+            answered, error = self._stream_session(topic, batches, limit, ordered)
+            if error is None:
+                break
+            failure = classify(error)
+            # Rejected before any answer: nothing was published, so reopen with a fresh token.
+            if (
+                failure.disposition == "auth"
+                and answered == 0
+                and self._tokens is not None
+                and rejections < 2
+            ):
+                rejections += 1
+                self._tokens.invalidate(credentials)
+                continue
+            raise failure.exception(_progress(f"PublishStream to {topic}", pending)) from None
+        return self._outcomes(pending, schema)
+
+    def _stream_session(
+        self, topic: str, batches: deque[list[_Pending]], limit: int, ordered: bool
+    ) -> tuple[int, grpc.RpcError | None]:
+        """Send ``batches`` over one PublishStream until none is left. Returns how many
+        responses answered batches and the error that ended the stream early (its unanswered
+        batches are put back at the front of ``batches``)."""
         requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
         def request_iter() -> Iterator[Any]:
@@ -161,6 +204,7 @@ class Publisher:
 
         call = self._stub.PublishStream(request_iter())
         in_flight: deque[list[_Pending]] = deque()
+        answered = 0
         try:
             responses = iter(call)
             while batches or in_flight:
@@ -173,18 +217,19 @@ class Publisher:
                     raise _stream_ended(topic)
                 if not response.results:
                     continue  # an empty response keeps the stream alive; it answers nothing
-                answered = self._answered(in_flight, response)
-                retry = self._batches(self._settle(answered, response))
+                answered += 1
+                retry = self._batches(self._settle(self._answered(in_flight, response), response))
                 if ordered:
                     batches.extendleft(reversed(retry))
                 else:
                     batches.extend(retry)
         except grpc.RpcError as exc:
-            raise classify(exc).exception(f"PublishStream to {topic}") from None
+            batches.extendleft(reversed(in_flight))
+            return answered, exc
         finally:
             requests.put(_STOP)
             call.cancel()  # type: ignore[no-untyped-call]
-        return self._outcomes(pending, schema)
+        return answered, None
 
     # -- internals -------------------------------------------------------------------------
 
@@ -303,6 +348,13 @@ def _encode(schema: EventSchema, record: Mapping[str, Any], index: int) -> bytes
             f"fields [{names}]: {exc}"
         ) from None
     return buffer.getvalue()
+
+
+def _progress(action: str, pending: list[_Pending]) -> str:
+    # Events published before a request failed stay published; say how many, so a caller
+    # re-publishing the batch knows it will create duplicates of those.
+    done = sum(1 for p in pending if p.replay_id is not None and p.error is None)
+    return f"{action} ({done} of {len(pending)} events were published before this failure)"
 
 
 def _stream_ended(topic: str) -> TransientError:

@@ -9,6 +9,7 @@ import fastavro
 import grpc
 import pytest
 
+from ingest.auth import TokenManager
 from ingest.client.publisher import Publisher
 from ingest.client.schemas import SchemaCache
 from ingest.client.stream import EventBatch
@@ -136,7 +137,7 @@ def test_bad_records_are_rejected_before_sending(emulator: Emulator, channel: gr
 
 
 def test_publish_to_unknown_topic_raises(channel: grpc.Channel) -> None:
-    with pytest.raises(PermanentError, match=r"topic\.not\.found"):
+    with pytest.raises(PermanentError, match=r"GetTopic .*topic\.not\.found"):
         Publisher(channel).publish("/event/Nope__e", [order(0)])
 
 
@@ -155,3 +156,19 @@ def test_batches_are_split_at_three_megabytes_and_two_hundred_events(
     assert sum(len(r.events) for r in requests) == 457
     assert len(requests) >= 5  # 7 x 800 KB need at least 2 requests, 450 small ones 3
     assert len({e.id for r in requests for e in r.events}) == 457  # one key per event
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_publish_refreshes_an_expired_token_and_publishes_once(
+    emulator: Emulator, channel: grpc.Channel, tokens: TokenManager, stream: bool
+) -> None:
+    publisher = Publisher(channel, tokens=tokens, max_batch_events=10)
+    publisher.publish(TOPIC, [order(0)])  # schema and topic cached with the first token
+    emulator.faults.expire_tokens()
+    records = [order(i) for i in range(1, 31)]
+    outcomes = (
+        publisher.publish_stream(TOPIC, records) if stream else publisher.publish(TOPIC, records)
+    )
+    assert all(o.ok for o in outcomes)
+    assert tokens.refreshes == 2
+    assert len(emulator.log(TOPIC)) == 31  # nothing published twice
