@@ -10,6 +10,7 @@ whole request (auth, unknown topic, a broken stream) raises.
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import queue
@@ -24,6 +25,7 @@ import grpc
 
 from ingest.auth import TokenManager
 from ingest.client.errors import classify
+from ingest.client.retry import call_refreshing
 from ingest.client.schemas import SchemaCache
 from ingest.errors import TransientError
 from ingest.pubsub import pb2, pb2_grpc
@@ -108,7 +110,9 @@ class Publisher:
                 f"(got {max_retries}, {max_in_flight})"
             )
         self._stub = pb2_grpc.PubSubStub(channel)
-        self._schemas = schema_cache if schema_cache is not None else SchemaCache(channel)
+        self._schemas = (
+            schema_cache if schema_cache is not None else SchemaCache(channel, tokens=tokens)
+        )
         self._max_events = max_batch_events
         self._max_bytes = max_batch_bytes
         self._max_event = max_event_bytes
@@ -128,25 +132,11 @@ class Publisher:
         while batches:
             batch = batches.popleft()
             request = self._request(topic, batch)
-            rejections = 0
-            while True:
-                credentials = self._tokens.current() if self._tokens is not None else None
-                try:
-                    response = self._stub.Publish(request)
-                    break
-                except grpc.RpcError as exc:
-                    failure = classify(exc)
-                    # A rejected call published nothing: refresh the token and send it again.
-                    if (
-                        failure.disposition == "auth"
-                        and self._tokens is not None
-                        and rejections < 2
-                    ):
-                        rejections += 1
-                        self._tokens.invalidate(credentials)
-                        continue
-                    action = _progress(f"Publish to {topic}", pending)
-                    raise failure.exception(action) from None
+            response = call_refreshing(
+                self._tokens,
+                functools.partial(self._stub.Publish, request),
+                _progress(f"Publish to {topic}", pending),
+            )
             batches.extend(self._batches(self._settle(batch, response)))
         return self._outcomes(pending, schema)
 

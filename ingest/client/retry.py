@@ -10,8 +10,16 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
-__all__ = ["RetryPolicy"]
+import grpc
+
+from ingest.auth import TokenManager
+from ingest.client.errors import classify
+
+__all__ = ["RetryPolicy", "call_refreshing"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +64,21 @@ class RetryPolicy:
     def delay(self, attempt: int, *, rand: Callable[[], float] = random.random) -> float:
         """A full-jitter delay for attempt ``attempt``: uniform in ``[0, cap(attempt)]``."""
         return rand() * self.cap(attempt)
+
+
+def call_refreshing(tokens: TokenManager | None, call: Callable[[], T], action: str) -> T:
+    """Run a unary call; when the server rejects its credentials (the call then did
+    nothing), refresh the token and run it again, at most twice. Any other failure, or a
+    third rejection, raises the classified :mod:`ingest.errors` exception naming ``action``."""
+    rejections = 0
+    while True:
+        credentials = tokens.current() if tokens is not None else None
+        try:
+            return call()
+        except grpc.RpcError as exc:
+            failure = classify(exc)
+            if failure.disposition == "auth" and tokens is not None and rejections < 2:
+                rejections += 1
+                tokens.invalidate(credentials)
+                continue
+            raise failure.exception(action) from None

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from ingest.client.errors import classify
+from ingest.auth import TokenManager
+from ingest.client.retry import call_refreshing
 from ingest.decoding import DecoderCache
 from ingest.pubsub import pb2, pb2_grpc
 from ingest.schema import EventSchema, parse_event_schema
@@ -46,11 +47,19 @@ class SchemaCache:
 
     Concurrent requests for the same unknown id wait for one GetSchema call. Schemas are
     parsed once into :class:`~ingest.schema.EventSchema` (whose fastavro form is itself
-    parsed once), so decoding never re-parses per event.
+    parsed once), so decoding never re-parses per event. With ``tokens``, a call rejected for
+    its credentials is repeated after a token refresh.
     """
 
-    def __init__(self, channel: grpc.Channel, *, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        *,
+        tokens: TokenManager | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
         self._stub = pb2_grpc.PubSubStub(channel)
+        self._tokens = tokens
         self._log = logger or _log
         self._lock = threading.Lock()
         self._schemas: dict[str, EventSchema] = {}
@@ -77,10 +86,10 @@ class SchemaCache:
             cached = self._schemas.get(schema_id)
             if cached is not None:
                 return cached
-            try:
-                info = self._stub.GetSchema(pb2.SchemaRequest(schema_id=schema_id))
-            except grpc.RpcError as exc:
-                raise classify(exc).exception(f"GetSchema {schema_id}") from None
+            request = pb2.SchemaRequest(schema_id=schema_id)
+            info = call_refreshing(
+                self._tokens, lambda: self._stub.GetSchema(request), f"GetSchema {schema_id}"
+            )
             self.get_schema_calls += 1
             try:
                 schema = parse_event_schema(info.schema_json, expected_id=schema_id)
@@ -121,10 +130,10 @@ class SchemaCache:
             cached = self._topics.get(topic)
             if cached is not None:
                 return cached
-        try:
-            info = self._stub.GetTopic(pb2.TopicRequest(topic_name=topic))
-        except grpc.RpcError as exc:
-            raise classify(exc).exception(f"GetTopic {topic}") from None
+        request = pb2.TopicRequest(topic_name=topic)
+        info = call_refreshing(
+            self._tokens, lambda: self._stub.GetTopic(request), f"GetTopic {topic}"
+        )
         self.get_topic_calls += 1
         result = TopicInfo(
             topic_name=info.topic_name or topic,

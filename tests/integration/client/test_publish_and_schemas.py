@@ -172,3 +172,13 @@ def test_publish_refreshes_an_expired_token_and_publishes_once(
     assert all(o.ok for o in outcomes)
     assert tokens.refreshes == 2
     assert len(emulator.log(TOPIC)) == 31  # nothing published twice
+
+
+def test_schema_cache_refreshes_an_expired_token(
+    emulator: Emulator, channel: grpc.Channel, tokens: TokenManager
+) -> None:
+    cache = SchemaCache(channel, tokens=tokens)
+    cache.topic_info(TOPIC)
+    emulator.faults.expire_tokens()
+    assert cache.schema(cache.topic_info(TOPIC).schema_id).name.endswith("Order_Shipped__e")
+    assert tokens.refreshes == 2
