@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -160,8 +161,8 @@ FAST = {
 def make_emulator() -> Iterator[Callable[..., Emulator]]:
     started: list[Emulator] = []
 
-    def make(**overrides: Any) -> Emulator:
-        emulator = Emulator(make_catalogue(), EmulatorConfig(**{**FAST, **overrides}))
+    def make(*, clock: Callable[[], float] = time.time, **overrides: Any) -> Emulator:
+        emulator = Emulator(make_catalogue(), EmulatorConfig(**{**FAST, **overrides}), clock=clock)
         emulator.start()
         started.append(emulator)
         return emulator
@@ -262,3 +263,13 @@ def channel(emulator: Emulator, tokens: TokenManager, recorder: Recorder) -> Ite
     ch = connect(emulator.grpc_target, tokens=tokens, tls=TlsSettings(enabled=False))
     yield grpc.intercept_channel(ch, recorder)
     ch.close()
+
+
+class FakeClock:
+    """Epoch seconds that tests move forward instead of waiting."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now

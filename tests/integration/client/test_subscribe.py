@@ -16,7 +16,7 @@ from ingest.client.subscriber import Subscription
 from ingest.emulator.server import Emulator
 from ingest.errors import PermanentError, ReplayIdError
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
-from tests.integration.client.conftest import TOPIC, Recorder, fill, login
+from tests.integration.client.conftest import TOPIC, FakeClock, Recorder, fill, login
 
 pytestmark = pytest.mark.integration
 
@@ -341,3 +341,59 @@ def test_a_subscription_is_iterated_once(emulator: Emulator, channel: grpc.Chann
             break
         with pytest.raises(RuntimeError, match="iterated once"):
             next(iter(sub))
+
+
+def test_survives_an_emulator_restart(emulator: Emulator, channel: grpc.Channel) -> None:
+    fill(emulator, 50)
+    consumer = StoringConsumer(Earliest(), commit_every=1)
+    restarted = False
+    with Subscription(
+        channel,
+        TOPIC,
+        start=Earliest(),
+        durable_position=consumer.durable_position,
+        retry=RetryPolicy(max_attempts=20, initial_backoff=0.05, max_backoff=0.2),
+    ) as sub:
+        for item in sub:
+            consumer.handle(item)
+            if len(consumer.stored) >= 20 and not restarted:
+                emulator.restart()  # every stream ends with UNAVAILABLE; same ports after
+                fill(emulator, 30, start=50)
+                restarted = True
+            if len(consumer.stored) >= 80:
+                break
+    assert consumer.stored == [e.replay_id for e in emulator.log(TOPIC)]
+    assert consumer.resubscribed
+
+
+def test_tokens_are_refreshed_before_the_server_expires_them(
+    make_emulator: Callable[..., Emulator],
+) -> None:
+    clock = FakeClock()
+    emulator = make_emulator(token_ttl=600.0, clock=clock)
+    tokens = login(emulator, clock=clock, session_lifetime=600.0, refresh_margin=60.0)
+    channel = connect(emulator.grpc_target, tokens=tokens, tls=TlsSettings(enabled=False))
+    fill(emulator, 10)
+    consumer = StoringConsumer(Earliest(), commit_every=1)
+    emulator.faults.cut_streams(5)
+    with Subscription(
+        channel,
+        TOPIC,
+        start=Earliest(),
+        durable_position=consumer.durable_position,
+        tokens=tokens,
+        retry=FAST_RETRY,
+        sleep=lambda s: None,
+    ) as sub:
+        for item in sub:
+            consumer.handle(item)
+            if len(consumer.stored) == 5:
+                # past the server's expiry of the first token: the reconnect after the cut
+                # is accepted only because the manager logs in again ahead of time
+                clock.now += 610
+            if len(consumer.stored) >= 10:
+                break
+    assert consumer.stored == [e.replay_id for e in emulator.log(TOPIC)]
+    assert tokens.refreshes == 2
+    assert not any("credentials rejected" in r.reason for r in consumer.resubscribed)
+    channel.close()
