@@ -154,6 +154,24 @@ _BY_CODE: dict[str, tuple[Disposition, str]] = {
         "permanent",
         "a managed subscription needs an id or a developer name",
     ),
+    "managed.subscription.fetch.events.invalid": ("permanent", "num_requested was invalid"),
+    "managed.subscription.fetch.request.invalid": (
+        "permanent",
+        "the ManagedFetchRequest was malformed",
+    ),
+    "managed.subscription.fetch.request.commit.request.restricted": (
+        "permanent",
+        "a commit is not allowed in the first ManagedFetchRequest",
+    ),
+    "managed.subscription.fetch.request.auth.request.restricted": (
+        "permanent",
+        "auth_refresh is not allowed in the first ManagedFetchRequest",
+    ),
+    "managed.subscription.commit.timeout": (
+        "transient",
+        "nothing was committed for 30 minutes, so the server closed the stream; commit "
+        "keepalive replay ids too",
+    ),
 }
 
 _BY_STATUS: dict[str, Disposition] = {
@@ -229,8 +247,6 @@ def classify_status(
     short = error_code.removeprefix(ERROR_CODE_PREFIX)
     if short in _BY_CODE:
         disposition, meaning = _BY_CODE[short]
-    elif short.startswith("managed.subscription."):
-        disposition, meaning = "permanent", "the managed subscription request was refused"
     elif status == "RESOURCE_EXHAUSTED" and "larger than max" in description:
         disposition = "permanent"
         meaning = "a message exceeded the gRPC size limit; raise max_receive_bytes"

@@ -43,6 +43,8 @@ P = "sfdc.platform.eventbus.grpc."
         ("FAILED_PRECONDITION", P + "managed.subscription.config.stopped", "permanent"),
         ("ALREADY_EXISTS", P + "managed.subscription.already.active", "transient"),
         ("INVALID_ARGUMENT", P + "managed.subscription.something.new", "permanent"),
+        ("DEADLINE_EXCEEDED", P + "managed.subscription.something.new", "transient"),
+        ("DEADLINE_EXCEEDED", P + "managed.subscription.commit.timeout", "transient"),
         ("INVALID_ARGUMENT", "", "permanent"),
     ],
 )
