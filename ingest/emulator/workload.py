@@ -145,9 +145,9 @@ class WorkloadMix:
     mass_delete: float = 1.0
     undelete: float = 2.0
     lead_conversion: float = 3.0
-    gap: float = 1.0
-    overflow: float = 0.05
-    wildcard: float = 0.02
+    gap: float = 0.4
+    overflow: float = 0.02
+    wildcard: float = 0.01
     platform_event: float = 8.0
     entity_weights: Mapping[str, float] | None = None
     person_account_ratio: float = 0.3
@@ -1731,8 +1731,9 @@ class Workload:
                 )
             elif info.nullable and self._random() < 0.15:
                 datum[info.name] = None
-            elif info.name == "Account_Id__c" and self._live.get("Account"):
-                datum[info.name] = self._live["Account"].pick(self._random)
+            elif info.name == "Account_Id__c":
+                accounts = self._live.get("Account")
+                datum[info.name] = accounts.pick(self._random) if accounts else None
             elif info.kind == "long_text":
                 datum[info.name] = self._values.long_text(newline="\n", html=False, long=False)
             elif info.is_compound:
