@@ -113,7 +113,7 @@ class ManagedSubscription:
         self._streams = 0
         self._got_events = False
         self._iterated = False
-        self._convert_events = _convert_fetch(self.topic, clock)
+        self._convert_events = _convert_fetch(self.topic)
 
     def _wait_closed(self, seconds: float) -> None:
         self._closed.wait(seconds)
@@ -196,10 +196,10 @@ class ManagedSubscription:
             num_requested=n,
         )
 
-    def _convert(self, response: Any) -> list[Any]:
+    def _convert(self, response: Any, received_at: float) -> list[Any]:
         if response.HasField("commit_response") and not response.events:
             return []  # a commit answer: _inspect handled it, it is not a keepalive
-        return self._convert_events(response)
+        return self._convert_events(response, received_at)
 
     def _inspect(self, response: Any) -> list[Any]:
         # Runs on the reader thread, so answers are recorded while the consumer is busy.
@@ -259,6 +259,7 @@ class ManagedSubscription:
             fetch_request=lambda n: pb2.ManagedFetchRequest(num_requested=n),
             convert=self._convert,
             inspect=self._inspect,
+            clock=self._clock,
             window=self._window,
             idle_fetch_after=self._idle_after,
             logger=self._log,

@@ -261,11 +261,12 @@ class _Stream(Generic[Req, Resp]):
     """One open bidi stream: request queue, reader thread and bounded buffer of responses.
 
     The reader thread does as little as possible while holding the GIL: it counts the events
-    of each response, sends the top-up the window allows, and queues the raw response
-    (``inspect`` may turn part of a response into items first, for commit answers that must
-    be seen even while the consumer is busy). Responses are converted into items on the
-    consumer's side, when taken. Iterating yields the items in order, then ends; after the
-    end, :attr:`failure` says why the stream stopped (``None`` when it was closed locally).
+    of each response, sends the top-up the window allows, and queues the raw response with
+    its arrival time (``inspect`` may turn part of a response into items first, for commit
+    answers that must be seen even while the consumer is busy). Responses are converted into
+    items on the consumer's side, when taken. Iterating yields the items in order, then
+    ends; after the end, :attr:`failure` says why the stream stopped (``None`` when it was
+    closed locally).
     """
 
     def __init__(
@@ -275,16 +276,18 @@ class _Stream(Generic[Req, Resp]):
         call: Callable[..., Any],
         first_request: Callable[[int], Req],
         fetch_request: Callable[[int], Req],
-        convert: Callable[[Resp], list[Any]],
+        convert: Callable[[Resp, float], list[Any]],
         window: FlowWindow,
         idle_fetch_after: float,
         logger: logging.Logger,
         inspect: Callable[[Resp], list[Any]] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._name = name
         self._fetch_request = fetch_request
         self._convert = convert
         self._inspect = inspect
+        self._clock = clock
         self._window = window
         self._idle_after = idle_fetch_after
         self._log = logger
@@ -341,6 +344,7 @@ class _Stream(Generic[Req, Resp]):
         items = self._items
         window = self._window
         inspect = self._inspect
+        clock = self._clock
         try:
             for response in self._call:
                 self.responses += 1
@@ -354,7 +358,7 @@ class _Stream(Generic[Req, Resp]):
                 if inspect is not None:
                     for item in inspect(response):
                         items.put(item)
-                items.put(response)
+                items.put((response, clock()))
             if not self._closing.is_set():
                 failure = classify_status("OK", description="the server ended the stream")
         except grpc.RpcError as exc:
@@ -376,13 +380,14 @@ class _Stream(Generic[Req, Resp]):
             if isinstance(entry, _End):
                 self.failure = entry.failure
                 return
-            if not hasattr(entry, "pending_num_requested"):
+            if not isinstance(entry, tuple):
                 yield entry  # an item made by inspect
                 continue
-            events = len(entry.events)
+            response, received_at = entry
+            events = len(response.events)
             if events:
-                self.top_up(window.taken(events, entry.ByteSize()))
-            yield from convert(entry)
+                self.top_up(window.taken(events, response.ByteSize()))
+            yield from convert(response, received_at)
 
     def close(self) -> None:
         """End the stream: cancel the call and stop the request iterator."""

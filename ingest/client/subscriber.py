@@ -78,7 +78,7 @@ class _NeedPosition:
     forced: StartPosition | None
 
 
-def _convert_fetch(topic: str, clock: Callable[[], float]) -> Callable[[Any], list[Any]]:
+def _convert_fetch(topic: str) -> Callable[[Any, float], list[Any]]:
     new_replay_id = ReplayId.__new__
     set_value = object.__setattr__
 
@@ -88,8 +88,7 @@ def _convert_fetch(topic: str, clock: Callable[[], float]) -> Callable[[Any], li
         set_value(rid, "value", value)
         return rid
 
-    def convert(response: Any) -> list[Any]:
-        received_at = clock()
+    def convert(response: Any, received_at: float) -> list[Any]:
         pending = response.pending_num_requested
         raw_events = response.events
         if raw_events:
@@ -272,7 +271,8 @@ class Subscription:
             call=self._stub.Subscribe,
             first_request=lambda n: fetch_request(topic, position, n),
             fetch_request=lambda n: pb2.FetchRequest(num_requested=n),
-            convert=_convert_fetch(topic, self._clock),
+            convert=_convert_fetch(topic),
+            clock=self._clock,
             window=self._window,
             idle_fetch_after=self._idle_after,
             logger=self._log,

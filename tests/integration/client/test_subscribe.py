@@ -397,3 +397,20 @@ def test_tokens_are_refreshed_before_the_server_expires_them(
     assert tokens.refreshes == 2
     assert not any("credentials rejected" in r.reason for r in consumer.resubscribed)
     channel.close()
+
+
+def test_received_at_is_the_arrival_time_not_the_take_time(
+    emulator: Emulator, channel: grpc.Channel
+) -> None:
+    fill(emulator, 200)
+    with Subscription(channel, TOPIC, start=Earliest(), num_requested=50) as sub:
+        batches = []
+        for item in sub:
+            if isinstance(item, EventBatch):
+                batches.append(item)
+                if len(batches) == 1:
+                    threading.Event().wait(0.3)  # the rest arrives while the consumer is busy
+                if sum(len(b.events) for b in batches) >= 200:
+                    break
+    # later batches were received during the pause, long before they were taken
+    assert batches[1].received_at - batches[0].received_at < 0.2
