@@ -295,7 +295,8 @@ def http_client(*, ca_file: str | Path | None = None, timeout: float = 30.0) -> 
     """An HTTPS client for login endpoints with certificate verification always on.
 
     ``ca_file`` adds trust in one extra CA (the emulator's self-signed one) instead of the
-    public roots; there is deliberately no way to turn verification off.
+    public roots; there is deliberately no way to turn verification off. Proxy settings from
+    the environment (``HTTPS_PROXY``, ``NO_PROXY``) apply, as corporate networks need them.
     """
     verify: ssl.SSLContext | bool = True
     if ca_file is not None:
@@ -303,7 +304,7 @@ def http_client(*, ca_file: str | Path | None = None, timeout: float = 30.0) -> 
         if not path.is_file():
             raise ConfigError(f"CA file {path} does not exist")
         verify = ssl.create_default_context(cafile=str(path))
-    return httpx.Client(verify=verify, timeout=timeout, trust_env=False)
+    return httpx.Client(verify=verify, timeout=timeout)
 
 
 def _base_url(url: str, *, what: str) -> str:
