@@ -8,10 +8,11 @@ and for keepalives with their ``latest_replay_id`` (Salesforce closes streams th
 nothing for 30 minutes).
 
 Commit outcomes. The server answers commits in the stream's responses and may answer several
-with one response (for the last of them). A refused commit, and a commit still unanswered
-when its stream ends, are yielded as :class:`~ingest.client.stream.CommitFailed` items, never
-ignored: the server-side position did not (or may not) advance, so events after the last
-acknowledged commit can be delivered again on the next stream.
+with one response (for the last of them). A refused commit, a commit still unanswered when
+its stream ends, and a commit made while reconnecting (a position delivered on one stream
+cannot be committed on the next) are yielded as :class:`~ingest.client.stream.CommitFailed`
+items, never ignored: the server-side position did not (or may not) advance, so events after
+the last acknowledged commit can be delivered again on the next stream.
 
 Iteration yields the same lifecycle items as Subscribe, with the same flow control and the
 same recovery (backoff for transient failures, token refresh for rejections, permanent
@@ -105,6 +106,7 @@ class ManagedSubscription:
         self._lock = threading.Lock()
         self._stream: _Stream[Any, Any] | None = None
         self._outstanding: OrderedDict[str, ReplayId] = OrderedDict()
+        self._unsent: set[str] = set()
         self._last_committed: ReplayId | None = None
         self._events = 0
         self._batches = 0
@@ -142,13 +144,18 @@ class ManagedSubscription:
             )
         )
         with self._lock:
-            stream = self._stream
-            if stream is None:
+            if not self._iterated:
                 raise RuntimeError(
-                    f"{self.topic}: commit({replay_id.hex()}) needs an open stream; commit "
-                    "while iterating, after storing the items it yielded"
+                    f"{self.topic}: commit({replay_id.hex()}) before iterating; commit while "
+                    "iterating, after storing the items it yielded"
                 )
+            stream = self._stream
             self._outstanding[request_id] = replay_id
+            if stream is None:
+                # Between streams (reconnecting): the next stream reports it as failed, since
+                # a position delivered on an old stream cannot be committed on a new one.
+                self._unsent.add(request_id)
+                return request_id
         stream.send(request)
         return request_id
 
@@ -169,6 +176,13 @@ class ManagedSubscription:
         stream = self._stream
         if stream is not None:
             stream.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def _note_handed(self, item: Any) -> None:
+        """Nothing to remember: the server keeps the position (see :meth:`commit`)."""
 
     def stats(self) -> StreamStats:
         stream = self._stream
@@ -236,17 +250,24 @@ class ManagedSubscription:
         return []
 
     def _abandoned(self) -> list[CommitFailed]:
+        """Every commit not answered by the stream that just ended (or never sent)."""
         with self._lock:
             lost = list(self._outstanding.items())
+            unsent = set(self._unsent)
             self._outstanding.clear()
+            self._unsent.clear()
         since = self._last_committed.hex() if self._last_committed else "the start"
         return [
             CommitFailed(
                 self.topic,
                 request_id,
                 replay_id,
-                "the stream ended before the server answered; it may not have been applied, "
-                f"so events after {since} may be delivered again",
+                (
+                    "committed while no stream was open (reconnecting), so it was not sent"
+                    if request_id in unsent
+                    else "the stream ended before the server answered; it may not have been applied"
+                )
+                + f", so events after {since} may be delivered again",
             )
             for request_id, replay_id in lost
         ]
@@ -266,9 +287,10 @@ class ManagedSubscription:
         )
 
     def _items(self) -> Generator[Item, None, None]:
-        if self._iterated:
-            raise RuntimeError(f"{self!r} can be iterated once; create a new one to resume")
-        self._iterated = True
+        with self._lock:
+            if self._iterated:
+                raise RuntimeError(f"{self!r} can be iterated once; create a new one to resume")
+            self._iterated = True
         recovery = _Recovery(self._retry, self._tokens, self._sleep, self._rand, self._log)
         action = f"ManagedSubscribe {self.name}"
         first = True
@@ -293,6 +315,8 @@ class ManagedSubscription:
         stream = self._open()
         with self._lock:
             self._stream = stream
+        # Commits made while reconnecting were never sent; say so before anything else.
+        yield from self._abandoned()
         self._streams += 1
         self._got_events = False
         self._log.info("managed subscription %s started", self.name)

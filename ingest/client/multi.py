@@ -2,7 +2,8 @@
 
 Bronze landing runs a single loop that batches events per topic and commits each topic's
 checkpoint with its events, so :class:`MultiSubscription` merges the items of all its
-:class:`~ingest.client.subscriber.Subscription` objects into one iterator. Every item names
+:class:`~ingest.client.subscriber.Subscription` (or
+:class:`~ingest.client.managed.ManagedSubscription`) objects into one iterator. Every item names
 its topic; items of one topic keep their order; topics interleave as their events arrive.
 
 Each topic has a pump thread that takes items from its subscription into a shared queue, at
@@ -25,10 +26,11 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.client.managed import ManagedSubscription
 from ingest.client.stream import Item, Resubscribed
 from ingest.client.subscriber import Subscription, _NeedPosition
 
@@ -36,6 +38,8 @@ __all__ = ["MultiSubscription"]
 
 _log = logging.getLogger(__name__)
 _POLL = 0.05
+
+AnySubscription = Subscription | ManagedSubscription
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +51,12 @@ class _Reconnect:
 
 @dataclass(frozen=True, slots=True)
 class _Done:
-    sub: Subscription
+    sub: AnySubscription
 
 
 @dataclass(frozen=True, slots=True)
 class _Failed:
-    sub: Subscription
+    sub: AnySubscription
     error: BaseException
 
 
@@ -65,7 +69,7 @@ class MultiSubscription:
 
     def __init__(
         self,
-        subscriptions: Sequence[Subscription],
+        subscriptions: Sequence[AnySubscription],
         *,
         items_per_topic: int = 4,
         logger: logging.Logger | None = None,
@@ -88,7 +92,7 @@ class MultiSubscription:
         self._started = False
 
     @property
-    def subscriptions(self) -> tuple[Subscription, ...]:
+    def subscriptions(self) -> tuple[AnySubscription, ...]:
         return tuple(self._subs)
 
     def __enter__(self) -> MultiSubscription:
@@ -143,15 +147,15 @@ class MultiSubscription:
         finally:
             self.close()
 
-    def _acquire(self, sub: Subscription) -> bool:
+    def _acquire(self, sub: AnySubscription) -> bool:
         slot = self._slots[id(sub)]
         while not self._closed.is_set():
             if slot.acquire(timeout=_POLL):
                 return True
         return False
 
-    def _pump(self, sub: Subscription) -> None:
-        items = sub._items()
+    def _pump(self, sub: AnySubscription) -> None:
+        items: Generator[Any, Any, None] = sub._items()
         reply: Any = None
         try:
             while not self._closed.is_set():
@@ -159,7 +163,7 @@ class MultiSubscription:
                 reply = None
                 if not self._acquire(sub):
                     return
-                if isinstance(out, _NeedPosition):
+                if isinstance(out, _NeedPosition) and isinstance(sub, Subscription):
                     box: queue.SimpleQueue[Any] = queue.SimpleQueue()
                     self._queue.put(_Reconnect(sub, out, box))
                     while reply is None:

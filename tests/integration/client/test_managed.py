@@ -139,9 +139,9 @@ def test_unknown_managed_subscription_is_permanent(channel: grpc.Channel) -> Non
         next(iter(sub))
 
 
-def test_commit_needs_an_open_stream(channel: grpc.Channel) -> None:
+def test_commit_needs_an_iteration(channel: grpc.Channel) -> None:
     sub = ManagedSubscription(channel, subscription_id="18x000000000001AAA")
-    with pytest.raises(RuntimeError, match="needs an open stream"):
+    with pytest.raises(RuntimeError, match="before iterating"):
         sub.commit(ReplayId(b"\x01"))
     with pytest.raises(ValueError, match="exactly one of"):
         ManagedSubscription(channel, developer_name="A", subscription_id="18x")
@@ -160,3 +160,27 @@ def test_by_subscription_id(emulator: Emulator, channel: grpc.Channel) -> None:
                 break
     assert got == log
     assert sub.topic == f"managed:{sub_id}"
+
+
+def test_a_commit_made_while_reconnecting_is_reported(
+    emulator: Emulator, channel: grpc.Channel
+) -> None:
+    fill(emulator, 10)
+    emulator.faults.cut_streams(10)
+    failed: list[CommitFailed] = []
+    last = None
+    with ManagedSubscription(
+        channel, developer_name=MANAGED, retry=FAST_RETRY, sleep=lambda s: None
+    ) as sub:
+        for item in sub:
+            if isinstance(item, EventBatch):
+                last = item.latest_replay_id
+            elif isinstance(item, Resubscribed):
+                assert last is not None
+                sub.commit(last)  # no stream is open right now
+            elif isinstance(item, CommitFailed):
+                failed.append(item)
+                break
+    assert len(failed) == 1
+    assert "no stream was open" in failed[0].error
+    assert failed[0].replay_id == last

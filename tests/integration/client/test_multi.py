@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from ingest.client.managed import ManagedSubscription
 from ingest.client.multi import MultiSubscription
 from ingest.client.retry import RetryPolicy
 from ingest.client.schemas import SchemaCache
@@ -13,7 +14,7 @@ from ingest.client.subscriber import Subscription
 from ingest.emulator.server import Emulator
 from ingest.errors import PermanentError
 from ingest.replay import After, Earliest, StartPosition
-from tests.integration.client.conftest import ACCOUNT, CHANNEL, CONTACT, fill
+from tests.integration.client.conftest import ACCOUNT, CHANNEL, CONTACT, MANAGED, fill
 
 pytestmark = pytest.mark.integration
 
@@ -127,3 +128,24 @@ def test_a_permanent_failure_on_one_topic_stops_the_loop(channel: grpc.Channel) 
 def test_duplicate_topics_are_refused(channel: grpc.Channel) -> None:
     with pytest.raises(ValueError, match="subscribed once"):
         MultiSubscription([Subscription(channel, ACCOUNT), Subscription(channel, ACCOUNT)])
+
+
+def test_managed_and_plain_subscriptions_share_one_loop(
+    emulator: Emulator, channel: grpc.Channel
+) -> None:
+    orders = fill(emulator, 30)
+    accounts = fill(emulator, 20, ACCOUNT)
+    managed = ManagedSubscription(channel, developer_name=MANAGED, num_requested=10)
+    plain = Subscription(channel, ACCOUNT, start=Earliest())
+    got: dict[str, list[bytes]] = {managed.topic: [], ACCOUNT: []}
+    with MultiSubscription([managed, plain]) as multi:
+        for item in multi:
+            if isinstance(item, EventBatch):
+                got[item.topic].extend(e.replay_id.value for e in item.events)
+                if item.topic == managed.topic:
+                    managed.commit(item.latest_replay_id)
+            if len(got[managed.topic]) >= 30 and len(got[ACCOUNT]) >= 20:
+                break
+    assert got[managed.topic] == orders
+    assert got[ACCOUNT] == accounts
+    assert managed.last_committed is not None
