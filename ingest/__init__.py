@@ -6,6 +6,7 @@ Nothing in this package imports Spark, Delta or ``pipelines``.
 from ingest.errors import (
     AuthError,
     AuthRejectedError,
+    AuthUnavailableError,
     BitmapError,
     CheckpointError,
     ConfigError,
@@ -24,6 +25,7 @@ __all__ = [
     "After",
     "AuthError",
     "AuthRejectedError",
+    "AuthUnavailableError",
     "BitmapError",
     "CheckpointError",
     "ConfigError",

@@ -5,6 +5,7 @@
     SfcdcError
     ├── ConfigError            bad YAML or settings; lists every problem with file and key path
     ├── AuthError              a token could not be obtained or refreshed
+    │   └── AuthUnavailableError   the token endpoint was unreachable or failed (5xx): retry later
     ├── PubSubError            a Pub/Sub API call failed (gRPC status, error-code trailer, rpc id)
     │   ├── TransientError         worth retrying after a backoff (UNAVAILABLE, ...)
     │   ├── AuthRejectedError      UNAUTHENTICATED / service.auth.error: refresh the token, retry
@@ -25,6 +26,7 @@ from __future__ import annotations
 __all__ = [
     "AuthError",
     "AuthRejectedError",
+    "AuthUnavailableError",
     "BitmapError",
     "CheckpointError",
     "ConfigError",
@@ -55,6 +57,14 @@ class ConfigError(SfcdcError):
 
 class AuthError(SfcdcError):
     """Authentication against Salesforce (or the emulator) failed."""
+
+
+class AuthUnavailableError(AuthError):
+    """The token endpoint could not be reached or answered with a server error.
+
+    Unlike a rejected login, this may succeed later, so long-running subscribers retry it with
+    their backoff instead of stopping.
+    """
 
 
 class PubSubError(SfcdcError):

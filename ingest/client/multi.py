@@ -1,0 +1,183 @@
+"""Several topics at once: one stream and one flow-control window per topic, one consumer loop.
+
+Bronze landing runs a single loop that batches events per topic and commits each topic's
+checkpoint with its events, so :class:`MultiSubscription` merges the items of all its
+:class:`~ingest.client.subscriber.Subscription` (or
+:class:`~ingest.client.managed.ManagedSubscription`) objects into one iterator. Every item names
+its topic; items of one topic keep their order; topics interleave as their events arrive.
+
+Each topic has a pump thread that takes items from its subscription into a shared queue, at
+most ``items_per_topic`` at a time: a consumer that falls behind stops the pumps, which stops
+each subscription's top-ups, so memory stays bounded per topic and a busy topic cannot crowd
+out a quiet one.
+
+Positions are resolved in the consumer's thread. When a topic's stream must be reopened, its
+pump waits while the consumer's loop reaches the reconnect point in that topic's order; only
+then is the topic's ``durable_position()`` read and the :class:`Resubscribed` item yielded,
+so a checkpoint that the consumer commits for *any* topic in between is taken into account.
+
+A topic that fails for good (a permanent error, a corrupted replay id under ``"fail"``,
+exhausted retries) closes every subscription and raises from the loop: a job then stops
+with the reason instead of silently ingesting only some topics.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.client.managed import ManagedSubscription
+from ingest.client.stream import Item, Resubscribed
+from ingest.client.subscriber import Subscription, _NeedPosition
+
+__all__ = ["MultiSubscription"]
+
+_log = logging.getLogger(__name__)
+_POLL = 0.05
+
+AnySubscription = Subscription | ManagedSubscription
+
+
+@dataclass(frozen=True, slots=True)
+class _Reconnect:
+    sub: Subscription
+    need: _NeedPosition
+    reply: queue.SimpleQueue[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    sub: AnySubscription
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    sub: AnySubscription
+    error: BaseException
+
+
+class MultiSubscription:
+    """Subscriptions to several topics iterated as one stream of items.
+
+    Each subscription keeps its own start, durable position callback, corrupted-replay policy
+    and flow control. Topics must be distinct.
+    """
+
+    def __init__(
+        self,
+        subscriptions: Sequence[AnySubscription],
+        *,
+        items_per_topic: int = 4,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        subs = list(subscriptions)
+        if not subs:
+            raise ValueError("MultiSubscription needs at least one subscription")
+        topics = [s.topic for s in subs]
+        duplicates = sorted({t for t in topics if topics.count(t) > 1})
+        if duplicates:
+            raise ValueError(f"each topic may be subscribed once (duplicated: {duplicates})")
+        if items_per_topic < 1:
+            raise ValueError(f"items_per_topic must be >= 1 (got {items_per_topic})")
+        self._subs = subs
+        self._slots = {id(s): threading.BoundedSemaphore(items_per_topic) for s in subs}
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._closed = threading.Event()
+        self._log = logger or _log
+        self._threads: list[threading.Thread] = []
+        self._started = False
+
+    @property
+    def subscriptions(self) -> tuple[AnySubscription, ...]:
+        return tuple(self._subs)
+
+    def __enter__(self) -> MultiSubscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every subscription and stop the pumps."""
+        self._closed.set()
+        for sub in self._subs:
+            sub.close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def __iter__(self) -> Iterator[Item]:
+        if self._started:
+            raise RuntimeError("a MultiSubscription can be iterated once")
+        self._started = True
+        for sub in self._subs:
+            thread = threading.Thread(
+                target=self._pump, args=(sub,), name=f"sfcdc-pump {sub.topic}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+        active = len(self._subs)
+        try:
+            while active and not self._closed.is_set():
+                try:
+                    entry = self._queue.get(timeout=_POLL)
+                except queue.Empty:
+                    continue
+                if isinstance(entry, _Done):
+                    active -= 1
+                    continue
+                if isinstance(entry, _Failed):
+                    self._log.error("subscription to %s failed: %s", entry.sub.topic, entry.error)
+                    raise entry.error
+                if isinstance(entry, _Reconnect):
+                    self._slots[id(entry.sub)].release()
+                    position = entry.sub._resume_position(entry.need)
+                    entry.reply.put(position)
+                    yield Resubscribed(
+                        entry.sub.topic, position, entry.need.attempt, entry.need.reason
+                    )
+                    continue
+                sub, item = entry
+                self._slots[id(sub)].release()
+                sub._note_handed(item)
+                yield item
+        finally:
+            self.close()
+
+    def _acquire(self, sub: AnySubscription) -> bool:
+        slot = self._slots[id(sub)]
+        while not self._closed.is_set():
+            if slot.acquire(timeout=_POLL):
+                return True
+        return False
+
+    def _pump(self, sub: AnySubscription) -> None:
+        items: Generator[Any, Any, None] = sub._items()
+        reply: Any = None
+        try:
+            while not self._closed.is_set():
+                out = items.send(reply)
+                reply = None
+                if not self._acquire(sub):
+                    return
+                if isinstance(out, _NeedPosition) and isinstance(sub, Subscription):
+                    box: queue.SimpleQueue[Any] = queue.SimpleQueue()
+                    self._queue.put(_Reconnect(sub, out, box))
+                    while reply is None:
+                        if self._closed.is_set():
+                            return
+                        try:
+                            reply = box.get(timeout=_POLL)
+                        except queue.Empty:
+                            continue
+                else:
+                    self._queue.put((sub, out))
+        except StopIteration:
+            self._queue.put(_Done(sub))
+        except BaseException as exc:  # delivered to the consumer's thread and raised there
+            self._queue.put(_Failed(sub, exc))
+        finally:
+            items.close()

@@ -1,0 +1,401 @@
+"""What a subscription yields, and the flow-controlled stream underneath it.
+
+Iterating a subscription yields first-class lifecycle items:
+
+- :class:`EventBatch`: the events of one server response, in replay order;
+- :class:`Keepalive`: an empty response; its ``latest_replay_id`` may be stored as the
+  checkpoint even though no event came (Salesforce recommends exactly that);
+- :class:`Resubscribed`: a new stream is about to start after a failure; events handed out
+  earlier but not yet durably stored must be dropped, because they come again;
+- :class:`ReplayGap`: the stored position was rejected and the corrupted-replay policy moved
+  the subscription elsewhere; both positions are reported, never silently;
+- :class:`CommitFailed` (ManagedSubscribe only): the server refused a commit.
+
+Flow control. Salesforce lets at most 100 events be outstanding on a stream. A reader thread
+receives responses into a buffer; a :class:`FlowWindow` decides how many more events to ask
+for: whenever the consumer takes events from the buffer (so requests go out while the
+consumer is still working on what it took) and whenever events arrive while the buffer has
+room. Events outstanding at the server plus events buffered never exceed ``buffer_events``
+(and nothing is requested while ``buffer_bytes`` are buffered), so a slow consumer stops the
+requests and memory stays bounded, while a consumer busy with a slow commit finds the next
+events already received when it comes back. If nothing is outstanding for
+``idle_fetch_after`` seconds (the consumer is stuck on a slow commit and the buffer is full),
+a one-event request keeps the server from closing the stream under its 60-second rule.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import grpc
+
+from ingest.client.errors import Failure, classify, classify_status
+from ingest.replay import ReplayId, StartPosition
+
+__all__ = [
+    "DEFAULT_BUFFER_BYTES",
+    "DEFAULT_BUFFER_EVENTS",
+    "MAX_REQUESTED",
+    "CommitFailed",
+    "EventBatch",
+    "FlowWindow",
+    "Item",
+    "Keepalive",
+    "ReceivedEvent",
+    "ReplayGap",
+    "Resubscribed",
+    "StreamStats",
+]
+
+MAX_REQUESTED = 100
+# Enough to keep receiving through a slow Delta commit; with typical 1-3 KB change events this
+# is a few MB, and the byte bound caps it for large ones.
+DEFAULT_BUFFER_EVENTS = 1000
+DEFAULT_BUFFER_BYTES = 32 * 1024 * 1024
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedEvent:
+    """One delivered event: its replay id, event id (UUID), writer schema id and Avro bytes."""
+
+    replay_id: ReplayId
+    event_id: str
+    schema_id: str
+    payload: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class EventBatch:
+    """The events of one server response. ``latest_replay_id`` is the stream position after
+    the batch; ``pending_num_requested`` is what the server still owes the stream."""
+
+    topic: str
+    events: tuple[ReceivedEvent, ...]
+    latest_replay_id: ReplayId
+    rpc_id: str
+    received_at: float
+    pending_num_requested: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Keepalive:
+    """An empty response: the stream is healthy and its position is ``latest_replay_id``."""
+
+    topic: str
+    latest_replay_id: ReplayId
+    rpc_id: str
+    received_at: float
+    pending_num_requested: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Resubscribed:
+    """A new stream starts at ``position`` after a failure (``reason``).
+
+    Drop events that were handed out but are not yet durably stored: the new stream delivers
+    them again. ``attempt`` counts the consecutive failed streams before this one.
+    ``position`` is ``None`` for managed subscriptions, where the server resumes after the
+    last committed replay id.
+    """
+
+    topic: str
+    position: StartPosition | None
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayGap:
+    """The server rejected ``requested`` (unknown or expired replay id); the configured policy
+    resumed at ``resumed`` instead. Events between the two may be missing (``latest``) or
+    repeated (``earliest``)."""
+
+    topic: str
+    requested: StartPosition
+    resumed: StartPosition
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommitFailed:
+    """The server refused a ManagedSubscribe commit of ``replay_id``. The server-side position
+    did not advance past it; events after the last successful commit will be delivered again
+    on the next stream."""
+
+    topic: str
+    commit_request_id: str
+    replay_id: ReplayId
+    error: str
+
+
+Item = EventBatch | Keepalive | Resubscribed | ReplayGap | CommitFailed
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStats:
+    """Counters of one subscription since it was created."""
+
+    events: int
+    batches: int
+    keepalives: int
+    fetch_requests: int
+    streams: int
+    outstanding: int
+    buffered: int
+    server_pending: int
+
+
+class FlowWindow:
+    """How many events to request, and when. Thread-safe; no I/O.
+
+    ``window`` (at most 100) bounds events outstanding at the server; ``buffer_events``
+    bounds outstanding plus received-but-not-taken events, and no request goes out while
+    ``buffer_bytes`` or more are buffered (so memory stays below ``buffer_bytes`` plus one
+    window of events). A request is granted once the free room reaches ``min_request`` (a
+    quarter of the window), so a trickle of single events does not cause a request per event.
+    """
+
+    def __init__(
+        self,
+        window: int = MAX_REQUESTED,
+        buffer_events: int | None = None,
+        buffer_bytes: int | None = None,
+    ) -> None:
+        if not 1 <= window <= MAX_REQUESTED:
+            raise ValueError(
+                f"num_requested must be between 1 and {MAX_REQUESTED} (got {window}); "
+                "Salesforce treats anything above 100 as 100"
+            )
+        buffer_events = window if buffer_events is None else buffer_events
+        if buffer_events < window:
+            raise ValueError(
+                f"buffer_events must be >= num_requested ({window}) (got {buffer_events})"
+            )
+        if buffer_bytes is not None and buffer_bytes <= 0:
+            raise ValueError(f"buffer_bytes must be > 0 (got {buffer_bytes})")
+        self.window = window
+        self.buffer_events = buffer_events
+        self.buffer_bytes = buffer_bytes
+        self.min_request = max(1, window // 4)
+        self._lock = threading.Lock()
+        self.outstanding = 0
+        self.buffered = 0
+        self.buffered_bytes = 0
+        self.server_pending = 0
+        self.overdelivered = 0
+
+    def _room(self) -> int:
+        if self.buffer_bytes is not None and self.buffered_bytes >= self.buffer_bytes:
+            return 0
+        return min(
+            self.window - self.outstanding, self.buffer_events - self.outstanding - self.buffered
+        )
+
+    def _grant_locked(self, minimum: int) -> int:
+        room = self._room()
+        if room < minimum or room <= 0:
+            return 0
+        self.outstanding += room
+        return room
+
+    def initial(self) -> int:
+        """The ``num_requested`` of a new stream's first request (resets the counters)."""
+        with self._lock:
+            self.outstanding = 0
+            self.buffered = 0
+            self.buffered_bytes = 0
+            self.server_pending = 0
+            return self._grant_locked(1)
+
+    def received(self, events: int, server_pending: int, nbytes: int = 0) -> int:
+        """Events arrived; returns how many more to request now (0 for none)."""
+        with self._lock:
+            if events > self.outstanding:
+                self.overdelivered += events - self.outstanding
+            self.outstanding = max(self.outstanding - events, 0)
+            self.buffered += events
+            self.buffered_bytes += nbytes
+            self.server_pending = server_pending
+            return self._grant_locked(self.min_request)
+
+    def taken(self, events: int, nbytes: int = 0) -> int:
+        """The consumer took events from the buffer; returns how many more to request now."""
+        with self._lock:
+            self.buffered = max(self.buffered - events, 0)
+            self.buffered_bytes = max(self.buffered_bytes - nbytes, 0)
+            return self._grant_locked(self.min_request)
+
+    def idle_ping(self) -> int:
+        """Nothing is outstanding: ask for one event so the server keeps the stream open."""
+        with self._lock:
+            if self.outstanding > 0:
+                return 0
+            self.outstanding += 1
+            return 1
+
+    def idle(self) -> bool:
+        with self._lock:
+            return self.outstanding == 0
+
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+_STOP = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    failure: Failure | None
+
+
+class _Stream(Generic[Req, Resp]):
+    """One open bidi stream: request queue, reader thread and bounded buffer of responses.
+
+    The reader thread does as little as possible while holding the GIL: it counts the events
+    of each response, sends the top-up the window allows, and queues the raw response with
+    its arrival time (``inspect`` may turn part of a response into items first, for commit
+    answers that must be seen even while the consumer is busy). Responses are converted into
+    items on the consumer's side, when taken. Iterating yields the items in order, then
+    ends; after the end, :attr:`failure` says why the stream stopped (``None`` when it was
+    closed locally).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        call: Callable[..., Any],
+        first_request: Callable[[int], Req],
+        fetch_request: Callable[[int], Req],
+        convert: Callable[[Resp, float], list[Any]],
+        window: FlowWindow,
+        idle_fetch_after: float,
+        logger: logging.Logger,
+        inspect: Callable[[Resp], list[Any]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._name = name
+        self._fetch_request = fetch_request
+        self._convert = convert
+        self._inspect = inspect
+        self._clock = clock
+        self._window = window
+        self._idle_after = idle_fetch_after
+        self._log = logger
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._closing = threading.Event()
+        self._last_traffic = time.monotonic()
+        self.failure: Failure | None = None
+        self.fetch_requests = 1
+        self.responses = 0
+        self._requests.put(first_request(window.initial()))
+        self._call = call(self._request_iter())
+        self._reader = threading.Thread(target=self._read, name=f"sfcdc-reader {name}", daemon=True)
+        self._reader.start()
+
+    # -- requests (consumed by grpc's own thread) --
+
+    def _request_iter(self) -> Iterator[Any]:
+        wait = max(min(self._idle_after / 4, 1.0), 0.005)
+        while True:
+            try:
+                request = self._requests.get(timeout=wait)
+            except queue.Empty:
+                if self._closing.is_set():
+                    return
+                if (
+                    time.monotonic() - self._last_traffic >= self._idle_after
+                    and self._window.idle_ping()
+                ):
+                    self._log.debug("%s: nothing outstanding, asking for 1 event", self._name)
+                    self._last_traffic = time.monotonic()
+                    self.fetch_requests += 1
+                    yield self._fetch_request(1)
+                continue
+            if request is _STOP:
+                return
+            self._last_traffic = time.monotonic()
+            yield request
+
+    def send(self, request: Any) -> None:
+        """Queue another request on this stream (a top-up or a commit)."""
+        if not self._closing.is_set():
+            self._requests.put(request)
+
+    def top_up(self, events: int) -> None:
+        if events > 0:
+            self.fetch_requests += 1
+            self.send(self._fetch_request(events))
+
+    # -- responses (reader thread) --
+
+    def _read(self) -> None:
+        failure: Failure | None = None
+        items = self._items
+        window = self._window
+        inspect = self._inspect
+        clock = self._clock
+        try:
+            for response in self._call:
+                self.responses += 1
+                self._last_traffic = time.monotonic()
+                events = len(response.events)
+                size = response.ByteSize() if events else 0
+                # Count before handing over, so the consumer's take never precedes it.
+                more = window.received(events, response.pending_num_requested, size)
+                if more:
+                    self.top_up(more)
+                if inspect is not None:
+                    for item in inspect(response):
+                        items.put(item)
+                items.put((response, clock()))
+            if not self._closing.is_set():
+                failure = classify_status("OK", description="the server ended the stream")
+        except grpc.RpcError as exc:
+            if not self._closing.is_set():
+                failure = classify(exc)
+        except Exception as exc:  # a bug here must end the stream loudly, not hang it
+            self._log.exception("%s: reading the stream failed", self._name)
+            failure = classify(exc)
+        items.put(_End(failure))
+
+    # -- consumer side --
+
+    def __iter__(self) -> Iterator[Any]:
+        items = self._items
+        window = self._window
+        convert = self._convert
+        while True:
+            entry = items.get()
+            if isinstance(entry, _End):
+                self.failure = entry.failure
+                return
+            if not isinstance(entry, tuple):
+                yield entry  # an item made by inspect
+                continue
+            response, received_at = entry
+            events = len(response.events)
+            if events:
+                self.top_up(window.taken(events, response.ByteSize()))
+            yield from convert(response, received_at)
+
+    def close(self) -> None:
+        """End the stream: cancel the call and stop the request iterator."""
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        self._requests.put(_STOP)
+        cancel = getattr(self._call, "cancel", None)
+        if cancel is not None:
+            cancel()
+        self._reader.join(timeout=5)
