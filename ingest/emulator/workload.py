@@ -28,9 +28,14 @@ Account brings back the children deleted with it), lead conversions (Account + C
 Opportunity linked by lookups), GAP_CREATE / GAP_UPDATE / GAP_DELETE / GAP_UNDELETE (header
 only, the change still happens), GAP_OVERFLOW (a mass update whose first records have UPDATE
 events and the rest none), wildcard UPDATEs (``recordIds == ["001*"]``: a custom field nulled
-on every record by a lossy type conversion) and platform events. The generator never emits an
-impossible event: no UPDATE or DELETE of a deleted record, no UNDELETE of a live one, and live
-records only reference live records.
+on every record by a lossy type conversion) and platform events (``CreatedDate`` the publish
+time in epoch ms, ``CreatedById`` a user, custom fields mostly set). The generator never emits
+an impossible event: no UPDATE or DELETE of a deleted record, no UNDELETE of a live one, and
+live records only reference live records.
+
+The ground truth's semantics (what each change type does to a record) are documented in
+:mod:`ingest.emulator.truth`; person accounts are Account records only (their hidden Contact
+has no change events here).
 """
 
 from __future__ import annotations
@@ -130,7 +135,9 @@ class WorkloadMix:
     with nothing deleted) is skipped for that transaction. The defaults follow what a busy org
     sends: mostly single-record updates, a steady share of creates, a few mass operations,
     rare gaps and overflows. ``entity_weights`` picks the object a transaction works on;
-    ``None`` means realistic defaults for the shipped objects and 1.0 for any other.
+    ``None`` means realistic defaults for the shipped objects and 1.0 for any other; an object
+    left out of a given mapping gets weight 0 (it still receives cascades and lead
+    conversions).
     ``fill_ratio`` is the share of optional fields a new record fills, ``long_text_ratio`` the
     share of long text values of 1,000+ characters, ``long_text_edit_ratio`` how often an
     update prefers a long text field (the source of diffs), ``max_batch`` the records of one
@@ -406,9 +413,6 @@ class _IdSet:
     def pick(self, random_: Callable[[], float]) -> str:
         return self._items[int(random_() * len(self._items))]
 
-    def items(self) -> list[str]:
-        return list(self._items)
-
 
 _ENCODED_STRINGS: dict[str, bytes] = {}
 
@@ -497,9 +501,12 @@ class Workload:
     """Generates an org's change events and platform events, and keeps the ground truth.
 
     ``catalogue`` is used and mutated in place: :meth:`change_schema` adds schema versions to
-    it, so give the emulator server the same instance. ``start_ms`` (whole seconds) is the
-    first commit time; ``org_id`` (15 or 18 chars, ``00D``) defaults to one derived from the
-    seed, and every generated id shares its pod.
+    it, so give the emulator server the same instance. Every change event topic of the
+    catalogue gets records (the shipped objects with realistic values and links, any other
+    object with values by field type); platform event topics get events. ``seed`` fixes every
+    byte produced. ``start_ms`` (epoch ms, whole seconds) is the first commit time; ``mix``
+    weighs the transaction kinds (:class:`WorkloadMix`); ``org_id`` (15 or 18 chars, ``00D``)
+    defaults to one derived from the seed, and every generated id shares its pod.
     """
 
     def __init__(
@@ -562,7 +569,6 @@ class Workload:
         self._referrers: dict[str, dict[tuple[str, str, str], None]] = {}
         self._cascaded: dict[str, list[tuple[str, str]]] = {}
         self._created = 0
-        self._pe_weights: dict[str, float] = {}
 
     # -- public API ---------------------------------------------------------------------------
 
