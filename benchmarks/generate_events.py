@@ -53,7 +53,9 @@ def main() -> None:
     kinds = Counter(change.change_type for change in workload.log)
     truth = workload.truth
     print(f"generator: {len(events):,} events in {wall:.2f} s wall ({cpu:.2f} s CPU)")
-    print(f"  -> {rate:,.0f} events/s (target >= {TARGET:,}: {'met' if rate >= TARGET else 'MISSED'})")
+    print(
+        f"  -> {rate:,.0f} events/s (target >= {TARGET:,}: {'met' if rate >= TARGET else 'MISSED'})"
+    )
     print(f"  -> {len(events) / cpu:,.0f} events per CPU-second")
     print(
         f"baseline, same run: fastavro.schemaless_writer alone re-encoding {len(records):,} of "
