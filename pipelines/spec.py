@@ -27,15 +27,13 @@ from typing import Annotated, Any, Literal
 
 import yaml
 
+from ingest.auth import EnvRef, ScopeRef, SecretRef
 from ingest.errors import ConfigError
 from pipelines.spec_fields import (
     INVALID,
     ByteSize,
     Credential,
-    DatabricksSecret,
-    EnvSecret,
     Problems,
-    SecretRef,
     join,
     meta,
     parse_byte_size,
@@ -54,13 +52,12 @@ __all__ = [
     "Conf",
     "ConnectionSpec",
     "Credential",
-    "DatabricksSecret",
     "DefaultsSpec",
     "EmulatorSpec",
     "EmulatorTls",
     "EmulatorWorkload",
     "EngineName",
-    "EnvSecret",
+    "EnvRef",
     "IngestSpec",
     "JwtBearerAuth",
     "LakeSpec",
@@ -76,6 +73,7 @@ __all__ = [
     "SalesforceSpec",
     "SalesforceTls",
     "SchemasSpec",
+    "ScopeRef",
     "SecretRef",
     "SoapLoginAuth",
     "Source",

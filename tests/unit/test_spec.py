@@ -8,15 +8,16 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from ingest.auth import EnvSecrets, StaticSecrets
 from ingest.errors import ConfigError
 from pipelines.spec import (
     ClientCredentialsAuth,
     Conf,
-    DatabricksSecret,
-    EnvSecret,
+    EnvRef,
     JwtBearerAuth,
     ObjectSpec,
     PipelineSpec,
+    ScopeRef,
     SoapLoginAuth,
     StaticTokenAuth,
     TablesSpec,
@@ -227,10 +228,33 @@ def test_salesforce_connection_with_secret_references(tmp_path: Path, monkeypatc
     assert sf.auth == ClientCredentialsAuth(
         login_url="https://acme.my.salesforce.com",
         client_id="3MVG9-public-id",
-        client_secret=DatabricksSecret(scope="sfcdc", key="client-secret"),
+        client_secret=ScopeRef("sfcdc", "client-secret"),
     )
     assert sf.tls.verify is True
     assert sf.tls.ca_file == str((tmp_path / "certs" / "proxy.pem").resolve())
+
+
+def test_secret_references_are_the_types_the_resolvers_take(tmp_path: Path) -> None:
+    conf = load_conf(
+        write_conf(
+            tmp_path,
+            _sf(
+                """
+                type: client_credentials
+                login_url: https://acme.my.salesforce.com
+                client_id: {env: SF_ID}
+                client_secret: {secret: {scope: sfcdc, key: client-secret}}
+                """
+            ),
+        )
+    )
+    sf = conf.pipeline.connection.salesforce
+    assert sf is not None and isinstance(sf.auth, ClientCredentialsAuth)
+    assert isinstance(sf.auth.client_id, EnvRef) and isinstance(sf.auth.client_secret, ScopeRef)
+    resolver = StaticSecrets({"SF_ID": "3MVG9", ("sfcdc", "client-secret"): "s3cr3t"})
+    assert resolver.resolve(sf.auth.client_id).reveal() == "3MVG9"
+    assert resolver.resolve(sf.auth.client_secret).reveal() == "s3cr3t"
+    assert EnvSecrets({"SF_ID": "from-env"}).resolve(sf.auth.client_id).reveal() == "from-env"
 
 
 @pytest.mark.parametrize(
@@ -241,23 +265,23 @@ def test_salesforce_connection_with_secret_references(tmp_path: Path, monkeypatc
             " username: etl@acme.com, private_key: {env: KEY}}",
             JwtBearerAuth(
                 login_url="https://login.salesforce.com",
-                client_id=EnvSecret(env="ID"),
+                client_id=EnvRef("ID"),
                 username="etl@acme.com",
-                private_key=EnvSecret(env="KEY"),
+                private_key=EnvRef("KEY"),
             ),
         ),
         (
             "{type: soap_login, login_url: 'https://test.salesforce.com', username: u,"
             " password: {env: PW}}",
             SoapLoginAuth(
-                login_url="https://test.salesforce.com", username="u", password=EnvSecret(env="PW")
+                login_url="https://test.salesforce.com", username="u", password=EnvRef("PW")
             ),
         ),
         (
             "{type: static_token, access_token: {env: TOKEN},"
             " instance_url: 'https://acme.my.salesforce.com'}",
             StaticTokenAuth(
-                access_token=EnvSecret(env="TOKEN"), instance_url="https://acme.my.salesforce.com"
+                access_token=EnvRef("TOKEN"), instance_url="https://acme.my.salesforce.com"
             ),
         ),
     ],
@@ -622,6 +646,8 @@ def test_literal_secret_is_an_error_that_does_not_echo_the_value(tmp_path: Path)
         ("{secret: {scope: sfcdc}}", "client_secret.secret.key: required key is missing"),
         ("{env: A, secret: {scope: s, key: k}}", "got a mapping with keys 'env', 'secret'"),
         ("{vault: x}", "got a mapping with keys 'vault'"),
+        ("{secret: {scope: s, key: k, kee: x}}", "client_secret.secret.kee: unknown key"),
+        ("{secret: [s, k]}", "client_secret.secret: must be a mapping"),
         ("", "(got null, a NoneType)"),
     ],
 )
