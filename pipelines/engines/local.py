@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError
@@ -48,12 +49,14 @@ from pipelines.engines.arrow import (
 from pipelines.engines.base import (
     LAYERS,
     CommitResult,
+    Condition,
     HistoryEntry,
     MaintenanceResult,
     MergeMetrics,
     TableChanges,
     TableRef,
     Txn,
+    check_conditions,
     decode_user_metadata,
     encode_user_metadata,
     merge_keys,
@@ -504,6 +507,36 @@ class LocalEngine:
     def read(self, table: TableRef, *, version: int | None = None) -> DataFrame:
         dt = self._require(table, version)
         return self._dataframe(dt, table, dt.file_uris())
+
+    def read_arrow(
+        self,
+        table: TableRef,
+        *,
+        columns: Sequence[str] | None = None,
+        where: Sequence[Condition] = (),
+    ) -> pa.Table:
+        conditions = check_conditions(where)
+        dt = self._require(table)
+        schema = spark_schema_to_arrow(self._schema_of(dt))
+        names = list(schema.names if columns is None else columns)
+        unknown = sorted({*names, *(c for c, _op, _v in conditions)} - set(schema.names))
+        if unknown:
+            raise LakeError(
+                f"{table} has no column {', '.join(map(repr, unknown))} (columns: "
+                f"{', '.join(schema.names)})"
+            )
+        with self._errors("read", table):
+            if not self._reads_natively(dt):
+                return dt.to_pyarrow_table(columns=names, filters=conditions or None)
+            files = dt.file_uris()
+            if not files:
+                return schema.empty_table().select(names)
+            # Read the snapshot's files with pyarrow itself: delta-rs' dataset wrapper leaves
+            # threads behind that abort the interpreter at exit ("terminate called without an
+            # active exception"), which would turn a clean `sfcdc ingest` exit into a crash.
+            dataset = pads.dataset(files, schema=schema, format="parquet")
+            expression = pq.filters_to_expression(conditions) if conditions else None
+            return dataset.to_table(columns=names, filter=expression)
 
     def read_appends(self, table: TableRef, *, after_version: int | None) -> TableChanges:
         dt = self._require(table)
