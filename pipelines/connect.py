@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import httpx
@@ -50,11 +50,6 @@ from ingest.auth import (
 )
 from ingest.client import TlsSettings
 from ingest.client import connect as open_channel
-from ingest.emulator.catalogue import default_catalogue
-from ingest.emulator.managed import ManagedSubscriptionConfig
-from ingest.emulator.server import DEFAULT_CLIENT, Emulator, EmulatorConfig
-from ingest.emulator.topics import EmittedEvent
-from ingest.emulator.workload import Workload
 from ingest.errors import ConfigError
 from pipelines.spec import (
     AuthSpec,
@@ -69,6 +64,10 @@ from pipelines.spec import (
     TopicSpec,
     UsernamePasswordAuth,
 )
+
+if TYPE_CHECKING:
+    from ingest.emulator.server import Emulator
+    from ingest.emulator.topics import EmittedEvent
 
 __all__ = ["ChannelFactory", "Source", "connect", "secret_resolver", "token_provider"]
 
@@ -302,11 +301,12 @@ def _salesforce(spec: SalesforceSpec, ctx: _Context) -> Source:
 def _emulator_login(
     spec: EmulatorSpec, login_url: str, ca_file: Path | None, ctx: _Context
 ) -> TokenManager:
-    secret = (
-        ctx.secrets.resolve(spec.client_secret)
-        if spec.client_secret is not None
-        else Secret(DEFAULT_CLIENT.client_secret)
-    )
+    if spec.client_secret is not None:
+        secret = ctx.secrets.resolve(spec.client_secret)
+    else:
+        from ingest.emulator.server import DEFAULT_CLIENT
+
+        secret = Secret(DEFAULT_CLIENT.client_secret)
     provider = ClientCredentials(
         login_url,
         client_id=_value(spec.client_id, ctx.secrets),
@@ -334,6 +334,12 @@ def _external_emulator(spec: EmulatorSpec, ctx: _Context) -> Source:
 
 
 def _in_process_emulator(spec: EmulatorSpec, topics: Sequence[TopicSpec], ctx: _Context) -> Source:
+    # The emulator is only loaded when it runs here: a landing process that reaches Salesforce
+    # or an external emulator starts faster without it.
+    from ingest.emulator.catalogue import default_catalogue
+    from ingest.emulator.managed import ManagedSubscriptionConfig
+    from ingest.emulator.server import Emulator, EmulatorConfig
+
     catalogue = default_catalogue()
     state = Path(spec.state_dir) if spec.state_dir else None
     managed = tuple(
@@ -384,6 +390,8 @@ def _generate(
 ) -> tuple[threading.Thread | None, threading.Event | None]:
     """Generate the workload into an emulator whose log is empty (a fresh org); a log kept in
     ``state_dir`` from an earlier run is served as it is."""
+    from ingest.emulator.workload import Workload
+
     if any(emulator.log(t.name) for t in emulator.catalogue):
         return None, None
     workload = spec.workload
