@@ -28,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ingest.errors import ConfigError
+from ingest.errors import ConfigError, ReplayIdError
 from pipelines.bronze import BronzeLanding, LandingResult
 from pipelines.connect import connect, secret_resolver
 from pipelines.engines import LakeEngine, LocalEngine, make_engine
@@ -176,7 +176,18 @@ def land(
             ingest=conf.pipeline.ingest,
         )
         with _stop_on_signals(landing):
-            return landing.run(once=once, duration=seconds)
+            try:
+                return landing.run(once=once, duration=seconds)
+            except ReplayIdError as exc:
+                raise ReplayIdError(
+                    f"{exc}\nTo choose, set replay.on_corrupted to earliest or latest in the "
+                    f"topic's object files under {conf.conf_dir / 'objects'} (or "
+                    "defaults.replay.on_corrupted in pipeline.yml); until then the checkpoint "
+                    "stays where it is and nothing is landed for any topic.",
+                    status=exc.status,
+                    error_code=exc.error_code,
+                    rpc_id=exc.rpc_id,
+                ) from exc
 
 
 def run(args: argparse.Namespace) -> int:

@@ -127,6 +127,10 @@ def test_a_purged_checkpoint_with_policy_fail_exits_non_zero_saying_why(
     assert "sfcdc ingest: Subscribe to /event/Order_Shipped__e" in failed.stderr
     assert "rejected replay id" in failed.stderr
     assert "on_corrupted='earliest'" in failed.stderr and "on_corrupted='latest'" in failed.stderr
+    assert (
+        f"set replay.on_corrupted to earliest or latest in the topic's object files under {conf}"
+        in failed.stderr
+    )
 
 
 def test_for_seconds_and_object_selection(emulator: Emulator, tmp_path: Path) -> None:
