@@ -45,6 +45,7 @@ __all__ = [
     "TableChanges",
     "TableRef",
     "Txn",
+    "WriteLayout",
     "check_conditions",
     "decode_user_metadata",
     "encode_user_metadata",
@@ -97,6 +98,26 @@ class Txn:
             raise ValueError(f"txn app_id must be a non-empty string (got {self.app_id!r})")
         if isinstance(self.version, bool) or not isinstance(self.version, int) or self.version < 0:
             raise ValueError(f"txn version must be an integer >= 0 (got {self.version!r})")
+
+
+@dataclass(frozen=True)
+class WriteLayout:
+    """How an append lays out its Parquet files; the rows written are the same either way.
+
+    ``distinct`` names columns whose values are (nearly) all different, such as ids and raw
+    payloads: dictionary encoding them costs time and memory and saves nothing. ``unindexed``
+    names columns no reader filters on (payloads): no min/max statistics are computed for them.
+    ``row_group_rows`` bounds the rows of a Parquet row group, and so what the writer buffers
+    while it encodes a large batch. Engines apply what their writer supports.
+    """
+
+    distinct: tuple[str, ...] = ()
+    unindexed: tuple[str, ...] = ()
+    row_group_rows: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.row_group_rows is not None and self.row_group_rows < 1:
+            raise ValueError(f"row_group_rows must be >= 1 (got {self.row_group_rows})")
 
 
 @dataclass(frozen=True)
@@ -227,8 +248,10 @@ class LakeEngine(Protocol):
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
         evolve_schema: bool = True,
+        layout: WriteLayout | None = None,
     ) -> CommitResult:
-        """Append rows (creating the table if needed), idempotently when ``txn`` is given."""
+        """Append rows (creating the table if needed), idempotently when ``txn`` is given;
+        ``layout`` tunes the files written (see :class:`WriteLayout`)."""
         ...
 
     def merge(

@@ -31,7 +31,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
+from deltalake import (
+    ColumnProperties,
+    CommitProperties,
+    DeltaTable,
+    Schema,
+    Transaction,
+    WriterProperties,
+    write_deltalake,
+)
 from deltalake.exceptions import DeltaError
 from pyspark.sql.types import StructType
 
@@ -56,6 +64,7 @@ from pipelines.engines.base import (
     TableChanges,
     TableRef,
     Txn,
+    WriteLayout,
     check_conditions,
     decode_user_metadata,
     encode_user_metadata,
@@ -305,6 +314,20 @@ class LocalEngine:
             f"data must be a pyarrow.Table or a Spark DataFrame (got a {type(data).__name__})"
         )
 
+    @staticmethod
+    def _writer_properties(layout: WriteLayout | None) -> WriterProperties | None:
+        if layout is None:
+            return None
+        columns: dict[str, ColumnProperties] = {}
+        for name in dict.fromkeys([*layout.distinct, *layout.unindexed]):
+            columns[name] = ColumnProperties(
+                dictionary_enabled=False if name in layout.distinct else None,
+                statistics_enabled="NONE" if name in layout.unindexed else None,
+            )
+        return WriterProperties(
+            max_row_group_size=layout.row_group_rows, column_properties=columns or None
+        )
+
     def append(
         self,
         table: TableRef,
@@ -313,6 +336,7 @@ class LocalEngine:
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
         evolve_schema: bool = True,
+        layout: WriteLayout | None = None,
     ) -> CommitResult:
         dt = self._load(table)
         if self._already_applied(dt, table, txn):
@@ -322,6 +346,9 @@ class LocalEngine:
         if arrow.num_rows == 0 and txn is None:
             return CommitResult(table, None, skipped=False, rows=0)
         props = self._commit_properties(txn, metadata)
+        writer = self._writer_properties(layout)
+        # delta-rs takes no explicit None for its writer defaults.
+        tuning: dict[str, Any] = {"writer_properties": writer} if writer is not None else {}
         with self._errors("append to", table):
             if dt is None:
                 self.path(table).mkdir(parents=True, exist_ok=True)
@@ -330,6 +357,7 @@ class LocalEngine:
                     normalize_arrow(arrow),
                     mode="append",
                     commit_properties=props,
+                    **tuning,
                 )
                 dt = self._require(table)
             else:
@@ -343,6 +371,7 @@ class LocalEngine:
                     mode="append",
                     schema_mode="merge" if grows else None,
                     commit_properties=props,
+                    **tuning,
                 )
         version = dt.version()
         _log.debug("%s: appended %d rows as version %d", table, arrow.num_rows, version)

@@ -41,6 +41,7 @@ from pipelines.engines.base import (
     TableChanges,
     TableRef,
     Txn,
+    WriteLayout,
     check_conditions,
     decode_user_metadata,
     encode_user_metadata,
@@ -141,9 +142,14 @@ def write_options(
     *,
     merge_schema: bool = False,
     overwrite_schema: bool = False,
+    layout: WriteLayout | None = None,
 ) -> dict[str, str]:
-    """DataFrameWriter options of a Delta write."""
+    """DataFrameWriter options of a Delta write. Of a ``layout``, the Parquet writer takes
+    per-column dictionary switches; statistics and row groups are left to Delta's own settings
+    (``delta.dataSkippingStatsColumns``, ``parquet.block.size``)."""
     options: dict[str, str] = {}
+    for column in layout.distinct if layout is not None else ():
+        options[f"parquet.enable.dictionary#{column}"] = "false"
     if txn is not None:
         options["txnAppId"] = txn.app_id
         options["txnVersion"] = str(txn.version)
@@ -475,8 +481,9 @@ class SparkEngine:
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
         evolve_schema: bool = True,
+        layout: WriteLayout | None = None,
     ) -> CommitResult:
-        options = write_options(txn, metadata, merge_schema=evolve_schema)
+        options = write_options(txn, metadata, merge_schema=evolve_schema, layout=layout)
         return self._write(table, data, mode="append", txn=txn, options=options)
 
     def overwrite(

@@ -1,5 +1,5 @@
-"""LocalEngine.read_arrow without a Spark session: filters, projections, evolved schemas, and a
-clean interpreter exit after reading (delta-rs' own dataset reader aborts it)."""
+"""The local engine without a Spark session: read_arrow (filters, projections, evolved schemas, a
+clean interpreter exit after reading) and the Parquet layout of appends."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import textwrap
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from ingest.errors import LakeError
-from pipelines.engines import LocalEngine, TableRef, Txn
+from pipelines.engines import LocalEngine, TableRef, Txn, WriteLayout
 from pipelines.engines.base import check_conditions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,3 +101,34 @@ def test_the_interpreter_exits_cleanly_after_reading(engine: LocalEngine) -> Non
             check=False,
         )
         assert (done.returncode, done.stdout.strip()) == (0, "5"), done.stderr
+
+
+def test_write_layout_shapes_the_parquet_files(tmp_path: Path) -> None:
+    engine = LocalEngine(None, location=tmp_path / "lake")
+    table = TableRef("bronze", "events")
+    rows = pa.table(
+        {
+            "event_id": pa.array([f"id-{i}" for i in range(250)]),
+            "payload": pa.array([bytes([i % 256]) * 300 for i in range(250)], pa.binary()),
+            "topic": pa.array(["/event/Order__e"] * 250),
+        }
+    )
+    layout = WriteLayout(
+        distinct=("event_id", "payload"), unindexed=("payload",), row_group_rows=100
+    )
+    engine.append(table, rows, layout=layout)
+    (file,) = engine.path(table).glob("*.parquet")
+    metadata = pq.ParquetFile(file).metadata
+    assert metadata.num_row_groups == 3
+    columns = {metadata.row_group(0).column(i).path_in_schema: i for i in range(3)}
+
+    def chunk(name: str) -> pq.ColumnChunkMetaData:
+        return metadata.row_group(0).column(columns[name])
+
+    assert not any("DICTIONARY" in e for e in chunk("event_id").encodings)
+    assert any("DICTIONARY" in e for e in chunk("topic").encodings)
+    assert chunk("event_id").statistics.has_min_max
+    assert chunk("payload").statistics is None or not chunk("payload").statistics.has_min_max
+    assert engine.read_arrow(table).num_rows == 250
+    with pytest.raises(ValueError, match="row_group_rows must be >= 1"):
+        WriteLayout(row_group_rows=0)

@@ -20,6 +20,7 @@ from pipelines.engines import (
     SparkEngine,
     TableRef,
     Txn,
+    WriteLayout,
     delta_classes_present,
     detect_engine,
     make_engine,
@@ -290,6 +291,14 @@ def test_write_options() -> None:
     }
     assert write_options(None, None, merge_schema=True, overwrite_schema=True) == {
         "overwriteSchema": "true"
+    }
+
+
+def test_write_layout_turns_dictionaries_off_per_column() -> None:
+    options = write_options(None, None, layout=WriteLayout(distinct=("event_id", "payload")))
+    assert options == {
+        "parquet.enable.dictionary#event_id": "false",
+        "parquet.enable.dictionary#payload": "false",
     }
 
 
