@@ -31,13 +31,14 @@ import pyarrow as pa
 
 from ingest.errors import ConfigError
 from pipelines.engines.arrow import arrow_schema_to_spark
-from pipelines.engines.base import TableRef
+from pipelines.engines.base import TableRef, WriteLayout
 from pipelines.spec import TopicSpec
 
 if TYPE_CHECKING:
     from pipelines.engines.base import LakeEngine
 
 __all__ = [
+    "BRONZE_LAYOUT",
     "BRONZE_SCHEMA",
     "CHECKPOINT_SCHEMA",
     "CHECKPOINT_TABLE",
@@ -71,6 +72,14 @@ BRONZE_SCHEMA = pa.schema(
         pa.field("batch_id", pa.int64(), nullable=False),
         pa.field("batch_seq", pa.int32(), nullable=False),
     ]
+)
+
+# Ids and payloads are unique per event, so dictionaries would be built only to be dropped; no
+# reader filters on payloads; row groups of 16k events bound what the writer buffers.
+BRONZE_LAYOUT = WriteLayout(
+    distinct=("replay_id", "event_id", "payload", "batch_seq"),
+    unindexed=("payload",),
+    row_group_rows=16_384,
 )
 
 CHECKPOINT_SCHEMA = pa.schema(
