@@ -104,6 +104,12 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU of this process so far, all threads (Rust writer threads included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _conf(root: Path, info: dict[str, int]) -> Path:
     conf = root / "conf"
     (conf / "objects").mkdir(parents=True)
@@ -134,6 +140,7 @@ def measure_ceiling(info: dict[str, int], events: int) -> dict[str, float]:
             source.tokens.current()
             sub = Subscription(source.channel, TOPIC, start=Earliest(), tokens=source.tokens)
             got = 0
+            cpu = _cpu_seconds()
             started = time.perf_counter()
             with MultiSubscription([sub]) as multi:
                 for item in multi:
@@ -142,7 +149,8 @@ def measure_ceiling(info: dict[str, int], events: int) -> dict[str, float]:
                         if got >= events:
                             break
             seconds = time.perf_counter() - started
-    return {"events": got, "seconds": seconds, "peak_rss_mb": _peak_rss_mb()}
+            cpu = _cpu_seconds() - cpu
+    return {"events": got, "seconds": seconds, "cpu": cpu, "peak_rss_mb": _peak_rss_mb()}
 
 
 def measure_landing(info: dict[str, int], events: int) -> dict[str, float]:
@@ -164,12 +172,14 @@ def measure_landing(info: dict[str, int], events: int) -> dict[str, float]:
             )
             results = []
             runner = threading.Thread(target=lambda: results.append(landing.run()))
+            cpu = _cpu_seconds()
             started = time.perf_counter()
             runner.start()
             # Timed until the last event is committed in Delta, not until a keepalive.
             while landing.snapshot().events < events and runner.is_alive():
                 time.sleep(0.005)
             seconds = time.perf_counter() - started
+            cpu = _cpu_seconds() - cpu
             landing.stop("benchmark done")
             runner.join()
         (result,) = results
@@ -178,6 +188,7 @@ def measure_landing(info: dict[str, int], events: int) -> dict[str, float]:
     return {
         "events": result.events,
         "seconds": seconds,
+        "cpu": cpu,
         "peak_rss_mb": _peak_rss_mb(),
         "commits": commits,
         "parquet_mb": bronze_mb,
@@ -244,15 +255,21 @@ def main() -> int:
         f"own process (backlog built in {backlog:.0f} s), local engine, default batching, "
         f"cores={os.cpu_count()}"
     )
-    print(f"{'':24}{'events':>11}{'seconds':>9}{'events/s':>11}{'MB/s':>8}{'peak RSS MB':>13}")
+    print(
+        f"{'':24}{'events':>11}{'seconds':>9}{'events/s':>11}{'MB/s':>8}"
+        f"{'CPU us/event':>14}{'peak RSS MB':>13}"
+    )
     for label, r in rows:
         rate = r["events"] / r["seconds"]
         print(
             f"{label:24}{r['events']:>11,.0f}{r['seconds']:>9.2f}{rate:>11,.0f}"
-            f"{rate * args.size / 1e6:>8.1f}{r['peak_rss_mb']:>13.0f}"
+            f"{rate * args.size / 1e6:>8.1f}{r['cpu'] / r['events'] * 1e6:>14.1f}"
+            f"{r['peak_rss_mb']:>13.0f}"
         )
     ceiling_rate = ceiling["events"] / ceiling["seconds"]
     landing_rate = landing["events"] / landing["seconds"]
+    load = os.getloadavg()[0]
+    print(f"machine load average during the run: {load:.1f} on {os.cpu_count()} cores")
     print(
         f"landing / ceiling: {landing_rate / ceiling_rate:.2f}; {landing['commits']:.0f} "
         f"commits, {landing['parquet_mb']:.0f} MB of Parquet written"
