@@ -11,7 +11,8 @@ column          type        meaning
 ``payload``     binary      the Avro payload, untouched (nothing is decoded in bronze)
 ``topic``       string      the topic it was received on
 ``received_at`` timestamp   when the client received the server response holding it
-``batch_id``    bigint      landing batch of the topic (1, 2, ...; increasing)
+``batch_id``    bigint      landing batch of the topic: increasing, with gaps where a batch
+                            only moved the checkpoint (keepalive, replay gap)
 ``batch_seq``   int         position in the batch: ``(batch_id, batch_seq)`` is stream order
 ==============  ==========  =========================================================
 
