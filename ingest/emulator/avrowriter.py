@@ -48,9 +48,10 @@ def _varint(n: int) -> bytes:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
+    encoded = bytes(out)
     if len(_VARINTS) >= _VARINT_CACHE_SIZE:
         _VARINTS.clear()
-    encoded = _VARINTS[n] = bytes(out)
+    _VARINTS[n] = encoded
     return encoded
 
 
@@ -161,7 +162,7 @@ class _Generator:
         lines = [
             f"def {function}(out, d, isinstance=isinstance, _varint=_varint):",
             "    append = out.append",
-            "    if not isinstance(d, _Mapping):",
+            "    if d.__class__ is not dict and not isinstance(d, _Mapping):",
             f"        raise _type_error({where}, 'record', d)",
             f"    if not {self.const(known)}.issuperset(d):",
             f"        raise _unknown_keys({where}, d, {self.const(known)})",
@@ -181,6 +182,27 @@ class _Generator:
             self.value(lines, v, f["type"], own_namespace, where=f"{full}.{name}", ind="    ")
         self.sources.append("\n".join(lines))
         return function
+
+    def field_writers(self, t: Mapping[str, Any], namespace: str) -> list[str]:
+        """One function per top-level field, writing that field's encoding (union index
+        included) on its own; used to write records that are mostly nulls."""
+        own_namespace = str(t.get("namespace", namespace))
+        full = self.full_name(str(t["name"]), own_namespace)
+        if "." in full:
+            own_namespace = full.rsplit(".", 1)[0]
+        names = []
+        for i, f in enumerate(t["fields"]):
+            function = f"_f{i}"
+            lines = [
+                f"def {function}(out, v, isinstance=isinstance, _varint=_varint):",
+                "    append = out.append",
+            ]
+            self.value(
+                lines, "v", f["type"], own_namespace, where=f"{full}.{f['name']}", ind="    "
+            )
+            self.sources.append("\n".join(lines))
+            names.append(function)
+        return names
 
     def value(
         self, lines: list[str], v: str, t: Any, namespace: str, *, where: str, ind: str
@@ -316,20 +338,58 @@ class AvroWriter:
             raw = {**raw, "fields": list(raw["fields"])[first_field:]}
         generator = _Generator()
         entry = generator.record(raw, str(raw.get("namespace", "")))
+        fields = list(raw["fields"])
+        # A record whose fields are all ["null", ...] unions defaulting to null (a change event
+        # body) can be written sparsely: one zero byte per null, the present values in order.
+        self._sparse = all(
+            isinstance(f["type"], list) and f["type"][0] == "null" and f.get("default", 0) is None
+            for f in fields
+        )
+        field_functions = generator.field_writers(raw, "") if self._sparse else []
         namespace: dict[str, Any] = dict(generator.consts)
         source = "\n\n".join(generator.sources)
         # The source is generated above from the schema's structure; field names only ever appear
         # in it as repr() string literals, never as code.
         exec(compile(source, f"<avro writer {raw['name']}>", "exec"), namespace)
         self._write: Callable[[bytearray, Any], None] = namespace[entry]
+        self._field_writers: list[Callable[[bytearray, Any], None]] = [
+            namespace[f] for f in field_functions
+        ]
+        self._index = {str(f["name"]): i for i, f in enumerate(fields)}
+        self._count = len(fields)
+        self._zeros = bytes(len(fields))
+        self._name = str(raw["name"])
         self._source = source
 
     def write(self, datum: Mapping[str, Any]) -> bytes:
         """The Avro binary encoding of ``datum``."""
+        if self._sparse and isinstance(datum, dict) and len(datum) * 3 < self._count:
+            return self._write_sparse(datum)
         out = bytearray()
         self._write(out, datum)
         return bytes(out)
 
+    def _write_sparse(self, datum: dict[str, Any]) -> bytes:
+        index = self._index
+        try:
+            present = sorted([(index[k], v) for k, v in datum.items() if v is not None])
+        except KeyError:
+            raise _unknown_keys(self._name, datum, frozenset(index)) from None
+        out = bytearray()
+        zeros = self._zeros
+        writers = self._field_writers
+        previous = 0
+        for i, value in present:
+            if i > previous:
+                out += zeros[: i - previous]
+            writers[i](out, value)
+            previous = i + 1
+        if previous < self._count:
+            out += zeros[: self._count - previous]
+        return bytes(out)
+
+
+_SMALL_LONGS: tuple[bytes, ...] = tuple(bytes(((i << 1),)) for i in range(64))
 
 _HEADER_LAYOUT = (
     ("entityName", "string"),
@@ -386,6 +446,8 @@ class HeaderEncoder:
 
     @staticmethod
     def long(value: int) -> bytes:
+        if value.__class__ is int and 0 <= value < 64:
+            return _SMALL_LONGS[value]
         if value.__class__ is not int or not -(2**63) <= value < 2**63:
             raise _type_error("ChangeEventHeader", "long", value)
         return _varint((value << 1) ^ (value >> 63))
@@ -394,6 +456,11 @@ class HeaderEncoder:
     def strings(values: Any) -> bytes:
         if not values:
             return b"\x00"
+        if len(values) == 1:
+            data: bytes = values[0].encode("utf-8")
+            if len(data) < 64:
+                # One record id: the common case, written without a loop.
+                return b"\x02" + _SMALL_LONGS[len(data)] + data + b"\x00"
         parts = [_varint(len(values) << 1)]
         for value in values:
             data = value.encode("utf-8")

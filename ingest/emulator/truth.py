@@ -295,12 +295,19 @@ class GroundTruth:
         *,
         event_id: str,
         gap: bool = False,
+        owned: bool = False,
     ) -> None:
-        """A new live record with ``values`` (every field; missing ones are ``None``)."""
+        """A new live record with ``values`` (every field; missing ones are ``None``).
+
+        With ``owned=True`` the caller hands ``values`` (and the dicts in it) over and never
+        touches them again, so a dict with exactly the entity's fields is kept without a copy.
+        """
         state = self._entity(entity)
         if record_id in state.records:
             raise ValueError(f"{entity} {record_id} already exists; a CREATE needs a new id")
-        state.records[record_id] = self._full(state, values)
+        state.records[record_id] = (
+            self._adopt(state, values) if owned else self._full(state, values)
+        )
         self._after_full_image(state, record_id, event_id, gap=gap)
 
     def update(
@@ -314,8 +321,10 @@ class GroundTruth:
     ) -> None:
         """Apply ``changes`` (top-level names or ``Parent.Child`` names) to a live record."""
         state = self._entity(entity)
-        self._require_live(state, entity, record_id, "UPDATE")
-        self._apply(state, state.records[record_id], changes)
+        values = state.records.get(record_id)
+        if values is None or record_id in state.deleted:
+            self._require_live(state, entity, record_id, "UPDATE")
+        self._apply(state, values, changes)  # type: ignore[arg-type]
         if gap:
             state.gaps.setdefault(record_id, []).append(event_id)
 
@@ -335,15 +344,19 @@ class GroundTruth:
         *,
         event_id: str,
         gap: bool = False,
+        owned: bool = False,
     ) -> None:
-        """Restore a deleted record with ``values`` (its full image after the undelete)."""
+        """Restore a deleted record with ``values`` (its full image after the undelete);
+        ``owned`` as for :meth:`create`."""
         state = self._entity(entity)
         if record_id not in state.deleted:
             raise ValueError(
                 f"{entity} {record_id} is not deleted; UNDELETE needs a deleted record"
             )
         del state.deleted[record_id]
-        state.records[record_id] = self._full(state, values)
+        state.records[record_id] = (
+            self._adopt(state, values) if owned else self._full(state, values)
+        )
         self._after_full_image(state, record_id, event_id, gap=gap)
 
     def overflow(
@@ -385,6 +398,17 @@ class GroundTruth:
         else:
             state.gaps.pop(record_id, None)
 
+    @classmethod
+    def _adopt(cls, state: _Entity, values: Mapping[str, Any]) -> dict[str, Any]:
+        if values.__class__ is not dict or values.keys() != state.names:
+            return cls._full(state, values)
+        adopted: dict[str, Any] = values
+        for name, children in state.compounds.items():
+            value = adopted[name]
+            if value is not None and (value.__class__ is dict or isinstance(value, Mapping)):
+                adopted[name] = _normal_compound(children, value)
+        return adopted
+
     @staticmethod
     def _full(state: _Entity, values: Mapping[str, Any]) -> dict[str, Any]:
         if values.keys() != state.names:
@@ -395,13 +419,18 @@ class GroundTruth:
         out = {name: get(name) for name in state.fields}
         for name, children in state.compounds.items():
             value = out[name]
-            if isinstance(value, Mapping):
+            if value is not None and (value.__class__ is dict or isinstance(value, Mapping)):
                 out[name] = _normal_compound(children, value)
         return out
 
     @staticmethod
     def _apply(state: _Entity, values: dict[str, Any], changes: Mapping[str, Any]) -> None:
+        names = state.names
+        compounds = state.compounds
         for name, value in changes.items():
+            if name in names and (name not in compounds or not isinstance(value, Mapping)):
+                values[name] = value
+                continue
             parent, _, child = name.partition(".")
             if parent not in state.names:
                 raise ValueError(f"unknown field {name!r} (fields: {', '.join(state.fields)})")
@@ -421,8 +450,12 @@ class GroundTruth:
 
 
 def _normal_compound(children: tuple[str, ...], value: Mapping[str, Any]) -> dict[str, Any] | None:
-    unknown = [k for k in value if k not in children]
-    if unknown:
+    if len(value) > len(children) or not all(k in children for k in value):
+        unknown = [k for k in value if k not in children]
         raise ValueError(f"unknown compound children {unknown} (children: {', '.join(children)})")
-    out = {c: value.get(c) for c in children}
-    return out if any(v is not None for v in out.values()) else None
+    get = value.get
+    out = {c: get(c) for c in children}
+    for v in out.values():
+        if v is not None:
+            return out
+    return None

@@ -28,9 +28,14 @@ Account brings back the children deleted with it), lead conversions (Account + C
 Opportunity linked by lookups), GAP_CREATE / GAP_UPDATE / GAP_DELETE / GAP_UNDELETE (header
 only, the change still happens), GAP_OVERFLOW (a mass update whose first records have UPDATE
 events and the rest none), wildcard UPDATEs (``recordIds == ["001*"]``: a custom field nulled
-on every record by a lossy type conversion) and platform events. The generator never emits an
-impossible event: no UPDATE or DELETE of a deleted record, no UNDELETE of a live one, and live
-records only reference live records.
+on every record by a lossy type conversion) and platform events (``CreatedDate`` the publish
+time in epoch ms, ``CreatedById`` a user, custom fields mostly set). The generator never emits
+an impossible event: no UPDATE or DELETE of a deleted record, no UNDELETE of a live one, and
+live records only reference live records.
+
+The ground truth's semantics (what each change type does to a record) are documented in
+:mod:`ingest.emulator.truth`; person accounts are Account records only (their hidden Contact
+has no change events here).
 """
 
 from __future__ import annotations
@@ -130,7 +135,9 @@ class WorkloadMix:
     with nothing deleted) is skipped for that transaction. The defaults follow what a busy org
     sends: mostly single-record updates, a steady share of creates, a few mass operations,
     rare gaps and overflows. ``entity_weights`` picks the object a transaction works on;
-    ``None`` means realistic defaults for the shipped objects and 1.0 for any other.
+    ``None`` means realistic defaults for the shipped objects and 1.0 for any other; an object
+    left out of a given mapping gets weight 0 (it still receives cascades and lead
+    conversions).
     ``fill_ratio`` is the share of optional fields a new record fills, ``long_text_ratio`` the
     share of long text values of 1,000+ characters, ``long_text_edit_ratio`` how often an
     update prefers a long text field (the source of diffs), ``max_batch`` the records of one
@@ -315,6 +322,7 @@ class _Plan:
     wildcard: tuple[_FieldPlan, ...]
     lookups: frozenset[str]
     _editable: dict[bool, tuple[_FieldPlan, ...]] = field(default_factory=dict)
+    _texts: dict[bool, tuple[_FieldPlan, ...]] = field(default_factory=dict)
     _bitmaps: dict[tuple[str, ...], bytes] = field(default_factory=dict)
 
     def has(self, name: str) -> bool:
@@ -328,6 +336,15 @@ class _Plan:
                 self._bitmaps.clear()
             encoded = self._bitmaps[names] = HeaderEncoder.strings(self.encoder.encode(names))
         return encoded
+
+    def texts_for(self, person: bool) -> tuple[_FieldPlan, ...]:
+        """The long text fields among :meth:`editable_for`."""
+        cached = self._texts.get(person)
+        if cached is None:
+            cached = self._texts[person] = tuple(
+                fp for fp in self.editable_for(person) if fp.category == "long_text"
+            )
+        return cached
 
     def editable_for(self, person: bool) -> tuple[_FieldPlan, ...]:
         """Editable fields of a person (or business) account; of any record elsewhere."""
@@ -396,8 +413,18 @@ class _IdSet:
     def pick(self, random_: Callable[[], float]) -> str:
         return self._items[int(random_() * len(self._items))]
 
-    def items(self) -> list[str]:
-        return list(self._items)
+
+_ENCODED_STRINGS: dict[str, bytes] = {}
+
+
+def _encoded_string(value: str) -> bytes:
+    """Avro encoding of a string drawn from a small set (origins, user ids), memoized."""
+    encoded = _ENCODED_STRINGS.get(value)
+    if encoded is None:
+        if len(_ENCODED_STRINGS) > 1000:
+            _ENCODED_STRINGS.clear()
+        encoded = _ENCODED_STRINGS[value] = HeaderEncoder.string(value)
+    return encoded
 
 
 @dataclass(slots=True)
@@ -414,11 +441,11 @@ class _Tx:
     commit: bytes = b""
 
     def encode_shared(self) -> None:
-        self.origin_and_key = HeaderEncoder.string(self.origin) + HeaderEncoder.string(self.key)
+        self.origin_and_key = _encoded_string(self.origin) + HeaderEncoder.string(self.key)
         self.commit = (
             HeaderEncoder.long(self.timestamp)
             + HeaderEncoder.long(self.commit_number)
-            + HeaderEncoder.string(self.user)
+            + _encoded_string(self.user)
         )
 
 
@@ -474,9 +501,12 @@ class Workload:
     """Generates an org's change events and platform events, and keeps the ground truth.
 
     ``catalogue`` is used and mutated in place: :meth:`change_schema` adds schema versions to
-    it, so give the emulator server the same instance. ``start_ms`` (whole seconds) is the
-    first commit time; ``org_id`` (15 or 18 chars, ``00D``) defaults to one derived from the
-    seed, and every generated id shares its pod.
+    it, so give the emulator server the same instance. Every change event topic of the
+    catalogue gets records (the shipped objects with realistic values and links, any other
+    object with values by field type); platform event topics get events. ``seed`` fixes every
+    byte produced. ``start_ms`` (epoch ms, whole seconds) is the first commit time; ``mix``
+    weighs the transaction kinds (:class:`WorkloadMix`); ``org_id`` (15 or 18 chars, ``00D``)
+    defaults to one derived from the seed, and every generated id shares its pod.
     """
 
     def __init__(
@@ -539,7 +569,6 @@ class Workload:
         self._referrers: dict[str, dict[tuple[str, str, str], None]] = {}
         self._cascaded: dict[str, list[tuple[str, str]]] = {}
         self._created = 0
-        self._pe_weights: dict[str, float] = {}
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -934,7 +963,7 @@ class Workload:
                 plan.schema.schema_id,
                 plan.entity,
                 change_type,
-                tuple(record_ids),
+                record_ids if isinstance(record_ids, tuple) else tuple(record_ids),
                 changed,
                 nulled,
                 diffed,
@@ -1129,6 +1158,7 @@ class Workload:
         record = self._record(plan.entity, record_id)
         meta = self._meta[plan.entity][record_id]
         candidates = plan.editable_for(meta.person)
+        texts = plan.texts_for(meta.person)
         changes: dict[str, Any] = {}
         diffs: dict[str, str] = {}
         if not candidates:
@@ -1138,7 +1168,7 @@ class Workload:
         for _ in range(count * 4):
             if changed >= count:
                 break
-            fp = self._pick_field(candidates)
+            fp = self._pick_field(candidates, texts)
             if fp.info.name in tried:
                 continue
             tried.add(fp.info.name)
@@ -1157,12 +1187,12 @@ class Workload:
         self._derive_on_update(plan, tx, record, changes)
         return changes, diffs
 
-    def _pick_field(self, candidates: Sequence[_FieldPlan]) -> _FieldPlan:
+    def _pick_field(
+        self, candidates: Sequence[_FieldPlan], texts: Sequence[_FieldPlan]
+    ) -> _FieldPlan:
         # Long text edits are what diffs are made of: give them a fair share of updates.
-        if self._random() < self._mix.long_text_edit_ratio:
-            texts = [fp for fp in candidates if fp.category == "long_text"]
-            if texts:
-                return self._values.pick(texts)
+        if texts and self._random() < self._mix.long_text_edit_ratio:
+            return self._values.pick(texts)
         return self._values.pick(candidates)
 
     def _change_field(
@@ -1346,7 +1376,9 @@ class Workload:
         return _Item(record_id=record_id, body=values, changes=values)
 
     def _apply_create(self, plan: _Plan, item: _Item, event_id: str, *, gap: bool) -> None:
-        self._truth.create(plan.entity, item.record_id, item.changes, event_id=event_id, gap=gap)
+        self._truth.create(
+            plan.entity, item.record_id, item.changes, event_id=event_id, gap=gap, owned=True
+        )
         self._live[plan.entity].add(item.record_id)
         self._live_total += 1
         self._link(plan, item.record_id, item.changes)
@@ -1378,7 +1410,9 @@ class Workload:
 
     def _apply_undelete(self, plan: _Plan, item: _Item, event_id: str, *, gap: bool) -> None:
         entity = plan.entity
-        self._truth.undelete(entity, item.record_id, item.changes, event_id=event_id, gap=gap)
+        self._truth.undelete(
+            entity, item.record_id, item.changes, event_id=event_id, gap=gap, owned=True
+        )
         self._dead[entity].remove(item.record_id)
         self._live[entity].add(item.record_id)
         self._dead_total -= 1
@@ -1720,6 +1754,7 @@ class Workload:
         schema = topic.current_schema
         if schema is None:
             raise ValueError(f"platform event topic {topic.name} has no schema")
+        entity = topic.entity or schema.entity_name
         created = self._now + self._values.between(0, 999)
         datum: dict[str, Any] = {}
         for info in schema.fields:
@@ -1741,7 +1776,7 @@ class Workload:
             elif info.kind in ("id", "record", "other"):
                 datum[info.name] = None if info.nullable else self._users[0]
             else:
-                datum[info.name] = self._values.scalar(schema.entity_name, info, now_ms=self._now)
+                datum[info.name] = self._values.scalar(entity, info, now_ms=self._now)
         payload = self._writer(schema).write(datum)
         event_id = self._uuid()
         self._log.append(
@@ -1749,7 +1784,7 @@ class Workload:
                 topic.name,
                 event_id,
                 schema.schema_id,
-                schema.entity_name,
+                entity,
                 "PLATFORM_EVENT",
                 (),
                 (),
