@@ -601,6 +601,15 @@ class SilverSpec:
             "(BillingAddress_City)."
         ),
     )
+    max_rows_per_commit: int = field(
+        default=500_000,
+        metadata=meta(
+            "Bronze rows decoded per silver commit: a larger backlog is processed in several "
+            "commits, each recording the bronze version it reached (objects sharing a topic "
+            "use the smallest of their values).",
+            minimum=1000,
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -175,7 +175,7 @@ def test_silver_compound_fields_default_to_struct_and_objects_override_them(
     conf = load_conf(
         write_conf(
             tmp_path,
-            "defaults: {silver: {compound_fields: flattened}}\n",
+            "defaults: {silver: {compound_fields: flattened, max_rows_per_commit: 2000}}\n",
             {
                 "account": ACCOUNT + "silver: {compound_fields: struct}\n",
                 "contact": "object: Contact\nkind: change_events\n",
@@ -184,6 +184,7 @@ def test_silver_compound_fields_default_to_struct_and_objects_override_them(
     )
     assert conf.object("Account").silver.compound_fields == "struct"
     assert conf.object("Contact").silver.compound_fields == "flattened"
+    assert conf.object("Account").silver.max_rows_per_commit == 2000
     assert ObjectSpec(api_name="Lead", kind="change_events").silver.compound_fields == "struct"
 
 
