@@ -51,6 +51,7 @@ __all__ = [
     "BatchingSpec",
     "ByteSize",
     "ClientCredentialsAuth",
+    "CompoundFields",
     "Conf",
     "ConnectionSpec",
     "Credential",
@@ -77,6 +78,7 @@ __all__ = [
     "SalesforceTls",
     "SchemasSpec",
     "SecretRef",
+    "SilverSpec",
     "SoapLoginAuth",
     "Source",
     "StaticTokenAuth",
@@ -102,6 +104,7 @@ EngineName = Literal["auto", "local", "spark"]
 ReplayStart = Literal["earliest", "latest"]
 OnCorrupted = Literal["fail", "earliest", "latest"]
 ObjectKind = Literal["change_events", "platform_event"]
+CompoundFields = Literal["struct", "flattened"]
 _LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
 TopicKind = Literal[
     "change_events", "change_event_channel", "platform_event", "platform_event_channel"
@@ -587,6 +590,29 @@ class BatchingSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SilverSpec:
+    """How an object's silver table is shaped."""
+
+    compound_fields: CompoundFields = field(
+        default="struct",
+        metadata=meta(
+            "Compound fields (Address, Location, PersonName): struct keeps one STRUCT column "
+            "per field (BillingAddress.City), flattened makes one column per child "
+            "(BillingAddress_City)."
+        ),
+    )
+    max_rows_per_commit: int = field(
+        default=500_000,
+        metadata=meta(
+            "Bronze rows decoded per silver commit: a larger backlog is processed in several "
+            "commits, each recording the bronze version it reached (objects sharing a topic "
+            "use the smallest of their values).",
+            minimum=1000,
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class DefaultsSpec:
     """Settings applied to every object unless its own file overrides them."""
 
@@ -594,6 +620,7 @@ class DefaultsSpec:
         default_factory=ReplaySpec, metadata=meta("Replay start and recovery.")
     )
     batching: BatchingSpec = field(default_factory=BatchingSpec, metadata=meta("Bronze batching."))
+    silver: SilverSpec = field(default_factory=SilverSpec, metadata=meta("Silver table shape."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -734,6 +761,10 @@ class ObjectSpec:
     batching: BatchingSpec = field(
         default_factory=BatchingSpec,
         metadata=meta("Overrides of defaults.batching.", inherits="defaults.batching"),
+    )
+    silver: SilverSpec = field(
+        default_factory=SilverSpec,
+        metadata=meta("Overrides of defaults.silver.", inherits="defaults.silver"),
     )
     tables: TablesSpec = field(default_factory=TablesSpec, metadata=meta("Table names."))
 
@@ -1077,7 +1108,11 @@ def _load_object(
         ctx.add("", "is empty; an object file needs at least 'object' and 'kind'")
         return None
     # Sections the file leaves out, and keys a section leaves out, come from the defaults.
-    inherited = {"replay": defaults.replay, "batching": defaults.batching}
+    inherited = {
+        "replay": defaults.replay,
+        "batching": defaults.batching,
+        "silver": defaults.silver,
+    }
     spec = parse_model(ObjectSpec, data, "", ctx, inherited)
     if spec is INVALID:
         return None

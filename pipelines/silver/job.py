@@ -1,0 +1,761 @@
+"""The silver job: new bronze rows -> silver tables and the quarantine, exactly once.
+
+For every bronze table (one per topic) that feeds a configured object, :func:`run_silver`
+
+1. finds how far each object's silver table got: the version of its Delta app transaction
+   ``sfcdc.silver:<object>`` is the last bronze version it processed;
+2. reads only the bronze rows appended after that version (``engine.read_appends``), at most
+   ``silver.max_rows_per_commit`` rows' worth of bronze versions at a time, then the schema
+   registry (read after bronze, so every schema id in those rows is in it);
+3. hands each object's decoder the rows written with one of the object's schemas, so every
+   row is decoded once (:mod:`pipelines.silver.decode`) even on a channel that carries
+   several objects, and computes the object's silver rows and undecodable rows in one pass
+   (:func:`~pipelines.silver.transforms.to_silver_and_quarantine`);
+4. appends the silver rows to the object's table with the txn ``(sfcdc.silver:<object>,
+   bronze version)``, and every undecodable row of the range (the objects' ones, and rows
+   whose schema id no object can use) to ``silver.sfcdc_quarantine`` with the txn
+   ``(sfcdc.silver.quarantine:<bronze table>, bronze version)``.
+
+A retried run is a no-op: a table that recorded the txn version skips the write, and with
+nothing new in bronze nothing is read or written at all. A run that died between two writes
+resumes where each table stands: objects of one topic that stand at different bronze
+versions are processed as separate groups. Quarantine rows are keyed by their bronze
+coordinates (bronze table, batch id, batch seq), so a group that re-reads rows another group
+already quarantined does not add them twice.
+
+With the local engine a pass is collected once, as Arrow, and split there; with the spark
+engine it is cached while its two parts are written. One silver run per lake at a time: runs
+do not coordinate with each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.errors import ConfigError, LakeError
+from ingest.schema import EventSchema, parse_event_schema
+from pipelines.engines import CommitResult, HistoryEntry, LakeEngine, TableRef, Txn
+from pipelines.engines.arrow import dataframe_to_arrow, same_type, spark_schema_to_arrow
+from pipelines.silver.columns import SilverLayout, build_layout
+from pipelines.silver.decode import BRONZE_COLUMNS, DecodePlan, decode_function, decoded_schema
+from pipelines.silver.transforms import (
+    QUARANTINE_COLUMN,
+    QUARANTINE_SCHEMA,
+    quarantined_rows,
+    silver_rows,
+    to_silver_and_quarantine,
+    undecodable_rows,
+)
+from pipelines.spec import Conf, ObjectSpec, parse_topic
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "QUARANTINE_APP_PREFIX",
+    "QUARANTINE_TABLE",
+    "REGISTRY_TABLE",
+    "SILVER_APP_PREFIX",
+    "ObjectResult",
+    "RegistryEntry",
+    "SilverResult",
+    "TopicResult",
+    "app_id",
+    "read_registry",
+    "run_silver",
+    "silver_layout",
+]
+
+_log = logging.getLogger(__name__)
+
+SILVER_APP_PREFIX = "sfcdc.silver:"
+QUARANTINE_APP_PREFIX = "sfcdc.silver.quarantine:"
+QUARANTINE_TABLE = TableRef("silver", "sfcdc_quarantine")
+REGISTRY_TABLE = TableRef("bronze", "sfcdc_schemas")
+_META_BRONZE_TABLE = "sfcdc.silver.bronze_table"
+_META_VERSIONS = "sfcdc.silver.bronze_versions"
+_META_MAX_BATCH = "sfcdc.silver.bronze_max_batch_id"
+_QUARANTINE_KEYS = ("bronze_table", "bronze_batch_id", "bronze_batch_seq")
+# How the two Delta implementations name the rows a write added, in DESCRIBE HISTORY.
+_ADDED_ROWS_METRICS = ("num_added_rows", "numOutputRows")
+
+Data = Any  # a pyarrow.Table (local engine) or a DataFrame (spark engine)
+
+
+def app_id(obj: ObjectSpec) -> str:
+    """The Delta app id under which ``obj``'s silver table records the bronze version."""
+    return f"{SILVER_APP_PREFIX}{obj.api_name}"
+
+
+def _silver_table(obj: ObjectSpec) -> TableRef:
+    return TableRef("silver", obj.tables.silver)
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    """One schema of the registry table, parsed (``schema`` is None when it does not parse,
+    and ``problem`` says why)."""
+
+    schema_id: str
+    schema_json: str
+    topic: str | None
+    first_seen_at: datetime | None
+    schema: EventSchema | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class ObjectResult:
+    """What one run did for one object.
+
+    ``events``: bronze rows written with the object's schemas in the range read (decoded,
+    or quarantined when they could not be); ``rows``: silver rows written (events fanned out
+    per record id); ``commits``: silver commits made. ``bronze_version`` is where the
+    object's table stands afterwards.
+    """
+
+    object: str
+    table: TableRef
+    bronze_table: TableRef
+    after_version: int | None
+    bronze_version: int | None
+    events: int = 0
+    rows: int = 0
+    commits: int = 0
+    silver_version: int | None = None
+    duration_s: float = 0.0
+
+    @property
+    def up_to_date(self) -> bool:
+        """Nothing was new in bronze for this object."""
+        return self.commits == 0 and self.after_version == self.bronze_version
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    """What one run did with one bronze table (for one group of objects at one version).
+
+    ``other_entities`` counts rows of objects that have no silver table here (on a channel).
+    """
+
+    topic: str
+    bronze_table: TableRef
+    after_version: int | None
+    bronze_version: int | None
+    bronze_rows: int
+    quarantined: int
+    objects: tuple[ObjectResult, ...]
+    other_entities: Mapping[str, int] = field(default_factory=dict)
+    full_read: bool = False
+
+
+@dataclass(frozen=True)
+class SilverResult:
+    """What :func:`run_silver` did, per bronze table group."""
+
+    topics: tuple[TopicResult, ...]
+
+    @property
+    def objects(self) -> tuple[ObjectResult, ...]:
+        return tuple(o for t in self.topics for o in t.objects)
+
+    @property
+    def quarantined(self) -> int:
+        return sum(t.quarantined for t in self.topics)
+
+    @property
+    def rows(self) -> int:
+        return sum(o.rows for o in self.objects)
+
+
+# ------------------------------------------------------------------------- registry
+
+
+def read_registry(engine: LakeEngine, table: TableRef = REGISTRY_TABLE) -> dict[str, RegistryEntry]:
+    """The schema registry, one entry per schema id (the earliest row of an id wins: a
+    landing that crashed may have registered a schema twice)."""
+    if not engine.exists(table):
+        return {}
+    rows = engine.read(table).select("schema_id", "schema_json", "topic", "first_seen_at")
+    entries: dict[str, RegistryEntry] = {}
+    ordered = sorted(
+        rows.collect(),
+        key=lambda r: (r["first_seen_at"] is None, r["first_seen_at"] or 0, r["schema_id"] or ""),
+    )
+    for row in ordered:
+        sid, text = row["schema_id"], row["schema_json"]
+        if not sid or sid in entries:
+            continue
+        schema: EventSchema | None = None
+        problem: str | None = None
+        try:
+            schema = parse_event_schema(str(text), expected_id=sid)
+        except Exception as exc:  # json, fastavro and our parser each raise their own
+            problem = f"schema {sid} in {table} is not a valid event schema: {exc}"
+        entries[sid] = RegistryEntry(
+            sid, str(text), row["topic"], row["first_seen_at"], schema, problem
+        )
+    return entries
+
+
+def _versions(obj: ObjectSpec, registry: Mapping[str, RegistryEntry]) -> list[EventSchema]:
+    return [
+        e.schema
+        for e in registry.values()
+        if e.schema is not None and e.schema.entity_name == obj.api_name
+    ]
+
+
+def silver_layout(obj: ObjectSpec, registry: Mapping[str, RegistryEntry]) -> SilverLayout:
+    """``obj``'s silver columns from every registry schema of its entity (oldest first).
+
+    With no schema yet the layout has only the metadata columns; fields arrive with the
+    first schema (schema evolution adds them).
+    """
+    versions = _versions(obj, registry)
+    change_events = obj.kind == "change_events"
+    wrong = [s.schema_id for s in versions if s.is_change_event != change_events]
+    if wrong:
+        raise ConfigError(
+            f"{obj.api_name} is configured as kind {obj.kind}, but its schemas "
+            f"{', '.join(wrong)} are {'platform' if change_events else 'change'} events"
+        )
+    compounds = obj.silver.compound_fields
+    if not versions:
+        return SilverLayout(obj.api_name, change_events, (), compounds)
+    try:
+        return build_layout(obj.api_name, versions, compounds=compounds)
+    except ValueError as exc:
+        raise ConfigError(f"silver columns of {obj.api_name}: {exc}") from exc
+
+
+# ----------------------------------------------------------------------------- run
+
+
+def _select_objects(conf: Conf, names: Sequence[str] | None) -> list[ObjectSpec]:
+    enabled = list(conf.enabled_objects())
+    if not names:
+        return enabled
+    by_name = {o.api_name: o for o in conf.objects}
+    problems = []
+    for name in names:
+        obj = by_name.get(name)
+        if obj is None:
+            known = ", ".join(o.api_name for o in conf.objects) or "none"
+            problems.append(
+                f"--objects: no object {name!r} in {conf.conf_dir} (configured: {known})"
+            )
+        elif not obj.enabled:
+            problems.append(f"--objects: {name} is disabled (enabled: false in its file)")
+    if problems:
+        raise ConfigError("cannot select the objects to process", problems)
+    wanted = set(names)
+    return [o for o in enabled if o.api_name in wanted]
+
+
+def run_silver(
+    engine: LakeEngine,
+    conf: Conf,
+    *,
+    objects: Sequence[str] | None = None,
+    registry_table: TableRef = REGISTRY_TABLE,
+    clock: Callable[[], float] = time.perf_counter,
+    now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+) -> SilverResult:
+    """Bring the silver tables of ``objects`` (default: every enabled object) up to date
+    with bronze. See the module docstring for the protocol; ``clock`` times the work and
+    ``now`` stamps quarantined rows."""
+    selected = _select_objects(conf, objects)
+    for obj in selected:
+        if _silver_table(obj) == QUARANTINE_TABLE:
+            raise ConfigError(
+                f"{obj.api_name}: silver table name {QUARANTINE_TABLE.name!r} is reserved for "
+                "the quarantine; set tables.silver to another name"
+            )
+    by_topic: dict[str, list[ObjectSpec]] = {}
+    for obj in selected:
+        by_topic.setdefault(obj.topic, []).append(obj)
+    results: list[TopicResult] = []
+    for topic, objs in sorted(by_topic.items()):
+        bronze = TableRef("bronze", objs[0].tables.bronze)
+        if not engine.exists(bronze):
+            _log.info("silver: %s (%s) has no bronze table yet; nothing to do", bronze, topic)
+            continue
+        groups: dict[int | None, list[ObjectSpec]] = {}
+        for obj in objs:
+            groups.setdefault(engine.txn_version(_silver_table(obj), app_id(obj)), []).append(obj)
+        for after in sorted(groups, key=lambda v: -1 if v is None else v):
+            group = _Group(
+                engine,
+                topic,
+                bronze,
+                groups[after],
+                registry_table=registry_table,
+                clock=clock,
+                now=now,
+            )
+            results.append(group.run(after))
+    return SilverResult(tuple(results))
+
+
+def _added_rows(entry: HistoryEntry) -> int:
+    for key in _ADDED_ROWS_METRICS:
+        value = entry.metrics.get(key)
+        if value is not None and str(value).isdigit():
+            return int(value)
+    return 0
+
+
+def plan_chunks(
+    history: Iterable[HistoryEntry], after: int | None, current: int, max_rows: int
+) -> list[int]:
+    """The bronze versions to stop at, after ``after`` and up to ``current``, so that each
+    step reads at most ``max_rows`` rows (one version is never split; versions missing from
+    ``history`` count as empty)."""
+    if after is not None and after >= current:
+        return []
+    rows = {entry.version: _added_rows(entry) for entry in history}
+    ends: list[int] = []
+    taken = 0
+    for version in range(0 if after is None else after + 1, current + 1):
+        n = rows.get(version, 0)
+        if taken and taken + n > max_rows:
+            ends.append(version - 1)
+            taken = 0
+        taken += n
+    ends.append(current)
+    return ends
+
+
+class _Parts:
+    """Materialises a pass once and splits it into silver and quarantine rows: collected as
+    Arrow with the local engine (which writes Arrow anyway), cached with the spark engine."""
+
+    def __init__(self, engine: LakeEngine) -> None:
+        self.local = engine.name == "local"
+        self.cached: list[DataFrame] = []
+
+    def split(self, frame: DataFrame) -> tuple[Data, Data]:
+        if self.local:
+            table = dataframe_to_arrow(frame)
+            tag = table.column(QUARANTINE_COLUMN)
+            good = pc.is_null(tag)
+            silver = table.filter(good).drop_columns([QUARANTINE_COLUMN])
+            bad = table.filter(pc.invert(good)).column(QUARANTINE_COLUMN)
+            return silver, _flatten(bad.combine_chunks())
+        frame = frame.persist()
+        self.cached.append(frame)
+        return frame.transform(silver_rows), frame.transform(quarantined_rows)
+
+    def rows(self, data: Data) -> Data:
+        return dataframe_to_arrow(data) if self.local else data
+
+    @staticmethod
+    def count(data: Data) -> int:
+        if isinstance(data, pa.Table):
+            return int(data.num_rows)
+        return int(data.count())
+
+    def concat(self, parts: list[Data]) -> Data:
+        if self.local:
+            return pa.concat_tables(parts) if parts else _quarantine_arrow().empty_table()
+        return reduce(lambda a, b: a.unionByName(b), parts)
+
+    def release(self) -> None:
+        for frame in self.cached:
+            frame.unpersist()
+        self.cached.clear()
+
+
+def _quarantine_arrow() -> pa.Schema:
+    return spark_schema_to_arrow(QUARANTINE_SCHEMA)
+
+
+def _flatten(column: pa.Array) -> pa.Table:
+    schema = _quarantine_arrow()
+    if len(column) == 0:
+        return schema.empty_table()
+    struct = column if isinstance(column, pa.StructArray) else pa.array(column)
+    arrays = [struct.field(f.name) for f in schema]
+    return pa.Table.from_arrays(arrays, names=schema.names).cast(schema)
+
+
+@dataclass
+class _Progress:
+    events: int = 0
+    rows: int = 0
+    commits: int = 0
+    version: int | None = None
+    seconds: float = 0.0
+
+
+class _Group:
+    """The objects of one topic that stand at the same bronze version."""
+
+    def __init__(
+        self,
+        engine: LakeEngine,
+        topic: str,
+        bronze: TableRef,
+        objs: list[ObjectSpec],
+        *,
+        registry_table: TableRef,
+        clock: Callable[[], float],
+        now: Callable[[], datetime],
+    ) -> None:
+        self.engine = engine
+        self.topic = topic
+        self.bronze = bronze
+        self.objs = objs
+        self.registry_table = registry_table
+        self.clock = clock
+        self.at = now()
+        self.topic_entity = parse_topic(topic).entity
+        self.max_rows = min(o.silver.max_rows_per_commit for o in objs)
+        self.progress = {o.api_name: _Progress() for o in objs}
+        self.others: dict[str, int] = {}
+        self.quarantined = 0
+        self.bronze_rows = 0
+        self.full_read = False
+        self._registry_version: int | None = None
+        self._registry: dict[str, RegistryEntry] = {}
+
+    def run(self, after: int | None) -> TopicResult:
+        started = self.clock()
+        current = self.engine.version(self.bronze)
+        assert current is not None
+        start = after
+        first = 0 if after is None else after + 1
+        history = self.engine.history(self.bronze, limit=max(current - first + 1, 1))
+        for end in plan_chunks(history, after, current, self.max_rows):
+            self._chunk(after, end)
+            after = end
+        if start == after:
+            _log.info("silver: %s has nothing new after version %s", self.bronze, start)
+        else:
+            _log.info(
+                "silver: %s versions %s..%s done: %d bronze rows, %d quarantined (%.1f s)",
+                self.bronze,
+                first,
+                after,
+                self.bronze_rows,
+                self.quarantined,
+                self.clock() - started,
+            )
+        objects = []
+        for obj in self.objs:
+            p = self.progress[obj.api_name]
+            table = _silver_table(obj)
+            version = p.version if p.version is not None else self.engine.version(table)
+            objects.append(
+                ObjectResult(
+                    obj.api_name,
+                    table,
+                    self.bronze,
+                    start,
+                    after,
+                    p.events,
+                    p.rows,
+                    p.commits,
+                    version,
+                    p.seconds,
+                )
+            )
+        return TopicResult(
+            self.topic,
+            self.bronze,
+            start,
+            after,
+            self.bronze_rows,
+            self.quarantined,
+            tuple(objects),
+            dict(self.others),
+            self.full_read,
+        )
+
+    def registry(self) -> dict[str, RegistryEntry]:
+        version = self.engine.version(self.registry_table)
+        if version != self._registry_version or not self._registry:
+            self._registry = read_registry(self.engine, self.registry_table)
+            self._registry_version = version
+        return self._registry
+
+    def _chunk(self, after: int | None, end: int) -> None:
+        from pyspark.sql import functions as F
+
+        changes = self.engine.read_appends(self.bronze, after_version=after, until_version=end)
+        if changes.start_version is None:
+            return
+        df = changes.df
+        if changes.full_read and after is not None:
+            self.full_read = True
+            df = _unprocessed(self.engine, df, self.bronze, self.objs, after)
+        stats = {
+            r["schema_id"]: (int(r["n"]), r["max_batch"])
+            for r in df.groupBy("schema_id")
+            .agg(F.count(F.lit(1)).alias("n"), F.max("batch_id").alias("max_batch"))
+            .collect()
+        }
+        total = sum(n for n, _ in stats.values())
+        if total == 0:
+            return
+        self.bronze_rows += total
+        registry = self.registry()
+        max_batch = max((b for _, b in stats.values() if b is not None), default=None)
+        metadata = {
+            _META_BRONZE_TABLE: self.bronze.name,
+            _META_VERSIONS: f"{changes.start_version}-{end}",
+        }
+        if max_batch is not None:
+            metadata[_META_MAX_BATCH] = str(max_batch)
+        parts = _Parts(self.engine)
+        quarantine: list[Data] = []
+        try:
+            decodable: set[str] = set()
+            for obj in self.objs:
+                ids = [s.schema_id for s in _versions(obj, registry)]
+                decodable.update(ids)
+                events = sum(stats[sid][0] for sid in ids if sid in stats)
+                bad = self._object(
+                    obj,
+                    df,
+                    registry=registry,
+                    ids=ids,
+                    events=events,
+                    end=end,
+                    metadata=metadata,
+                    parts=parts,
+                )
+                if bad is not None:
+                    quarantine.append(bad)
+            reasons = self._reasons(registry, decodable)
+            for sid, (n, _) in stats.items():
+                entry = registry.get(sid) if sid else None
+                if sid in decodable or entry is None or entry.schema is None or sid in reasons:
+                    continue
+                decodable.add(sid)  # another object's event on a channel: no silver table here
+                entity = entry.schema.entity_name
+                self.others[entity] = self.others.get(entity, 0) + n
+            if any(sid not in decodable or sid in reasons for sid in stats):
+                rest = df.select(*BRONZE_COLUMNS).transform(
+                    undecodable_rows(
+                        decodable=decodable,
+                        reasons=reasons,
+                        registry=str(self.registry_table),
+                        bronze_table=self.bronze.name,
+                        topic=self.topic,
+                        at=self.at,
+                    )
+                )
+                quarantine.append(parts.rows(rest))
+            self._quarantine(parts, quarantine, after, end, metadata)
+        finally:
+            parts.release()
+
+    def _reasons(
+        self, registry: Mapping[str, RegistryEntry], decodable: set[str]
+    ) -> dict[str, tuple[str, str]]:
+        reasons: dict[str, tuple[str, str]] = {}
+        for sid, entry in registry.items():
+            if entry.problem is not None:
+                reasons[sid] = ("invalid_schema", entry.problem)
+            elif (
+                entry.schema is not None
+                and sid not in decodable
+                and self.topic_entity is not None
+                and entry.schema.entity_name != self.topic_entity
+            ):
+                reasons[sid] = (
+                    "wrong_entity",
+                    f"schema {sid} is a {entry.schema.entity_name} schema, but {self.topic} "
+                    f"carries {self.topic_entity} events",
+                )
+        return reasons
+
+    def _object(
+        self,
+        obj: ObjectSpec,
+        df: DataFrame,
+        *,
+        registry: Mapping[str, RegistryEntry],
+        ids: list[str],
+        events: int,
+        end: int,
+        metadata: Mapping[str, str],
+        parts: _Parts,
+    ) -> Data | None:
+        from pyspark.sql import functions as F
+
+        started = self.clock()
+        table = _silver_table(obj)
+        layout = silver_layout(obj, registry)
+        _check_types(self.engine, table, layout)
+        txn = Txn(app_id(obj), end)
+        bad: Data | None = None
+        data: Data
+        if events:
+            plan = DecodePlan(
+                layout=layout,
+                schemas={sid: registry[sid].schema_json for sid in ids},
+                registry=str(self.registry_table),
+            )
+            frame = (
+                df.where(F.col("schema_id").isin(ids))
+                .select(*BRONZE_COLUMNS)
+                .mapInArrow(decode_function(plan), decoded_schema(plan))
+                .transform(
+                    to_silver_and_quarantine(
+                        layout, bronze_table=self.bronze.name, topic=self.topic, at=self.at
+                    )
+                )
+            )
+            data, bad = parts.split(frame)
+        else:
+            # Nothing for this object in the range: an empty commit still records the bronze
+            # version (and creates the table the first time), without a Spark job.
+            data = spark_schema_to_arrow(layout.silver_schema()).empty_table()
+        result: CommitResult = self.engine.append(table, data, txn=txn, metadata=metadata)
+        p = self.progress[obj.api_name]
+        p.events += events
+        p.rows += result.rows
+        p.commits += 0 if result.skipped else 1
+        p.version = result.version
+        p.seconds += self.clock() - started
+        _log.info(
+            "silver: %s <- %s up to version %d: %d events, %d rows, version %s%s (%.1f s)",
+            table,
+            self.bronze,
+            end,
+            events,
+            result.rows,
+            result.version,
+            " (already committed)" if result.skipped else "",
+            self.clock() - started,
+        )
+        return bad
+
+    def _quarantine(
+        self,
+        parts: _Parts,
+        quarantine: list[Data],
+        after: int | None,
+        end: int,
+        metadata: Mapping[str, str],
+    ) -> None:
+        engine = self.engine
+        app = f"{QUARANTINE_APP_PREFIX}{self.bronze.name}"
+        done = engine.txn_version(QUARANTINE_TABLE, app)
+        if done is not None and done >= end:
+            _log.info(
+                "silver: quarantine of %s up to version %d already committed", self.bronze, end
+            )
+            return
+        if not quarantine:
+            return
+        rows = parts.concat(quarantine)
+        if parts.count(rows) == 0:
+            return
+        if done is not None and (after is None or done > after):
+            # Another group of this topic already quarantined part of this range.
+            rows = _without_quarantined(engine, parts, rows, self.bronze)
+        result = engine.append(QUARANTINE_TABLE, rows, txn=Txn(app, end), metadata=metadata)
+        self.quarantined += result.rows
+        _log.warning(
+            "silver: %d rows of %s could not be decoded; quarantined in %s (version %s)",
+            result.rows,
+            self.bronze,
+            QUARANTINE_TABLE,
+            result.version,
+        )
+
+
+def _without_quarantined(engine: LakeEngine, parts: _Parts, rows: Data, bronze: TableRef) -> Data:
+    from pyspark.sql import functions as F
+
+    existing = (
+        engine.read(QUARANTINE_TABLE)
+        .where(F.col("bronze_table") == F.lit(bronze.name))
+        .select(*_QUARANTINE_KEYS)
+    )
+    if isinstance(rows, pa.Table):
+        seen = {tuple(r[k] for k in _QUARANTINE_KEYS) for r in existing.collect()}
+        keys = zip(*(rows.column(k).to_pylist() for k in _QUARANTINE_KEYS), strict=True)
+        keep = pa.array([k not in seen for k in keys], pa.bool_())
+        return rows.filter(keep)
+    return rows.join(existing, on=list(_QUARANTINE_KEYS), how="left_anti").select(
+        *QUARANTINE_SCHEMA.names
+    )
+
+
+def _unprocessed(
+    engine: LakeEngine, df: DataFrame, bronze: TableRef, objs: Iterable[ObjectSpec], after: int
+) -> DataFrame:
+    """Bronze could not be read incrementally (its log was cleaned up or rows were rewritten)
+    and ``df`` is the whole table: keep the rows of batches after the last one processed,
+    which every silver commit records."""
+    from pyspark.sql import functions as F
+
+    processed: list[int] = []
+    for obj in objs:
+        for entry in engine.history(_silver_table(obj), limit=100):
+            if entry.txn is not None and entry.txn.app_id == app_id(obj):
+                value = entry.metadata.get(_META_MAX_BATCH)
+                if value is not None and value.isdigit():
+                    processed.append(int(value))
+                break
+    if not processed:
+        raise LakeError(
+            f"{bronze} cannot be read incrementally after version {after} and the silver "
+            "commits do not say which bronze batches they processed; rebuild the silver "
+            f"tables of {', '.join(o.api_name for o in objs)} (drop them and run again)"
+        )
+    last = min(processed)
+    _log.warning(
+        "silver: reading all of %s and keeping the batches after %d, the last processed",
+        bronze,
+        last,
+    )
+    return df.where(F.col("batch_id") > F.lit(last))
+
+
+def _check_types(engine: LakeEngine, table: TableRef, layout: SilverLayout) -> None:
+    current = engine.schema(table)
+    if current is None:
+        return
+    have = {f.name.lower(): f for f in current.fields}
+    for f in layout.silver_schema().fields:
+        old = have.get(f.name.lower())
+        if old is None or same_type(old.dataType, f.dataType) or _grows(old.dataType, f.dataType):
+            continue
+        raise LakeError(
+            f"{table}: column {f.name!r} is {old.dataType.simpleString()} but the schema "
+            f"versions of {layout.entity} now make it {f.dataType.simpleString()} (a field "
+            "changed type in Salesforce); rebuild the silver table (drop it and run again) so "
+            "the column takes a type that holds every version's values"
+        )
+
+
+def _grows(old: Any, new: Any) -> bool:
+    """Whether ``new`` only adds struct fields to ``old`` (appends evolve the table)."""
+    from pyspark.sql import types as T
+
+    if isinstance(old, T.StructType) and isinstance(new, T.StructType):
+        theirs = {f.name.lower(): f for f in new.fields}
+        return all(
+            f.name.lower() in theirs
+            and (
+                same_type(f.dataType, theirs[f.name.lower()].dataType)
+                or _grows(f.dataType, theirs[f.name.lower()].dataType)
+            )
+            for f in old.fields
+        )
+    return False
