@@ -871,7 +871,10 @@ def fold_changes(
     combined = parts[0]
     for part in parts[1:]:
         combined = combined.unionByName(part, allowMissingColumns=True)
-    if plan.partitions:
+    if plan.partitions == 1:
+        # One task: no shuffle needed to bring a record's rows together.
+        combined = combined.coalesce(1)
+    elif plan.partitions:
         combined = combined.repartition(plan.partitions, F.col(ID))
     else:
         combined = combined.repartition(F.col(ID))
