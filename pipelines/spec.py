@@ -44,6 +44,7 @@ from pipelines.spec_fields import (
 )
 
 __all__ = [
+    "DEFAULT_SEQUENCE_BY",
     "IDENTIFIER_PATTERN",
     "TOPIC_FORMATS",
     "TOPIC_PATTERN",
@@ -57,11 +58,13 @@ __all__ = [
     "Credential",
     "DatabricksSecret",
     "DefaultsSpec",
+    "DeleteMode",
     "EmulatorSpec",
     "EmulatorTls",
     "EmulatorWorkload",
     "EngineName",
     "EnvSecret",
+    "GoldSpec",
     "IngestSpec",
     "JwtBearerAuth",
     "LakeSpec",
@@ -76,6 +79,7 @@ __all__ = [
     "RetrySpec",
     "SalesforceSpec",
     "SalesforceTls",
+    "Scd2Spec",
     "SchemasSpec",
     "SecretRef",
     "SilverSpec",
@@ -105,6 +109,7 @@ ReplayStart = Literal["earliest", "latest"]
 OnCorrupted = Literal["fail", "earliest", "latest"]
 ObjectKind = Literal["change_events", "platform_event"]
 CompoundFields = Literal["struct", "flattened"]
+DeleteMode = Literal["soft", "hard"]
 _LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
 TopicKind = Literal[
     "change_events", "change_event_channel", "platform_event", "platform_event_channel"
@@ -612,6 +617,60 @@ class SilverSpec:
     )
 
 
+_COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# The order of Salesforce's own replication guidance: commit time, then commit number, then
+# the transaction and the change's place in it. Stream order is always added as the last
+# tie-break.
+DEFAULT_SEQUENCE_BY: tuple[str, ...] = (
+    "_cdc_commit_timestamp",
+    "_cdc_commit_number",
+    "_cdc_transaction_key",
+    "_cdc_sequence_number",
+    "_cdc_bronze_batch_id",
+    "_cdc_bronze_batch_seq",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scd2Spec:
+    """SCD2 history of an object's gold table: one row per version of each record."""
+
+    enabled: bool = field(
+        default=False,
+        metadata=meta("Keep a history table `<gold table>_history` with one row per version."),
+    )
+    track: tuple[str, ...] | Literal["all"] = field(
+        default="all",
+        metadata=meta(
+            "Columns whose change starts a new version: a list of gold column names, or `all` "
+            "(every body column).",
+            pattern=_COLUMN_PATTERN,
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class GoldSpec:
+    """How an object's gold table is folded and merged."""
+
+    deletes: DeleteMode = field(
+        default="soft",
+        metadata=meta(
+            "soft keeps a deleted record's row, with `_cdc_is_deleted` true and its values; "
+            "hard removes the row and remembers the delete in `<gold table>_tombstones`."
+        ),
+    )
+    sequence_by: tuple[str, ...] = field(
+        default=DEFAULT_SEQUENCE_BY,
+        metadata=meta(
+            "Silver columns that order a record's changes; the bronze batch id and position "
+            "are always added as the final tie-break. Changing it needs a rebuilt gold table.",
+            pattern=_COLUMN_PATTERN,
+        ),
+    )
+    scd2: Scd2Spec = field(default_factory=Scd2Spec, metadata=meta("SCD2 history table."))
+
+
 @dataclass(frozen=True, kw_only=True)
 class DefaultsSpec:
     """Settings applied to every object unless its own file overrides them."""
@@ -621,6 +680,7 @@ class DefaultsSpec:
     )
     batching: BatchingSpec = field(default_factory=BatchingSpec, metadata=meta("Bronze batching."))
     silver: SilverSpec = field(default_factory=SilverSpec, metadata=meta("Silver table shape."))
+    gold: GoldSpec = field(default_factory=GoldSpec, metadata=meta("Gold fold and MERGE."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -765,6 +825,10 @@ class ObjectSpec:
     silver: SilverSpec = field(
         default_factory=SilverSpec,
         metadata=meta("Overrides of defaults.silver.", inherits="defaults.silver"),
+    )
+    gold: GoldSpec = field(
+        default_factory=GoldSpec,
+        metadata=meta("Overrides of defaults.gold.", inherits="defaults.gold"),
     )
     tables: TablesSpec = field(default_factory=TablesSpec, metadata=meta("Table names."))
 
@@ -1112,6 +1176,7 @@ def _load_object(
         "replay": defaults.replay,
         "batching": defaults.batching,
         "silver": defaults.silver,
+        "gold": defaults.gold,
     }
     spec = parse_model(ObjectSpec, data, "", ctx, inherited)
     if spec is INVALID:

@@ -91,6 +91,7 @@ from pipelines.gold.scd2 import (
     SCD_VALID_TO,
     history_schema,
 )
+from pipelines.spec import DEFAULT_SEQUENCE_BY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -121,12 +122,6 @@ __all__ = [
 DeleteMode = Literal["soft", "hard"]
 GoldAction = Literal["upsert", "delete"]
 
-DEFAULT_SEQUENCE_BY: tuple[str, ...] = (
-    "_cdc_commit_timestamp",
-    "_cdc_commit_number",
-    "_cdc_transaction_key",
-    "_cdc_sequence_number",
-)
 STREAM_ORDER: tuple[str, ...] = ("_cdc_bronze_batch_id", "_cdc_bronze_batch_seq")
 
 # Silver header columns the fold reads.
