@@ -9,15 +9,18 @@ datetime, a date, an Address compound and Account's switchable ``Name`` (``Name`
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+import ingest.emulator as emulator_schemas
 from pipelines.gold.fold import FoldPlan, fold_changes, fold_plan, gold_changes
 from pipelines.silver.columns import FieldLayout, LeafLayout, SilverLayout
 
@@ -42,6 +45,54 @@ def layout(compounds: str = "struct", *, extra: Iterable[FieldLayout] = ()) -> S
         *extra,
     )
     return SilverLayout("Account", True, fields, compounds)  # type: ignore[arg-type]
+
+
+def account_schema_json(*, extra: Iterable[tuple[str, str, str]] = ()) -> str:
+    """An AccountChangeEvent schema whose silver layout is :func:`layout` (``extra``: more
+    ``(name, avro type, doc)`` fields at the end, as a later schema version adds them)."""
+    shipped = Path(emulator_schemas.__file__).parent / "schemas" / "AccountChangeEvent.avsc"
+    header = json.loads(shipped.read_text(encoding="utf-8"))["fields"][0]
+
+    def opt(name: str, avro: Any, doc: str | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": name, "type": ["null", avro], "default": None}
+        if doc:
+            out["doc"] = doc
+        return out
+
+    person = {
+        "type": "record",
+        "name": "Switchable_PersonName",
+        "fields": [opt(c, "string", None) for c in PERSON],
+    }
+    address = {
+        "type": "record",
+        "name": "Address",
+        "fields": [opt(c, "string", None) for c in ADDRESS],
+    }
+    fields = [
+        header,
+        {
+            "name": "Name",
+            "type": ["null", "string", person],
+            "doc": "Data:Switchable_PersonName",
+            "default": None,
+        },
+        opt("Phone", "string", "Data:Phone"),
+        opt("Description", "string", "Data:StringPlusClob"),
+        opt("BillingAddress", address, "Data:Address"),
+        opt("NumberOfEmployees", "int", "Data:Integer"),
+        opt("LastModifiedDate", "long", "Data:DateTime"),
+        opt("SLAExpirationDate__c", "long", "Data:DateOnly:00N5g00000Q7dRb"),
+        *(opt(n, t, d) for n, t, d in extra),
+    ]
+    return json.dumps(
+        {
+            "type": "record",
+            "name": "AccountChangeEvent",
+            "namespace": "com.sforce.eventbus",
+            "fields": fields,
+        }
+    )
 
 
 def plan(

@@ -1,0 +1,585 @@
+"""The gold job: new silver rows -> current-state gold tables, through the engine's MERGE.
+
+For every configured change event object, :func:`run_gold`
+
+1. finds how far the gold table got: the version of its Delta app transaction
+   ``sfcdc.gold:<object>`` is the last silver version it applied;
+2. reads only the silver rows appended after that version (``engine.read_appends``) and,
+   from the gold table (and the tombstone table, with hard deletes), the rows of the records
+   they touch (every row when the batch has a wildcard change);
+3. folds them (:func:`pipelines.gold.fold.fold_changes`): one complete row per record;
+4. writes, in this order: the re-sync table (new rows, and rows a full image resolved), the
+   tombstones (hard deletes), the SCD2 history, and last the gold table with
+   ``engine.merge(on=["Id"], update_condition=<newer order key>,
+   delete_condition=<hard delete>)`` under the txn ``(sfcdc.gold:<object>, silver version)``.
+
+Exactly once. The gold MERGE is last and records the silver version it reached: a run that
+dies before it leaves the range unapplied, and the next run folds it again. That is safe
+because every write is idempotent: the re-sync table is keyed by a stable id, the tombstone
+and history MERGEs carry their own txns, and the fold ignores any change a record already
+reflects (order keys) while a tombstone newer than its gold row wins. A retried run with
+nothing new in silver reads nothing and writes nothing.
+
+Replay gaps (``replay_gap`` rows of the bronze checkpoint table: events lost because a
+rejected replay id was skipped by policy) are recorded in the re-sync table as whole-object
+re-syncs of every object on the topic.
+
+One gold run per lake at a time: runs do not coordinate with each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from ingest.errors import ConfigError
+from pipelines.engines import LakeEngine, MergeMetrics, TableRef, Txn
+from pipelines.engines.arrow import spark_schema_to_arrow
+from pipelines.gold.columns import ID, body_fields, gold_schema, tombstone_schema
+from pipelines.gold.fold import (
+    FOLD_APPLIED,
+    FOLD_GOLD,
+    FOLD_IGNORED,
+    FOLD_RESOLVED_BY,
+    FOLD_RESYNC,
+    FOLD_TOMBSTONE,
+    FOLD_VERSIONS,
+    FoldPlan,
+    fold_changes,
+    fold_plan,
+    gold_changes,
+    history_versions,
+    merge_conditions,
+    resync_entries,
+    tombstone_changes,
+)
+from pipelines.gold.resync import (
+    RESYNC_SCHEMA,
+    RESYNC_TABLE,
+    open_rows_to_resolve,
+    replay_gap_rows,
+)
+from pipelines.gold.scd2 import HISTORY_KEYS, SCD_IS_CURRENT, history_changes, history_schema
+from pipelines.silver.job import REGISTRY_TABLE, read_registry, silver_layout
+from pipelines.spec import Conf, ObjectSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "CHECKPOINT_TABLE",
+    "GOLD_APP_PREFIX",
+    "HISTORY_APP_PREFIX",
+    "TOMBSTONE_APP_PREFIX",
+    "GoldResult",
+    "ObjectResult",
+    "app_id",
+    "gold_table",
+    "history_table",
+    "run_gold",
+    "tombstone_condition",
+    "tombstone_table",
+]
+
+_log = logging.getLogger(__name__)
+
+GOLD_APP_PREFIX = "sfcdc.gold:"
+TOMBSTONE_APP_PREFIX = "sfcdc.gold.tombstones:"
+HISTORY_APP_PREFIX = "sfcdc.gold.history:"
+CHECKPOINT_TABLE = TableRef("bronze", "sfcdc_checkpoints")
+_META_SEQUENCE = "sfcdc.gold.order_by"
+_META_SILVER_VERSIONS = "sfcdc.gold.silver_versions"
+
+
+def app_id(obj: ObjectSpec) -> str:
+    """The Delta app id under which ``obj``'s gold table records the silver version."""
+    return f"{GOLD_APP_PREFIX}{obj.api_name}"
+
+
+def gold_table(obj: ObjectSpec) -> TableRef:
+    return TableRef("gold", obj.tables.gold)
+
+
+def tombstone_table(obj: ObjectSpec) -> TableRef:
+    """Where hard deletes are remembered: ``<gold table>_tombstones``."""
+    return TableRef("gold", f"{obj.tables.gold}_tombstones")
+
+
+def history_table(obj: ObjectSpec) -> TableRef:
+    """The SCD2 history: ``<gold table>_history``."""
+    return TableRef("gold", f"{obj.tables.gold}_history")
+
+
+def tombstone_condition(deletes: str) -> tuple[str, str]:
+    """``(update_condition, delete_condition)`` of the tombstone MERGE on ``Id``: a newer
+    delete replaces a tombstone; a record live again (or, with soft deletes, kept as a row of
+    gold) drops it."""
+    newer = "(target._cdc_order_key IS NULL OR source._cdc_order_key > target._cdc_order_key)"
+    if deletes == "hard":
+        return f"source._cdc_is_deleted = true AND {newer}", "source._cdc_is_deleted = false"
+    return "false", "true"
+
+
+@dataclass(frozen=True)
+class ObjectResult:
+    """What one run did for one object.
+
+    ``changes`` are the silver rows read, ``records`` the records they touched, ``applied``
+    and ``ignored`` the changes the fold applied or found already reflected. ``merge`` is
+    the gold MERGE's outcome (``None`` when skipped). ``skipped`` means there was nothing
+    new in silver.
+    """
+
+    object: str
+    table: TableRef
+    silver_table: TableRef
+    after_version: int | None
+    silver_version: int | None
+    changes: int
+    records: int
+    applied: int
+    ignored: int
+    merge: MergeMetrics | None
+    resync_rows: int
+    resolved: int
+    tombstones: int
+    versions: int
+    skipped: bool
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class GoldResult:
+    """What :func:`run_gold` did, per object; ``replay_gaps`` counts the whole-object
+    re-sync rows recorded for replay gaps in this run."""
+
+    objects: tuple[ObjectResult, ...]
+    replay_gaps: int = 0
+    not_applicable: tuple[str, ...] = ()
+
+
+def _select(conf: Conf, names: Sequence[str] | None) -> tuple[list[ObjectSpec], list[str]]:
+    by_name = {o.api_name: o for o in conf.objects}
+    problems = []
+    for name in names or ():
+        obj = by_name.get(name)
+        if obj is None:
+            known = ", ".join(o.api_name for o in conf.objects) or "none"
+            problems.append(
+                f"--objects: no object {name!r} in {conf.conf_dir} (configured: {known})"
+            )
+        elif not obj.enabled:
+            problems.append(f"--objects: {name} is disabled (enabled: false in its file)")
+    if problems:
+        raise ConfigError("cannot select the objects to process", problems)
+    wanted = set(names or ())
+    chosen = [o for o in conf.enabled_objects() if not wanted or o.api_name in wanted]
+    # A platform event is an immutable event, not a record with a current state.
+    events = [o.api_name for o in chosen if o.kind != "change_events"]
+    reserved = {RESYNC_TABLE.name}
+    clashes = [o.api_name for o in chosen if o.tables.gold in reserved]
+    if clashes:
+        raise ConfigError(
+            f"gold table name {RESYNC_TABLE.name!r} is reserved for the re-sync table",
+            [f"{name}: set tables.gold to another name" for name in clashes],
+        )
+    return [o for o in chosen if o.kind == "change_events"], events
+
+
+def run_gold(
+    engine: LakeEngine,
+    conf: Conf,
+    *,
+    objects: Sequence[str] | None = None,
+    registry_table: TableRef = REGISTRY_TABLE,
+    checkpoint_table: TableRef = CHECKPOINT_TABLE,
+    partitions: int | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+) -> GoldResult:
+    """Bring the gold tables of ``objects`` (default: every enabled change event object) up
+    to date with silver. See the module docstring for the protocol. ``partitions`` is the
+    fold's parallelism (default: the session's shuffle partitions); ``clock`` times the work
+    and ``now`` stamps ``_cdc_updated_at`` and re-sync rows (one value per run)."""
+    selected, events = _select(conf, objects)
+    if events:
+        _log.info("gold: platform events have no current-state table: %s", ", ".join(events))
+    processed_at = now()
+    registry: Mapping[str, Any] | None = None
+    results = []
+    gaps = _replay_gaps(engine, conf, selected, checkpoint_table, processed_at)
+    for obj in selected:
+        silver = TableRef("silver", obj.tables.silver)
+        if not engine.exists(silver):
+            _log.info("gold: %s has no silver table %s yet; nothing to do", obj.api_name, silver)
+            continue
+        if registry is None:
+            registry = read_registry(engine, registry_table)
+        runner = _ObjectRun(
+            engine,
+            obj,
+            silver,
+            registry=registry,
+            processed_at=processed_at,
+            partitions=partitions,
+            replay_gaps=[g for g in gaps if g["object"] == obj.api_name],
+            clock=clock,
+        )
+        results.append(runner.run())
+    return GoldResult(tuple(results), len(gaps), tuple(events))
+
+
+def _replay_gaps(
+    engine: LakeEngine,
+    conf: Conf,
+    objs: Sequence[ObjectSpec],
+    checkpoint_table: TableRef,
+    at: datetime,
+) -> list[dict[str, Any]]:
+    """Re-sync rows for replay gaps not yet recorded."""
+    if not objs or not engine.exists(checkpoint_table):
+        return []
+    from pyspark.sql import functions as F
+
+    topics: dict[str, list[str]] = {}
+    for obj in objs:
+        topics.setdefault(obj.topic, []).append(obj.api_name)
+    gap_rows = (
+        engine.read(checkpoint_table)
+        .where(F.col("kind") == F.lit("replay_gap"))
+        .where(F.col("topic").isin(list(topics)))
+        .collect()
+    )
+    rows = replay_gap_rows([r.asDict() for r in gap_rows], objects=topics, detected_at=at)
+    if not rows or not engine.exists(RESYNC_TABLE):
+        return rows
+    known = {
+        r["resync_id"]
+        for r in engine.read(RESYNC_TABLE)
+        .where(F.col("reason") == F.lit("replay_gap"))
+        .select("resync_id")
+        .collect()
+    }
+    return [r for r in rows if r["resync_id"] not in known]
+
+
+class _ObjectRun:
+    def __init__(
+        self,
+        engine: LakeEngine,
+        obj: ObjectSpec,
+        silver: TableRef,
+        *,
+        registry: Mapping[str, Any],
+        processed_at: datetime,
+        partitions: int | None,
+        replay_gaps: list[dict[str, Any]],
+        clock: Callable[[], float],
+    ) -> None:
+        self.engine = engine
+        self.obj = obj
+        self.silver = silver
+        self.gold = gold_table(obj)
+        self.registry = registry
+        self.processed_at = processed_at
+        self.partitions = partitions
+        self.replay_gaps = replay_gaps
+        self.clock = clock
+        self.started = clock()
+
+    def _result(self, after: int | None, **values: Any) -> ObjectResult:
+        defaults: dict[str, Any] = {
+            "silver_version": after,
+            "changes": 0,
+            "records": 0,
+            "applied": 0,
+            "ignored": 0,
+            "merge": None,
+            "resync_rows": 0,
+            "resolved": 0,
+            "tombstones": 0,
+            "versions": 0,
+            "skipped": True,
+        }
+        defaults.update(values)
+        return ObjectResult(
+            object=self.obj.api_name,
+            table=self.gold,
+            silver_table=self.silver,
+            after_version=after,
+            duration_s=self.clock() - self.started,
+            **defaults,
+        )
+
+    def run(self) -> ObjectResult:
+        engine, obj = self.engine, self.obj
+        after = engine.txn_version(self.gold, app_id(obj))
+        changes = engine.read_appends(self.silver, after_version=after)
+        end = changes.end_version
+        if changes.start_version is None or end is None:
+            written = self._write_resync(None)
+            _log.info(
+                "gold: %s is up to date with %s version %s%s",
+                self.gold,
+                self.silver,
+                after,
+                f"; {written} replay gap re-sync rows" if written else "",
+            )
+            return self._result(after, resync_rows=written)
+        if changes.full_read:
+            _log.warning(
+                "gold: %s could not be read incrementally; folding all of it (changes gold "
+                "already reflects are ignored)",
+                self.silver,
+            )
+        plan = self._plan()
+        self._check_sequence(plan)
+        silver_schema = changes.df.schema
+        body = body_fields(silver_schema)
+        engine.ensure_table(self.gold, gold_schema(body))
+        stats = _change_stats(changes.df)
+        if stats["rows"] == 0:
+            # An empty silver commit (nothing for this object in a bronze range): record the
+            # version so the next run starts after it.
+            merge = self._merge_gold(_empty(engine, gold_schema(body)), plan, end, changes)
+            written = self._write_resync(None)
+            return self._result(
+                after, silver_version=end, merge=merge, resync_rows=written, skipped=False
+            )
+        wildcard = bool(stats["wildcards"])
+        state, tombstones = self._state(changes.df, wildcard=wildcard)
+        folded = fold_changes(
+            changes.df, state, plan=plan, tombstones=tombstones, expand_wildcards=wildcard
+        ).persist()
+        try:
+            counts = _fold_stats(folded)
+            written = self._write_resync(folded)
+            tombstoned = self._write_tombstones(folded, plan, end) if counts["tombstones"] else 0
+            versions = self._write_history(folded, plan, body, end) if counts["versions"] else 0
+            merge = self._merge_gold(gold_changes(folded), plan, end, changes)
+        finally:
+            folded.unpersist()
+        result = self._result(
+            after,
+            silver_version=end,
+            changes=stats["rows"],
+            records=counts["records"],
+            applied=counts["applied"],
+            ignored=counts["ignored"],
+            merge=merge,
+            resync_rows=written,
+            resolved=counts["resolved"],
+            tombstones=tombstoned,
+            versions=versions,
+            skipped=False,
+        )
+        _log.info(
+            "gold: %s <- %s versions %s..%s: %d changes of %d records (%d applied, %d already "
+            "reflected): %d inserted, %d updated, %d deleted; %d re-sync rows, %d tombstones, "
+            "%d history versions (%.1f s)",
+            self.gold,
+            self.silver,
+            changes.start_version,
+            end,
+            result.changes,
+            result.records,
+            result.applied,
+            result.ignored,
+            merge.inserted,
+            merge.updated,
+            merge.deleted,
+            written,
+            tombstoned,
+            versions,
+            result.duration_s,
+        )
+        return result
+
+    # -- planning --------------------------------------------------------------------------
+
+    def _plan(self) -> FoldPlan:
+        obj = self.obj
+        layout = silver_layout(obj, self.registry)
+        scd2 = obj.gold.scd2
+        try:
+            return fold_plan(
+                layout,
+                processed_at=self.processed_at,
+                sequence_by=obj.gold.sequence_by,
+                deletes=obj.gold.deletes,
+                track=scd2.track if scd2.enabled else None,
+                partitions=self.partitions,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"gold of {obj.api_name}: {exc}") from exc
+
+    def _check_sequence(self, plan: FoldPlan) -> None:
+        # Stored order keys only compare with keys made of the same columns.
+        wanted = ",".join(plan.order_by)
+        if not self.engine.exists(self.gold):
+            return
+        for entry in self.engine.history(self.gold, limit=50):
+            if entry.txn is not None and entry.txn.app_id == app_id(self.obj):
+                stored = entry.metadata.get(_META_SEQUENCE)
+                if stored is not None and stored != wanted:
+                    raise ConfigError(
+                        f"gold of {self.obj.api_name}: {self.gold} was built with sequence_by "
+                        f"{stored.split(',')} but the configuration now says "
+                        f"{list(plan.order_by)}; the stored order keys cannot be compared "
+                        "with new ones: restore the old setting, or drop the gold table and "
+                        "run again to rebuild it from silver"
+                    )
+                return
+
+    def _state(self, changes: DataFrame, *, wildcard: bool) -> tuple[DataFrame, DataFrame | None]:
+        from pyspark.sql import functions as F
+
+        ids = changes.select(ID).where(F.col(ID).isNotNull()).distinct()
+        gold = self.engine.read(self.gold)
+        state = gold if wildcard else gold.join(ids, on=ID, how="left_semi")
+        tombstones = None
+        stones = tombstone_table(self.obj)
+        if self.engine.exists(stones):
+            table = self.engine.read(stones)
+            tombstones = table if wildcard else table.join(ids, on=ID, how="left_semi")
+        return state, tombstones
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def _write_resync(self, folded: DataFrame | None) -> int:
+        engine = self.engine
+        spark = engine.spark
+        parts: list[DataFrame] = []
+        if self.replay_gaps:
+            parts.append(spark.createDataFrame(self.replay_gaps, RESYNC_SCHEMA))
+        if folded is not None:
+            parts.append(resync_entries(folded))
+            resolved = folded.where(folded[FOLD_RESOLVED_BY].isNotNull()).select(
+                folded[ID].alias("record_id"), folded[FOLD_RESOLVED_BY].alias("resolved_by")
+            )
+            if engine.exists(RESYNC_TABLE) and resolved.take(1):
+                parts.append(
+                    open_rows_to_resolve(
+                        engine.read(RESYNC_TABLE),
+                        resolved,
+                        object_name=self.obj.api_name,
+                        at=self.processed_at,
+                    )
+                )
+        if not parts:
+            return 0
+        rows = parts[0]
+        for part in parts[1:]:
+            rows = rows.unionByName(part)
+        source = spark_schema_to_arrow(RESYNC_SCHEMA)
+        data = _collect(engine, rows, source)
+        if data is None:
+            return 0
+        engine.ensure_table(RESYNC_TABLE, RESYNC_SCHEMA)
+        # New rows are inserted; a known row only changes when it gets resolved, so a
+        # re-run (or a re-read replay gap) leaves the table as it is.
+        metrics = engine.merge(
+            RESYNC_TABLE,
+            data,
+            on=["resync_id"],
+            update_condition="source.resolved_at IS NOT NULL AND target.resolved_at IS NULL",
+        )
+        return metrics.inserted + metrics.updated
+
+    def _write_tombstones(self, folded: DataFrame, plan: FoldPlan, version: int) -> int:
+        table = tombstone_table(self.obj)
+        self.engine.ensure_table(table, tombstone_schema())
+        update, delete = tombstone_condition(plan.deletes)
+        metrics = self.engine.merge(
+            table,
+            tombstone_changes(folded),
+            on=[ID],
+            update_condition=update,
+            delete_condition=delete,
+            insert=plan.deletes == "hard",
+            txn=Txn(f"{TOMBSTONE_APP_PREFIX}{self.obj.api_name}", version),
+        )
+        return metrics.inserted + metrics.updated + metrics.deleted
+
+    def _write_history(
+        self, folded: DataFrame, plan: FoldPlan, body: Sequence[Any], version: int
+    ) -> int:
+        from pyspark.sql import functions as F
+
+        table = history_table(self.obj)
+        by_name = {f.name: f for f in body}
+        tracked = [by_name[c] for c in plan.track or () if c in by_name]
+        self.engine.ensure_table(table, history_schema(tracked))
+        new = history_versions(folded)
+        ids = new.select(ID).distinct()
+        current = (
+            self.engine.read(table).where(F.col(SCD_IS_CURRENT)).join(ids, on=ID, how="left_semi")
+        )
+        metrics = self.engine.merge(
+            table,
+            history_changes(new, current),
+            on=list(HISTORY_KEYS),
+            txn=Txn(f"{HISTORY_APP_PREFIX}{self.obj.api_name}", version),
+        )
+        return metrics.inserted
+
+    def _merge_gold(self, source: Any, plan: FoldPlan, version: int, changes: Any) -> MergeMetrics:
+        update, delete = merge_conditions(plan.deletes)
+        return self.engine.merge(
+            self.gold,
+            source,
+            on=[ID],
+            update_condition=update,
+            delete_condition=delete,
+            txn=Txn(app_id(self.obj), version),
+            metadata={
+                _META_SEQUENCE: ",".join(plan.order_by),
+                _META_SILVER_VERSIONS: f"{changes.start_version}-{version}",
+            },
+        )
+
+
+def _empty(engine: LakeEngine, schema: Any) -> Any:
+    return spark_schema_to_arrow(schema).empty_table()
+
+
+def _collect(engine: LakeEngine, rows: DataFrame, schema: Any) -> Any:
+    """``rows`` as Arrow for the local engine (small tables: one collect instead of a
+    count and a write), as is for Spark; ``None`` when there are none."""
+    if engine.name == "local":
+        from pipelines.engines.arrow import dataframe_to_arrow
+
+        table = dataframe_to_arrow(rows)
+        return table if table.num_rows else None
+    return rows if rows.take(1) else None
+
+
+def _change_stats(df: DataFrame) -> dict[str, int]:
+    from pyspark.sql import functions as F
+
+    row = df.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.when(F.col("_cdc_is_wildcard"), 1).otherwise(0)).alias("wildcards"),
+    ).collect()[0]
+    return {"rows": int(row["rows"] or 0), "wildcards": int(row["wildcards"] or 0)}
+
+
+def _fold_stats(folded: DataFrame) -> dict[str, int]:
+    """One action over the fold (it also fills the cache the writes then read)."""
+    from pyspark.sql import functions as F
+
+    row = folded.agg(
+        F.count(F.lit(1)).alias("records"),
+        F.sum(F.col(FOLD_APPLIED)).alias("applied"),
+        F.sum(F.col(FOLD_IGNORED)).alias("ignored"),
+        F.count(F.col(FOLD_GOLD)).alias("gold"),
+        F.count(F.col(FOLD_TOMBSTONE)).alias("tombstones"),
+        F.sum(F.size(F.col(FOLD_RESYNC))).alias("resync"),
+        F.sum(F.size(F.col(FOLD_VERSIONS))).alias("versions"),
+        F.count(F.col(FOLD_RESOLVED_BY)).alias("resolved"),
+    ).collect()[0]
+    return {k: int(row[k] or 0) for k in row.asDict()}
