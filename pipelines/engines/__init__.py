@@ -22,6 +22,7 @@ from pipelines.engines.base import (
     TableChanges,
     TableRef,
     Txn,
+    WriteLayout,
 )
 from pipelines.engines.local import LocalEngine
 from pipelines.engines.spark import SparkEngine
@@ -43,6 +44,7 @@ __all__ = [
     "TableChanges",
     "TableRef",
     "Txn",
+    "WriteLayout",
     "delta_classes_present",
     "detect_engine",
     "make_engine",

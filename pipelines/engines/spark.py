@@ -30,21 +30,29 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from ingest.errors import LakeError
-from pipelines.engines.arrow import arrow_to_dataframe, same_type
+from pipelines.engines.arrow import arrow_to_dataframe, dataframe_to_arrow, same_type
 from pipelines.engines.base import (
     LAYERS,
     CommitResult,
+    Condition,
     HistoryEntry,
     MaintenanceResult,
     MergeMetrics,
     TableChanges,
     TableRef,
     Txn,
+    WriteLayout,
+    check_conditions,
     decode_user_metadata,
     encode_user_metadata,
     merge_keys,
 )
-from pipelines.engines.sql import column_list_ddl, quote_identifier, table_properties_sql
+from pipelines.engines.sql import (
+    column_list_ddl,
+    quote_identifier,
+    quote_string,
+    table_properties_sql,
+)
 from pipelines.spec import LakeSpec, SchemasSpec
 
 if TYPE_CHECKING:
@@ -64,6 +72,7 @@ __all__ = [
     "is_append_only",
     "merge_condition",
     "merge_counts",
+    "select_sql",
     "set_properties_sql",
     "write_options",
 ]
@@ -133,9 +142,14 @@ def write_options(
     *,
     merge_schema: bool = False,
     overwrite_schema: bool = False,
+    layout: WriteLayout | None = None,
 ) -> dict[str, str]:
-    """DataFrameWriter options of a Delta write."""
+    """DataFrameWriter options of a Delta write. Of a ``layout``, the Parquet writer takes
+    per-column dictionary switches; statistics and row groups are left to Delta's own settings
+    (``delta.dataSkippingStatsColumns``, ``parquet.block.size``)."""
     options: dict[str, str] = {}
+    for column in layout.distinct if layout is not None else ():
+        options[f"parquet.enable.dictionary#{column}"] = "false"
     if txn is not None:
         options["txnAppId"] = txn.app_id
         options["txnVersion"] = str(txn.version)
@@ -191,6 +205,35 @@ def merge_counts(metrics: Mapping[str, Any]) -> tuple[int, int, int, int]:
         _int(metrics, "numTargetRowsDeleted"),
         _int(metrics, "numSourceRows"),
     )
+
+
+def _sql_literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'"
+    if isinstance(value, int | float):
+        return repr(value)
+    return quote_string(str(value))
+
+
+def select_sql(
+    qualified: str, columns: Sequence[str] | None, where: Sequence[Condition] = ()
+) -> str:
+    """``SELECT`` of ``columns`` (all when ``None``) from ``qualified`` where every condition
+    holds; column names are quoted and values become SQL literals (bytes as ``X'..'``)."""
+    projection = "*" if columns is None else ", ".join(quote_identifier(c) for c in columns)
+    text = f"SELECT {projection} FROM {qualified}"
+    clauses = []
+    for column, op, value in check_conditions(where):
+        if op == "in":
+            listed = ", ".join(_sql_literal(v) for v in value)
+            clauses.append(f"{quote_identifier(column)} IN ({listed})")
+        else:
+            clauses.append(f"{quote_identifier(column)} {op} {_sql_literal(value)}")
+    if clauses:
+        text += " WHERE " + " AND ".join(clauses)
+    return text
 
 
 def history_entry(row: Mapping[str, Any]) -> HistoryEntry:
@@ -438,8 +481,9 @@ class SparkEngine:
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
         evolve_schema: bool = True,
+        layout: WriteLayout | None = None,
     ) -> CommitResult:
-        options = write_options(txn, metadata, merge_schema=evolve_schema)
+        options = write_options(txn, metadata, merge_schema=evolve_schema, layout=layout)
         return self._write(table, data, mode="append", txn=txn, options=options)
 
     def overwrite(
@@ -536,6 +580,22 @@ class SparkEngine:
         if version is None:
             return self._spark.table(self.qualified_name(table))
         return self._sql(f"SELECT * FROM {self.qualified_name(table)} VERSION AS OF {int(version)}")
+
+    def read_arrow(
+        self,
+        table: TableRef,
+        *,
+        columns: Sequence[str] | None = None,
+        where: Sequence[Condition] = (),
+    ) -> pa.Table:
+        self._require(table)
+        text = select_sql(self.qualified_name(table), columns, where)
+        try:
+            return dataframe_to_arrow(self._sql(text))
+        except LakeError:
+            raise
+        except Exception as exc:  # py4j and pyspark raise many types; keep the cause
+            raise LakeError(f"reading {self.qualified_name(table)} failed: {exc}") from exc
 
     def read_appends(
         self, table: TableRef, *, after_version: int | None, until_version: int | None = None
