@@ -117,6 +117,7 @@ __all__ = [
     "order_columns",
     "resync_entries",
     "tombstone_changes",
+    "wildcard_changes",
 ]
 
 DeleteMode = Literal["soft", "hard"]
@@ -150,12 +151,15 @@ _HEADER = (
 
 _ROLE = "_fold_role"
 _ROLE_CHANGE, _ROLE_GOLD, _ROLE_TOMBSTONE = "c", "g", "t"
+# A change's order key, computed column-wise per Arrow batch before the rows become dicts.
+_KEY = "_fold_key"
 
 FOLD_GOLD = "_fold_gold"
 FOLD_TOMBSTONE = "_fold_tombstone"
 FOLD_RESYNC = "_fold_resync"
 FOLD_VERSIONS = "_fold_versions"
 FOLD_RESOLVED_BY = "_fold_resolved_by"
+FOLD_CHANGES = "_fold_changes"
 FOLD_APPLIED = "_fold_applied"
 FOLD_IGNORED = "_fold_ignored"
 FOLD_COLUMNS: tuple[str, ...] = (
@@ -164,6 +168,7 @@ FOLD_COLUMNS: tuple[str, ...] = (
     FOLD_RESYNC,
     FOLD_VERSIONS,
     FOLD_RESOLVED_BY,
+    FOLD_CHANGES,
     FOLD_APPLIED,
     FOLD_IGNORED,
 )
@@ -198,6 +203,8 @@ def _text_part(text: str) -> str:
     # which sorts below every character the escaped text can hold: the encoding is prefix-free
     # and sorts like the text (UTF-8 byte order = code point order, in Python, Spark and
     # DataFusion alike).
+    if text and min(text) > "!":
+        return f"1{text} "
     escaped = "".join(f"!{ord(c):02x}" if c <= "!" else c for c in text)
     return f"1{escaped} "
 
@@ -717,7 +724,7 @@ def fold_record(
             if event_id in seen:
                 continue
             seen.add(event_id)
-        key = encode_order_key(change.get(c) for c in order_by)
+        key = change.get(_KEY) or encode_order_key(change.get(c) for c in order_by)
         keyed.append((key, change))
     keyed.sort(key=lambda kc: kc[0])
     fold = _Fold(plan, body, record_id)
@@ -777,6 +784,7 @@ def fold_output_schema(
             T.StructField(FOLD_RESYNC, T.ArrayType(RESYNC_SCHEMA)),
             T.StructField(FOLD_VERSIONS, T.ArrayType(_version_type(tracked))),
             T.StructField(FOLD_RESOLVED_BY, T.StringType()),
+            T.StructField(FOLD_CHANGES, T.IntegerType()),
             T.StructField(FOLD_APPLIED, T.IntegerType()),
             T.StructField(FOLD_IGNORED, T.IntegerType()),
         ]
@@ -807,23 +815,35 @@ def _check_plan(plan: FoldPlan, body: Sequence[T.StructField], silver: T.StructT
         )
 
 
+def wildcard_changes(changes: DataFrame) -> list[dict[str, Any]]:
+    """The wildcard changes (``_cdc_is_wildcard``, record id ``001*``) of a batch, collected
+    as dicts for :func:`fold_changes` (an action; Salesforce sends them rarely, for lossy
+    field type conversions, so there are few)."""
+    from pyspark.sql import functions as F
+
+    wild = changes.where(F.coalesce(F.col(_WILDCARD), F.lit(False)))
+    rows: list[dict[str, Any]] = wild.toArrow().to_pylist()
+    return rows
+
+
 def fold_changes(
     changes: DataFrame,
     gold: DataFrame | None,
     *,
     plan: FoldPlan,
     tombstones: DataFrame | None = None,
-    expand_wildcards: bool = True,
+    wildcards: Sequence[Mapping[str, Any]] = (),
 ) -> DataFrame:
     """Fold silver ``changes`` onto the ``gold`` rows (and hard-delete ``tombstones``) of the
     records they touch; see the module docstring.
 
     ``changes`` has the silver table's columns; its body columns become the gold body
     columns. ``gold`` has gold columns (missing body columns read as null) and may hold more
-    records than the changes touch: every record of the gold table when the batch has a
-    wildcard change, which then applies to each. With ``expand_wildcards=False`` (the caller
-    knows the batch has none) the wildcard step is left out of the plan, and a wildcard row
-    is an error.
+    records than the changes touch. ``wildcards`` are the batch's wildcard changes
+    (:func:`wildcard_changes`); they travel with the function to every task and apply to
+    each record that exists at their point of the order, so ``gold`` must then hold the
+    whole gold table, and the wildcard rows of ``changes`` are left out. Without
+    ``wildcards``, a wildcard row in ``changes`` is an error.
     """
     from pyspark.sql import functions as F
 
@@ -839,6 +859,8 @@ def fold_changes(
     change_rows = changes.select(*[F.col(_q(c)) for c in wanted_change]).withColumn(
         _ROLE, F.lit(_ROLE_CHANGE)
     )
+    if wildcards:
+        change_rows = change_rows.where(~F.coalesce(F.col(_WILDCARD), F.lit(False)))
 
     def state(df: DataFrame, role: str, columns: Sequence[T.StructField]) -> DataFrame:
         have = {c.lower(): c for c in df.columns}
@@ -850,22 +872,16 @@ def fold_changes(
         ]
         return df.select(*selected).withColumn(_ROLE, F.lit(role))
 
-    parts = [change_rows]
+    combined = change_rows
     if gold is not None:
-        parts.append(state(gold, _ROLE_GOLD, gold_types.fields))
+        combined = combined.unionByName(
+            state(gold, _ROLE_GOLD, gold_types.fields), allowMissingColumns=True
+        )
     if tombstones is not None:
-        parts.append(state(tombstones, _ROLE_TOMBSTONE, tombstone_schema().fields))
-    if expand_wildcards:
-        plain = change_rows.where(~F.coalesce(F.col(_WILDCARD), F.lit(False)))
-        wild = change_rows.where(F.coalesce(F.col(_WILDCARD), F.lit(False)))
-        ids = plain.select(ID).where(F.col(ID).isNotNull())
-        for part in parts[1:]:
-            ids = ids.unionByName(part.select(ID))
-        expanded = ids.distinct().crossJoin(wild.drop(ID)).select(*change_rows.columns)
-        parts[0] = plain.unionByName(expanded)
-    combined = parts[0]
-    for part in parts[1:]:
-        combined = combined.unionByName(part, allowMissingColumns=True)
+        combined = combined.unionByName(
+            state(tombstones, _ROLE_TOMBSTONE, tombstone_schema().fields),
+            allowMissingColumns=True,
+        )
     if plan.partitions == 1:
         # One task: no shuffle needed to bring a record's rows together.
         combined = combined.coalesce(1)
@@ -876,28 +892,55 @@ def fold_changes(
     combined = combined.sortWithinPartitions(F.col(ID))
 
     arrow_schema = spark_schema_to_arrow(out_schema)
-    function = _FoldFunction(plan, tuple(body_names), arrow_schema, expand_wildcards)
+    function = _FoldFunction(plan, tuple(body_names), arrow_schema, wildcards)
     return combined.mapInArrow(function, out_schema)
+
+
+def _column_parts(column: pa.Array | pa.ChunkedArray) -> list[str]:
+    """The order key parts of one column's values, computed column-wise (the same strings
+    :func:`encode_order_key` makes value by value)."""
+    t = column.type
+    if pa.types.is_timestamp(t) or pa.types.is_integer(t) or pa.types.is_date(t):
+        if pa.types.is_timestamp(t) and t.unit != "us":
+            column = column.cast(pa.timestamp("us", tz=t.tz))
+        values = column.cast(pa.int64()).to_pylist()
+        i64 = _I64
+        return ["0" if v is None else f"1{v + i64:016x}" for v in values]
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return ["0" if v is None else _text_part(v) for v in column.to_pylist()]
+    return [_component(v) for v in column.to_pylist()]
 
 
 class _FoldFunction:
     """The ``mapInArrow`` function: groups the sorted rows of a partition by ``Id`` and folds
-    each group. Picklable (plan, names, schema)."""
+    each group. Picklable (plan, names, schema, wildcard changes)."""
 
     def __init__(
-        self, plan: FoldPlan, body: tuple[str, ...], schema: pa.Schema, wildcards: bool
+        self,
+        plan: FoldPlan,
+        body: tuple[str, ...],
+        schema: pa.Schema,
+        wildcards: Sequence[Mapping[str, Any]],
     ) -> None:
         self.plan = plan
         self.body = body
         self.schema = schema
-        self.wildcards = wildcards
+        self.wildcards = [
+            {**w, _KEY: encode_order_key(w.get(c) for c in plan.order_by)} for w in wildcards
+        ]
+
+    def _keys(self, batch: pa.RecordBatch) -> list[str]:
+        parts = [_column_parts(batch.column(name)) for name in self.plan.order_by]
+        return ["".join(p) for p in zip(*parts, strict=True)]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         out: list[dict[str, Any]] = []
         group: list[dict[str, Any]] = []
         current: object = _NO_GROUP
         for batch in batches:
-            for row in batch.to_pylist():
+            keys = self._keys(batch)
+            for row, key in zip(batch.to_pylist(), keys, strict=True):
+                row[_KEY] = key
                 rid = row.get(ID)
                 if rid != current and group:
                     self._emit(current, group, out)
@@ -924,12 +967,16 @@ class _FoldFunction:
             elif role == _ROLE_TOMBSTONE:
                 tombstone = row
             else:
-                if row.get(_WILDCARD) and not self.wildcards:
+                if row.get(_WILDCARD):
                     raise ValueError(
                         f"{self.plan.object_name}: wildcard change {row.get(_EVENT_ID)} reached "
-                        "a fold planned without wildcards"
+                        "the per-record fold; pass the batch's wildcard changes with "
+                        "fold_changes(wildcards=...)"
                     )
                 changes.append(row)
+        count = len(changes)
+        if self.wildcards and record_id is not None:
+            changes.extend(self.wildcards)
         if not changes:
             return
         rid = None if record_id is None else str(record_id)
@@ -938,12 +985,15 @@ class _FoldFunction:
         )
         if folded.row is None and not folded.resync:
             return
+        if folded.applied == 0 and not folded.resync and count == 0:
+            return  # only wildcards, none of which changed this record
         row_out: dict[str, Any] = dict(folded.row) if folded.row is not None else {ID: rid}
         row_out[FOLD_GOLD] = folded.gold
         row_out[FOLD_TOMBSTONE] = folded.tombstone
         row_out[FOLD_RESYNC] = folded.resync
         row_out[FOLD_VERSIONS] = folded.versions
         row_out[FOLD_RESOLVED_BY] = folded.resolved_by
+        row_out[FOLD_CHANGES] = count
         row_out[FOLD_APPLIED] = folded.applied
         row_out[FOLD_IGNORED] = folded.ignored
         out.append(row_out)

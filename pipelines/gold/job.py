@@ -42,6 +42,7 @@ from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.gold.columns import ID, body_fields, gold_schema, tombstone_schema
 from pipelines.gold.fold import (
     FOLD_APPLIED,
+    FOLD_CHANGES,
     FOLD_GOLD,
     FOLD_IGNORED,
     FOLD_RESOLVED_BY,
@@ -56,6 +57,7 @@ from pipelines.gold.fold import (
     merge_conditions,
     resync_entries,
     tombstone_changes,
+    wildcard_changes,
 )
 from pipelines.gold.resync import (
     RESYNC_SCHEMA,
@@ -338,22 +340,12 @@ class _ObjectRun:
             )
         plan = self._plan()
         self._check_sequence(plan)
-        silver_schema = changes.df.schema
-        body = body_fields(silver_schema)
+        body = body_fields(changes.df.schema)
         engine.ensure_table(self.gold, gold_schema(body))
-        stats = _change_stats(changes.df)
-        if stats["rows"] == 0:
-            # An empty silver commit (nothing for this object in a bronze range): record the
-            # version so the next run starts after it.
-            merge = self._merge_gold(_empty(engine, gold_schema(body)), plan, end, changes)
-            written = self._write_resync(None)
-            return self._result(
-                after, silver_version=end, merge=merge, resync_rows=written, skipped=False
-            )
-        wildcard = bool(stats["wildcards"])
-        state, tombstones = self._state(changes.df, wildcard=wildcard)
+        wildcards = wildcard_changes(changes.df)
+        state, tombstones = self._state(changes.df, everything=bool(wildcards))
         folded = fold_changes(
-            changes.df, state, plan=plan, tombstones=tombstones, expand_wildcards=wildcard
+            changes.df, state, plan=plan, tombstones=tombstones, wildcards=wildcards
         ).persist()
         try:
             counts = _fold_stats(folded)
@@ -366,7 +358,7 @@ class _ObjectRun:
         result = self._result(
             after,
             silver_version=end,
-            changes=stats["rows"],
+            changes=counts["changes"] + len(wildcards),
             records=counts["records"],
             applied=counts["applied"],
             ignored=counts["ignored"],
@@ -435,17 +427,19 @@ class _ObjectRun:
                     )
                 return
 
-    def _state(self, changes: DataFrame, *, wildcard: bool) -> tuple[DataFrame, DataFrame | None]:
+    def _state(self, changes: DataFrame, *, everything: bool) -> tuple[DataFrame, DataFrame | None]:
+        """The gold rows and tombstones of the records ``changes`` touch (``everything``:
+        all of them, for a wildcard change)."""
         from pyspark.sql import functions as F
 
         ids = changes.select(ID).where(F.col(ID).isNotNull()).distinct()
         gold = self.engine.read(self.gold)
-        state = gold if wildcard else gold.join(ids, on=ID, how="left_semi")
+        state = gold if everything else gold.join(ids, on=ID, how="left_semi")
         tombstones = None
         stones = tombstone_table(self.obj)
         if self.engine.exists(stones):
             table = self.engine.read(stones)
-            tombstones = table if wildcard else table.join(ids, on=ID, how="left_semi")
+            tombstones = table if everything else table.join(ids, on=ID, how="left_semi")
         return state, tombstones
 
     # -- writes ----------------------------------------------------------------------------
@@ -543,10 +537,6 @@ class _ObjectRun:
         )
 
 
-def _empty(engine: LakeEngine, schema: Any) -> Any:
-    return spark_schema_to_arrow(schema).empty_table()
-
-
 def _collect(engine: LakeEngine, rows: DataFrame, schema: Any) -> Any:
     """``rows`` as Arrow for the local engine (small tables: one collect instead of a
     count and a write), as is for Spark; ``None`` when there are none."""
@@ -558,22 +548,13 @@ def _collect(engine: LakeEngine, rows: DataFrame, schema: Any) -> Any:
     return rows if rows.take(1) else None
 
 
-def _change_stats(df: DataFrame) -> dict[str, int]:
-    from pyspark.sql import functions as F
-
-    row = df.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(F.when(F.col("_cdc_is_wildcard"), 1).otherwise(0)).alias("wildcards"),
-    ).collect()[0]
-    return {"rows": int(row["rows"] or 0), "wildcards": int(row["wildcards"] or 0)}
-
-
 def _fold_stats(folded: DataFrame) -> dict[str, int]:
     """One action over the fold (it also fills the cache the writes then read)."""
     from pyspark.sql import functions as F
 
     row = folded.agg(
         F.count(F.lit(1)).alias("records"),
+        F.sum(F.col(FOLD_CHANGES)).alias("changes"),
         F.sum(F.col(FOLD_APPLIED)).alias("applied"),
         F.sum(F.col(FOLD_IGNORED)).alias("ignored"),
         F.count(F.col(FOLD_GOLD)).alias("gold"),

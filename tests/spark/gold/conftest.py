@@ -21,7 +21,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 import ingest.emulator as emulator_schemas
-from pipelines.gold.fold import FoldPlan, fold_changes, fold_plan, gold_changes
+from pipelines.gold.fold import (
+    FoldPlan,
+    fold_changes,
+    fold_plan,
+    gold_changes,
+    wildcard_changes,
+)
 from pipelines.silver.columns import FieldLayout, LeafLayout, SilverLayout
 
 T0 = datetime(2025, 3, 1, 9, 0, 0, tzinfo=timezone.utc)
@@ -216,15 +222,11 @@ def fold(
 ) -> DataFrame:
     p = the_plan or plan(silver.compounds, extra=silver.extra)
     chosen = list(silver.rows if rows is None else rows)
-    # The job plans the wildcard step only for batches that have one; so do the tests.
-    wildcards = any(r.get("_cdc_is_wildcard") for r in chosen)
-    folded = fold_changes(
-        silver.df(spark, chosen),
-        gold,
-        plan=p,
-        tombstones=tombstones,
-        expand_wildcards=wildcards,
-    )
+    changes = silver.df(spark, chosen)
+    # Collecting the wildcard changes is a Spark job: only when there are some.
+    has_wildcards = any(r.get("_cdc_is_wildcard") for r in chosen)
+    wildcards = wildcard_changes(changes) if has_wildcards else ()
+    folded = fold_changes(changes, gold, plan=p, tombstones=tombstones, wildcards=wildcards)
     # Computed once: tests look at the result several ways.
     return folded.localCheckpoint()
 
