@@ -432,7 +432,9 @@ class _ObjectRun:
         all of them, for a wildcard change)."""
         from pyspark.sql import functions as F
 
-        ids = changes.select(ID).where(F.col(ID).isNotNull()).distinct()
+        # The batch's ids are few next to the table's rows: broadcast them, so the gold rows
+        # are filtered where they are read instead of being shuffled for the join.
+        ids = F.broadcast(changes.select(ID).where(F.col(ID).isNotNull()).distinct())
         gold = self.engine.read(self.gold)
         state = gold if everything else gold.join(ids, on=ID, how="left_semi")
         tombstones = None
