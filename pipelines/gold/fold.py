@@ -367,7 +367,7 @@ def fold_plan(
 # ----------------------------------------------------------------------- one record (Python)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FoldedRecord:
     """What folding one record's changes produced.
 
@@ -661,33 +661,34 @@ class _Fold:
     def finish(
         self, gold: Mapping[str, Any] | None, tombstone: Mapping[str, Any] | None
     ) -> FoldedRecord:
-        out = FoldedRecord(
+        row = self.row
+        gold_action: GoldAction | None = None
+        tombstone_action: GoldAction | None = None
+        if row is not None and self.record_id is not None:
+            key = row.get(ORDER_KEY)
+            differs = gold is None or key != gold.get(ORDER_KEY)
+            if self.plan.deletes == "soft" or not row[DELETED]:
+                gold_action = "upsert" if differs else None
+            else:
+                gold_action = "delete" if gold is not None else None
+            if self.plan.deletes == "hard" and row[DELETED]:
+                if tombstone is None or tombstone.get(ORDER_KEY) != key:
+                    tombstone_action = "upsert"
+            elif tombstone is not None:
+                # Live again (UNDELETE), or soft deletes after a switch from hard ones: the
+                # tombstone goes.
+                tombstone_action = "delete"
+        return FoldedRecord(
             self.record_id,
-            self.row,
+            row,
+            gold=gold_action,
+            tombstone=tombstone_action,
             resync=self.resync,
             versions=self.versions,
             resolved_by=self.resolved_by,
             applied=self.applied,
             ignored=self.ignored,
         )
-        row = self.row
-        if row is None or self.record_id is None:
-            return out
-        key = row.get(ORDER_KEY)
-        gold_key = None if gold is None else gold.get(ORDER_KEY)
-        differs = gold is None or key != gold_key
-        if self.plan.deletes == "soft" or not row[DELETED]:
-            out.gold = "upsert" if differs else None
-        else:
-            out.gold = "delete" if gold is not None else None
-        if self.plan.deletes == "hard" and row[DELETED]:
-            if tombstone is None or tombstone.get(ORDER_KEY) != key:
-                out.tombstone = "upsert"
-        elif tombstone is not None:
-            # Live again (UNDELETE), or soft deletes after a switch from hard ones: the
-            # tombstone goes.
-            out.tombstone = "delete"
-        return out
 
 
 def _normal(value: Any) -> Any:
@@ -903,6 +904,8 @@ def _column_parts(column: pa.Array | pa.ChunkedArray) -> list[str]:
     if pa.types.is_timestamp(t) or pa.types.is_integer(t) or pa.types.is_date(t):
         if pa.types.is_timestamp(t) and t.unit != "us":
             column = column.cast(pa.timestamp("us", tz=t.tz))
+        elif pa.types.is_date(t):
+            column = column.cast(pa.date32()).cast(pa.int32())
         values = column.cast(pa.int64()).to_pylist()
         i64 = _I64
         return ["0" if v is None else f"1{v + i64:016x}" for v in values]

@@ -67,7 +67,7 @@ from pipelines.gold.resync import (
 )
 from pipelines.gold.scd2 import HISTORY_KEYS, SCD_IS_CURRENT, history_changes, history_schema
 from pipelines.silver.job import REGISTRY_TABLE, read_registry, silver_layout
-from pipelines.spec import Conf, ObjectSpec
+from pipelines.spec import Conf, DeleteMode, ObjectSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -116,7 +116,7 @@ def history_table(obj: ObjectSpec) -> TableRef:
     return TableRef("gold", f"{obj.tables.gold}_history")
 
 
-def tombstone_condition(deletes: str) -> tuple[str, str]:
+def tombstone_condition(deletes: DeleteMode) -> tuple[str, str]:
     """``(update_condition, delete_condition)`` of the tombstone MERGE on ``Id``: a newer
     delete replaces a tombstone; a record live again (or, with soft deletes, kept as a row of
     gold) drops it."""

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
 
+import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.gold.fold import encode_order_key, order_columns
+from pipelines.gold.fold import _column_parts, encode_order_key, order_columns
 
 UTC = timezone.utc
 
@@ -35,6 +36,8 @@ def _none_first(value: object) -> tuple[int, object]:
     ids=["default-shape", "texts", "binary-dates", "floats-booleans"],
 )
 def test_keys_sort_like_their_tuples(values: st.SearchStrategy) -> None:
+    # No deadline: the first examples pay for loading pyarrow kernels on a shared machine.
+    @settings(deadline=None)
     @given(values, values)
     def check(a: tuple[object, ...], b: tuple[object, ...]) -> None:
         ka, kb = encode_order_key(a), encode_order_key(b)
@@ -86,3 +89,32 @@ def test_stream_order_is_always_the_final_tie_break() -> None:
         "x",
         "_cdc_bronze_batch_id",
     )
+
+
+@pytest.mark.parametrize(
+    ("arrow_type", "values"),
+    [
+        (pa.timestamp("us", tz="UTC"), st.none() | _times),
+        (pa.timestamp("ms", tz="UTC"), st.none() | _times.map(lambda t: t.replace(microsecond=0))),
+        (pa.int64(), st.none() | _ints),
+        (pa.int32(), st.none() | st.integers(-(2**31), 2**31 - 1)),
+        (pa.date32(), st.none() | st.dates()),
+        (pa.string(), st.none() | _texts),
+        (pa.bool_(), st.none() | st.booleans()),
+        (pa.float64(), st.none() | _floats),
+        (pa.binary(), st.none() | st.binary(max_size=6)),
+    ],
+    ids=str,
+)
+def test_column_wise_keys_equal_value_by_value_keys(
+    arrow_type: pa.DataType, values: st.SearchStrategy
+) -> None:
+    # The fold encodes a batch's keys column by column and a wildcard change's key value by
+    # value: the two must agree byte for byte, or their order would be wrong.
+    @settings(deadline=None)
+    @given(st.lists(values, max_size=8))
+    def check(column: list[object]) -> None:
+        array = pa.array(column, type=arrow_type)
+        assert _column_parts(array) == [encode_order_key([v]) for v in array.to_pylist()]
+
+    check()
