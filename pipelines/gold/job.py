@@ -34,11 +34,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import types as T
 
 from ingest.errors import ConfigError
 from pipelines.engines import LakeEngine, MergeMetrics, TableRef, Txn
-from pipelines.engines.arrow import spark_schema_to_arrow
+from pipelines.engines.arrow import arrow_to_dataframe, dataframe_to_arrow, spark_schema_to_arrow
 from pipelines.gold.columns import ID, body_fields, gold_schema, tombstone_schema
 from pipelines.gold.fold import (
     FOLD_APPLIED,
@@ -70,7 +74,7 @@ from pipelines.silver.job import REGISTRY_TABLE, read_registry, silver_layout
 from pipelines.spec import Conf, DeleteMode, ObjectSpec
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "CHECKPOINT_TABLE",
@@ -340,21 +344,28 @@ class _ObjectRun:
             )
         plan = self._plan()
         self._check_sequence(plan)
+        unknown = [c for c in plan.order_by if c not in changes.df.columns]
+        if unknown:
+            raise ConfigError(
+                f"gold of {obj.api_name}: sequence_by names {unknown}, which are not columns "
+                f"of {self.silver} (columns: {', '.join(changes.df.columns)})"
+            )
         body = body_fields(changes.df.schema)
         engine.ensure_table(self.gold, gold_schema(body))
         wildcards = wildcard_changes(changes.df)
         state, tombstones = self._state(changes.df, everything=bool(wildcards))
         folded = fold_changes(
             changes.df, state, plan=plan, tombstones=tombstones, wildcards=wildcards
-        ).persist()
+        )
+        parts: _Folded = _ArrowFolded(folded) if engine.name == "local" else _SparkFolded(folded)
         try:
-            counts = _fold_stats(folded)
-            written = self._write_resync(folded)
-            tombstoned = self._write_tombstones(folded, plan, end) if counts["tombstones"] else 0
-            versions = self._write_history(folded, plan, body, end) if counts["versions"] else 0
-            merge = self._merge_gold(gold_changes(folded), plan, end, changes)
+            counts = parts.counts()
+            written = self._write_resync(parts)
+            tombstoned = self._write_tombstones(parts, plan, end) if counts["tombstones"] else 0
+            versions = self._write_history(parts, plan, body, end) if counts["versions"] else 0
+            merge = self._merge_gold(parts.gold(), plan, end, changes)
         finally:
-            folded.unpersist()
+            parts.close()
         result = self._result(
             after,
             silver_version=end,
@@ -446,19 +457,16 @@ class _ObjectRun:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def _write_resync(self, folded: DataFrame | None) -> int:
+    def _write_resync(self, parts: _Folded | None) -> int:
         engine = self.engine
-        spark = engine.spark
-        parts: list[DataFrame] = []
+        pieces: list[Any] = []
         if self.replay_gaps:
-            parts.append(spark.createDataFrame(self.replay_gaps, RESYNC_SCHEMA))
-        if folded is not None:
-            parts.append(resync_entries(folded))
-            resolved = folded.where(folded[FOLD_RESOLVED_BY].isNotNull()).select(
-                folded[ID].alias("record_id"), folded[FOLD_RESOLVED_BY].alias("resolved_by")
-            )
-            if engine.exists(RESYNC_TABLE) and resolved.take(1):
-                parts.append(
+            pieces.append(pa.Table.from_pylist(self.replay_gaps, schema=_RESYNC_ARROW))
+        if parts is not None:
+            pieces.append(parts.resync())
+            resolved = parts.resolved(engine.spark)
+            if resolved is not None and engine.exists(RESYNC_TABLE):
+                pieces.append(
                     open_rows_to_resolve(
                         engine.read(RESYNC_TABLE),
                         resolved,
@@ -466,13 +474,7 @@ class _ObjectRun:
                         at=self.processed_at,
                     )
                 )
-        if not parts:
-            return 0
-        rows = parts[0]
-        for part in parts[1:]:
-            rows = rows.unionByName(part)
-        source = spark_schema_to_arrow(RESYNC_SCHEMA)
-        data = _collect(engine, rows, source)
+        data = _combine(engine, pieces, RESYNC_SCHEMA)
         if data is None:
             return 0
         engine.ensure_table(RESYNC_TABLE, RESYNC_SCHEMA)
@@ -486,13 +488,13 @@ class _ObjectRun:
         )
         return metrics.inserted + metrics.updated
 
-    def _write_tombstones(self, folded: DataFrame, plan: FoldPlan, version: int) -> int:
+    def _write_tombstones(self, parts: _Folded, plan: FoldPlan, version: int) -> int:
         table = tombstone_table(self.obj)
         self.engine.ensure_table(table, tombstone_schema())
         update, delete = tombstone_condition(plan.deletes)
         metrics = self.engine.merge(
             table,
-            tombstone_changes(folded),
+            parts.tombstones(),
             on=[ID],
             update_condition=update,
             delete_condition=delete,
@@ -502,7 +504,7 @@ class _ObjectRun:
         return metrics.inserted + metrics.updated + metrics.deleted
 
     def _write_history(
-        self, folded: DataFrame, plan: FoldPlan, body: Sequence[Any], version: int
+        self, parts: _Folded, plan: FoldPlan, body: Sequence[Any], version: int
     ) -> int:
         from pyspark.sql import functions as F
 
@@ -510,8 +512,8 @@ class _ObjectRun:
         by_name = {f.name: f for f in body}
         tracked = [by_name[c] for c in plan.track or () if c in by_name]
         self.engine.ensure_table(table, history_schema(tracked))
-        new = history_versions(folded)
-        ids = new.select(ID).distinct()
+        new = parts.versions(self.engine.spark)
+        ids = F.broadcast(new.select(ID).distinct())
         current = (
             self.engine.read(table).where(F.col(SCD_IS_CURRENT)).join(ids, on=ID, how="left_semi")
         )
@@ -539,30 +541,143 @@ class _ObjectRun:
         )
 
 
-def _collect(engine: LakeEngine, rows: DataFrame, schema: Any) -> Any:
-    """``rows`` as Arrow for the local engine (small tables: one collect instead of a
-    count and a write), as is for Spark; ``None`` when there are none."""
+_RESYNC_ARROW = spark_schema_to_arrow(RESYNC_SCHEMA)
+_FOLD_COUNTS = {
+    "changes": FOLD_CHANGES,
+    "applied": FOLD_APPLIED,
+    "ignored": FOLD_IGNORED,
+}
+
+
+class _Folded(Protocol):
+    """A fold's output, computed once, taken apart for the writes."""
+
+    def counts(self) -> dict[str, int]: ...
+    def gold(self) -> Any: ...
+    def tombstones(self) -> Any: ...
+    def resync(self) -> Any: ...
+    def resolved(self, spark: SparkSession) -> DataFrame | None: ...
+    def versions(self, spark: SparkSession) -> DataFrame: ...
+    def close(self) -> None: ...
+
+
+class _SparkFolded:
+    """The spark engine's view: the fold cached while its parts are merged as DataFrames."""
+
+    def __init__(self, folded: DataFrame) -> None:
+        self.df = folded.persist()
+
+    def counts(self) -> dict[str, int]:
+        from pyspark.sql import functions as F
+
+        df = self.df
+        row = df.agg(
+            F.count(F.lit(1)).alias("records"),
+            *[F.sum(F.col(c)).alias(k) for k, c in _FOLD_COUNTS.items()],
+            F.count(F.col(FOLD_TOMBSTONE)).alias("tombstones"),
+            F.sum(F.size(F.col(FOLD_VERSIONS))).alias("versions"),
+            F.count(F.col(FOLD_RESOLVED_BY)).alias("resolved"),
+        ).collect()[0]
+        return {k: int(row[k] or 0) for k in row.asDict()}
+
+    def gold(self) -> DataFrame:
+        return gold_changes(self.df)
+
+    def tombstones(self) -> DataFrame:
+        return tombstone_changes(self.df)
+
+    def resync(self) -> DataFrame:
+        return resync_entries(self.df)
+
+    def resolved(self, spark: SparkSession) -> DataFrame | None:
+        from pyspark.sql import functions as F
+
+        rows = self.df.where(F.col(FOLD_RESOLVED_BY).isNotNull()).select(
+            F.col(ID).alias("record_id"), F.col(FOLD_RESOLVED_BY).alias("resolved_by")
+        )
+        return rows if rows.take(1) else None
+
+    def versions(self, spark: SparkSession) -> DataFrame:
+        return history_versions(self.df)
+
+    def close(self) -> None:
+        self.df.unpersist()
+
+
+class _ArrowFolded:
+    """The local engine's view: the fold collected once as Arrow (the local engine writes
+    Arrow anyway) and split there, with no further Spark job."""
+
+    def __init__(self, folded: DataFrame) -> None:
+        self.schema = folded.schema
+        self.table = dataframe_to_arrow(folded)
+
+    def _where(self, column: str) -> pa.Table:
+        return self.table.filter(pc.is_valid(self.table.column(column)))
+
+    def counts(self) -> dict[str, int]:
+        t = self.table
+        out = {"records": t.num_rows}
+        for key, column in _FOLD_COUNTS.items():
+            out[key] = int(pc.sum(t.column(column)).as_py() or 0)
+        out["tombstones"] = int(pc.count(t.column(FOLD_TOMBSTONE)).as_py())
+        out["versions"] = int(pc.sum(pc.list_value_length(t.column(FOLD_VERSIONS))).as_py() or 0)
+        out["resolved"] = int(pc.count(t.column(FOLD_RESOLVED_BY)).as_py())
+        return out
+
+    def gold(self) -> pa.Table:
+        names = [n for n in self.table.column_names if not n.startswith("_fold_")]
+        return self._where(FOLD_GOLD).select(names)
+
+    def tombstones(self) -> pa.Table:
+        return self._where(FOLD_TOMBSTONE).select([f.name for f in tombstone_schema().fields])
+
+    def _flat(self, column: str) -> pa.Table:
+        values = pc.list_flatten(self.table.column(column))
+        element = self.table.schema.field(column).type.value_type
+        if len(values) == 0:
+            return pa.schema(list(element)).empty_table()
+        return pa.Table.from_struct_array(values.combine_chunks())
+
+    def resync(self) -> pa.Table:
+        return self._flat(FOLD_RESYNC)
+
+    def resolved(self, spark: SparkSession) -> DataFrame | None:
+        rows = self._where(FOLD_RESOLVED_BY)
+        if rows.num_rows == 0:
+            return None
+        pairs = pa.table(
+            {"record_id": rows.column(ID), "resolved_by": rows.column(FOLD_RESOLVED_BY)}
+        )
+        return arrow_to_dataframe(spark, pairs)
+
+    def versions(self, spark: SparkSession) -> DataFrame:
+        element = self.schema[FOLD_VERSIONS].dataType
+        assert isinstance(element, T.ArrayType) and isinstance(element.elementType, T.StructType)
+        return arrow_to_dataframe(spark, self._flat(FOLD_VERSIONS), element.elementType)
+
+    def close(self) -> None:
+        self.table = self.table.slice(0, 0)
+
+
+def _combine(engine: LakeEngine, pieces: Sequence[Any], schema: T.StructType) -> Any:
+    """Arrow tables and DataFrames of one schema as one source for ``engine.merge``: Arrow
+    for the local engine, a DataFrame for Spark; ``None`` when they hold no row."""
+    target = spark_schema_to_arrow(schema)
     if engine.name == "local":
-        from pipelines.engines.arrow import dataframe_to_arrow
-
-        table = dataframe_to_arrow(rows)
-        return table if table.num_rows else None
+        tables = [
+            (p if isinstance(p, pa.Table) else dataframe_to_arrow(p)).select(target.names)
+            for p in pieces
+        ]
+        tables = [t.cast(target) for t in tables if t.num_rows]
+        return pa.concat_tables(tables) if tables else None
+    frames = [
+        arrow_to_dataframe(engine.spark, p, schema) if isinstance(p, pa.Table) else p
+        for p in pieces
+    ]
+    if not frames:
+        return None
+    rows = frames[0]
+    for frame in frames[1:]:
+        rows = rows.unionByName(frame)
     return rows if rows.take(1) else None
-
-
-def _fold_stats(folded: DataFrame) -> dict[str, int]:
-    """One action over the fold (it also fills the cache the writes then read)."""
-    from pyspark.sql import functions as F
-
-    row = folded.agg(
-        F.count(F.lit(1)).alias("records"),
-        F.sum(F.col(FOLD_CHANGES)).alias("changes"),
-        F.sum(F.col(FOLD_APPLIED)).alias("applied"),
-        F.sum(F.col(FOLD_IGNORED)).alias("ignored"),
-        F.count(F.col(FOLD_GOLD)).alias("gold"),
-        F.count(F.col(FOLD_TOMBSTONE)).alias("tombstones"),
-        F.sum(F.size(F.col(FOLD_RESYNC))).alias("resync"),
-        F.sum(F.size(F.col(FOLD_VERSIONS))).alias("versions"),
-        F.count(F.col(FOLD_RESOLVED_BY)).alias("resolved"),
-    ).collect()[0]
-    return {k: int(row[k] or 0) for k in row.asDict()}

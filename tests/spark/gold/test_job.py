@@ -296,6 +296,19 @@ def test_changing_sequence_by_on_a_built_table_is_refused(spark: SparkSession, l
         run_gold(env.engine, changed)
 
 
+def test_unknown_columns_in_the_gold_section_are_reported(spark: SparkSession, lake: Path) -> None:
+    env = Lake(spark, lake, gold="gold: {sequence_by: [_cdc_commit_timestamp, Rank__c]}\n")
+    silver = Silver()
+    silver.create("001A", 0)
+    env.land(silver)
+    with pytest.raises(ConfigError, match=r"sequence_by names \['Rank__c'\]"):
+        env.gold()
+    env = Lake(spark, lake / "other", gold="gold: {scd2: {enabled: true, track: [Rank__c]}}\n")
+    env.land(silver)
+    with pytest.raises(ConfigError, match=r"scd2.track names \['Rank__c'\]"):
+        env.gold()
+
+
 def test_the_gold_command(
     spark: SparkSession, lake: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
