@@ -12,16 +12,18 @@ For every bronze table (one per topic) that feeds a configured object, :func:`ru
    several objects, and computes the object's silver rows and undecodable rows in one pass
    (:func:`~pipelines.silver.transforms.to_silver_and_quarantine`);
 4. appends the silver rows to the object's table with the txn ``(sfcdc.silver:<object>,
-   bronze version)``, and every undecodable row of the range (the objects' ones, and rows
-   whose schema id no object can use) to ``silver.sfcdc_quarantine`` with the txn
-   ``(sfcdc.silver.quarantine:<bronze table>, bronze version)``.
+   bronze version)``, after writing the range's undecodable rows to ``silver.sfcdc_quarantine``:
+   an object's with the txn ``(sfcdc.silver.quarantine:<object>, bronze version)``, rows whose
+   schema id no object can use with ``(sfcdc.silver.quarantine:<bronze table>, bronze
+   version)``.
 
 A retried run is a no-op: a table that recorded the txn version skips the write, and with
 nothing new in bronze nothing is read or written at all. A run that died between two writes
 resumes where each table stands: objects of one topic that stand at different bronze
-versions are processed as separate groups. Quarantine rows are keyed by their bronze
-coordinates (bronze table, batch id, batch seq), so a group that re-reads rows another group
-already quarantined does not add them twice.
+versions are processed as separate groups. The quarantine is written before the silver
+tables, so a run that dies in between finds it done when it decodes the range again; where an
+earlier run quarantined a range that ended elsewhere, rows are matched on their bronze
+coordinates (bronze table, batch id, batch seq) so none is added twice.
 
 With the local engine a pass is collected once, as Arrow, and split there; with the spark
 engine it is cached while its two parts are written. One silver run per lake at a time: runs
@@ -35,7 +37,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -43,7 +44,7 @@ import pyarrow.compute as pc
 
 from ingest.errors import ConfigError, LakeError
 from ingest.schema import EventSchema, parse_event_schema
-from pipelines.engines import CommitResult, HistoryEntry, LakeEngine, TableRef, Txn
+from pipelines.engines import HistoryEntry, LakeEngine, TableRef, Txn
 from pipelines.engines.arrow import dataframe_to_arrow, same_type, spark_schema_to_arrow
 from pipelines.silver.columns import SilverLayout, build_layout
 from pipelines.silver.decode import BRONZE_COLUMNS, DecodePlan, decode_function, decoded_schema
@@ -365,11 +366,6 @@ class _Parts:
             return int(data.num_rows)
         return int(data.count())
 
-    def concat(self, parts: list[Data]) -> Data:
-        if self.local:
-            return pa.concat_tables(parts) if parts else _quarantine_arrow().empty_table()
-        return reduce(lambda a, b: a.unionByName(b), parts)
-
     def release(self) -> None:
         for frame in self.cached:
             frame.unpersist()
@@ -518,48 +514,71 @@ class _Group:
         if max_batch is not None:
             metadata[_META_MAX_BATCH] = str(max_batch)
         parts = _Parts(self.engine)
-        quarantine: list[Data] = []
         try:
+            passes = []
             decodable: set[str] = set()
             for obj in self.objs:
                 ids = [s.schema_id for s in _versions(obj, registry)]
                 decodable.update(ids)
                 events = sum(stats[sid][0] for sid in ids if sid in stats)
-                bad = self._object(
-                    obj,
-                    df,
-                    registry=registry,
-                    ids=ids,
-                    events=events,
+                passes.append(
+                    self._decode(obj, df, registry=registry, ids=ids, events=events, parts=parts)
+                )
+            undecodable = self._undecodable(df, stats, registry, decodable, parts)
+            # The quarantine first: a run that dies before the silver writes decodes this
+            # range again and finds the quarantine already holding it.
+            for obj, _, _, bad, _ in passes:
+                if bad is not None:
+                    self._quarantine(
+                        parts, bad, app_for=obj.api_name, after=after, end=end, metadata=metadata
+                    )
+            if undecodable is not None:
+                self._quarantine(
+                    parts,
+                    undecodable,
+                    app_for=self.bronze.name,
+                    after=after,
                     end=end,
                     metadata=metadata,
-                    parts=parts,
                 )
-                if bad is not None:
-                    quarantine.append(bad)
-            reasons = self._reasons(registry, decodable)
-            for sid, (n, _) in stats.items():
-                entry = registry.get(sid) if sid else None
-                if sid in decodable or entry is None or entry.schema is None or sid in reasons:
-                    continue
-                decodable.add(sid)  # another object's event on a channel: no silver table here
-                entity = entry.schema.entity_name
-                self.others[entity] = self.others.get(entity, 0) + n
-            if any(sid not in decodable or sid in reasons for sid in stats):
-                rest = df.select(*BRONZE_COLUMNS).transform(
-                    undecodable_rows(
-                        decodable=decodable,
-                        reasons=reasons,
-                        registry=str(self.registry_table),
-                        bronze_table=self.bronze.name,
-                        topic=self.topic,
-                        at=self.at,
-                    )
-                )
-                quarantine.append(parts.rows(rest))
-            self._quarantine(parts, quarantine, after, end, metadata)
+            for obj, layout, data, _, events in passes:
+                self._write(obj, layout, data, events=events, end=end, metadata=metadata)
         finally:
             parts.release()
+
+    def _undecodable(
+        self,
+        df: DataFrame,
+        stats: Mapping[str, tuple[int, Any]],
+        registry: Mapping[str, RegistryEntry],
+        decodable: set[str],
+        parts: _Parts,
+    ) -> Data | None:
+        """Rows no configured object decodes: counted when they belong to another object on a
+        channel, quarantined otherwise (unknown or unusable schema id, another object's
+        schema on a single-object topic)."""
+        reasons = self._reasons(registry, decodable)
+        skipped = set(decodable)
+        for sid, (n, _) in stats.items():
+            entry = registry.get(sid) if sid else None
+            if sid in skipped or entry is None or entry.schema is None or sid in reasons:
+                continue
+            skipped.add(sid)
+            entity = entry.schema.entity_name
+            self.others[entity] = self.others.get(entity, 0) + n
+        if all(sid in skipped and sid not in reasons for sid in stats):
+            return None
+        rest = df.select(*BRONZE_COLUMNS).transform(
+            undecodable_rows(
+                decodable=skipped,
+                reasons=reasons,
+                registry=str(self.registry_table),
+                bronze_table=self.bronze.name,
+                topic=self.topic,
+                at=self.at,
+            )
+        )
+        return parts.rows(rest)
 
     def _reasons(
         self, registry: Mapping[str, RegistryEntry], decodable: set[str]
@@ -581,7 +600,7 @@ class _Group:
                 )
         return reasons
 
-    def _object(
+    def _decode(
         self,
         obj: ObjectSpec,
         df: DataFrame,
@@ -589,41 +608,51 @@ class _Group:
         registry: Mapping[str, RegistryEntry],
         ids: list[str],
         events: int,
-        end: int,
-        metadata: Mapping[str, str],
         parts: _Parts,
-    ) -> Data | None:
+    ) -> tuple[ObjectSpec, SilverLayout, Data, Data | None, int]:
+        """One pass over the object's rows: its silver rows and its undecodable rows."""
         from pyspark.sql import functions as F
 
         started = self.clock()
-        table = _silver_table(obj)
         layout = silver_layout(obj, registry)
-        _check_types(self.engine, table, layout)
-        txn = Txn(app_id(obj), end)
-        bad: Data | None = None
-        data: Data
-        if events:
-            plan = DecodePlan(
-                layout=layout,
-                schemas={sid: registry[sid].schema_json for sid in ids},
-                registry=str(self.registry_table),
-            )
-            frame = (
-                df.where(F.col("schema_id").isin(ids))
-                .select(*BRONZE_COLUMNS)
-                .mapInArrow(decode_function(plan), decoded_schema(plan))
-                .transform(
-                    to_silver_and_quarantine(
-                        layout, bronze_table=self.bronze.name, topic=self.topic, at=self.at
-                    )
-                )
-            )
-            data, bad = parts.split(frame)
-        else:
+        _check_types(self.engine, _silver_table(obj), layout)
+        if not events:
             # Nothing for this object in the range: an empty commit still records the bronze
             # version (and creates the table the first time), without a Spark job.
-            data = spark_schema_to_arrow(layout.silver_schema()).empty_table()
-        result: CommitResult = self.engine.append(table, data, txn=txn, metadata=metadata)
+            empty = spark_schema_to_arrow(layout.silver_schema()).empty_table()
+            return obj, layout, empty, None, 0
+        plan = DecodePlan(
+            layout=layout,
+            schemas={sid: registry[sid].schema_json for sid in ids},
+            registry=str(self.registry_table),
+        )
+        frame = (
+            df.where(F.col("schema_id").isin(ids))
+            .select(*BRONZE_COLUMNS)
+            .mapInArrow(decode_function(plan), decoded_schema(plan))
+            .transform(
+                to_silver_and_quarantine(
+                    layout, bronze_table=self.bronze.name, topic=self.topic, at=self.at
+                )
+            )
+        )
+        data, bad = parts.split(frame)
+        self.progress[obj.api_name].seconds += self.clock() - started
+        return obj, layout, data, bad, events
+
+    def _write(
+        self,
+        obj: ObjectSpec,
+        layout: SilverLayout,
+        data: Data,
+        *,
+        events: int,
+        end: int,
+        metadata: Mapping[str, str],
+    ) -> None:
+        started = self.clock()
+        table = _silver_table(obj)
+        result = self.engine.append(table, data, txn=Txn(app_id(obj), end), metadata=metadata)
         p = self.progress[obj.api_name]
         p.events += events
         p.rows += result.rows
@@ -631,7 +660,7 @@ class _Group:
         p.version = result.version
         p.seconds += self.clock() - started
         _log.info(
-            "silver: %s <- %s up to version %d: %d events, %d rows, version %s%s (%.1f s)",
+            "silver: %s <- %s up to version %d: %d events, %d rows, version %s%s",
             table,
             self.bronze,
             end,
@@ -639,46 +668,45 @@ class _Group:
             result.rows,
             result.version,
             " (already committed)" if result.skipped else "",
-            self.clock() - started,
         )
-        return bad
 
     def _quarantine(
         self,
         parts: _Parts,
-        quarantine: list[Data],
+        rows: Data,
+        *,
+        app_for: str,
         after: int | None,
         end: int,
         metadata: Mapping[str, str],
     ) -> None:
+        """Append quarantine rows of the bronze range ``(after, end]`` under the txn
+        ``sfcdc.silver.quarantine:<app_for>`` (an object's undecodable rows, or the bronze
+        table's rows no object decodes)."""
         engine = self.engine
-        app = f"{QUARANTINE_APP_PREFIX}{self.bronze.name}"
+        app = f"{QUARANTINE_APP_PREFIX}{app_for}"
         done = engine.txn_version(QUARANTINE_TABLE, app)
         if done is not None and done >= end:
-            _log.info(
-                "silver: quarantine of %s up to version %d already committed", self.bronze, end
-            )
+            _log.info("silver: quarantine %s up to version %d already committed", app, end)
             return
-        if not quarantine:
-            return
-        rows = parts.concat(quarantine)
         if parts.count(rows) == 0:
             return
         if done is not None and (after is None or done > after):
-            # Another group of this topic already quarantined part of this range.
-            rows = _without_quarantined(engine, parts, rows, self.bronze)
+            # An earlier run quarantined part of this range (it stopped at another version).
+            rows = _without_quarantined(engine, rows, self.bronze)
         result = engine.append(QUARANTINE_TABLE, rows, txn=Txn(app, end), metadata=metadata)
         self.quarantined += result.rows
         _log.warning(
-            "silver: %d rows of %s could not be decoded; quarantined in %s (version %s)",
+            "silver: %d rows of %s could not be decoded (%s); quarantined in %s (version %s)",
             result.rows,
             self.bronze,
+            app_for,
             QUARANTINE_TABLE,
             result.version,
         )
 
 
-def _without_quarantined(engine: LakeEngine, parts: _Parts, rows: Data, bronze: TableRef) -> Data:
+def _without_quarantined(engine: LakeEngine, rows: Data, bronze: TableRef) -> Data:
     from pyspark.sql import functions as F
 
     existing = (
@@ -689,8 +717,7 @@ def _without_quarantined(engine: LakeEngine, parts: _Parts, rows: Data, bronze: 
     if isinstance(rows, pa.Table):
         seen = {tuple(r[k] for k in _QUARANTINE_KEYS) for r in existing.collect()}
         keys = zip(*(rows.column(k).to_pylist() for k in _QUARANTINE_KEYS), strict=True)
-        keep = pa.array([k not in seen for k in keys], pa.bool_())
-        return rows.filter(keep)
+        return rows.filter(pa.array([k not in seen for k in keys], pa.bool_()))
     return rows.join(existing, on=list(_QUARANTINE_KEYS), how="left_anti").select(
         *QUARANTINE_SCHEMA.names
     )
