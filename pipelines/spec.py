@@ -27,15 +27,13 @@ from typing import Annotated, Any, Literal
 
 import yaml
 
+from ingest.auth import EnvRef, ScopeRef, SecretRef
 from ingest.errors import ConfigError
 from pipelines.spec_fields import (
     INVALID,
     ByteSize,
     Credential,
-    DatabricksSecret,
-    EnvSecret,
     Problems,
-    SecretRef,
     join,
     meta,
     parse_byte_size,
@@ -55,13 +53,13 @@ __all__ = [
     "Conf",
     "ConnectionSpec",
     "Credential",
-    "DatabricksSecret",
     "DefaultsSpec",
+    "EmulatorMode",
     "EmulatorSpec",
     "EmulatorTls",
     "EmulatorWorkload",
     "EngineName",
-    "EnvSecret",
+    "EnvRef",
     "IngestSpec",
     "JwtBearerAuth",
     "LakeSpec",
@@ -77,6 +75,7 @@ __all__ = [
     "SalesforceSpec",
     "SalesforceTls",
     "SchemasSpec",
+    "ScopeRef",
     "SecretRef",
     "SilverSpec",
     "SoapLoginAuth",
@@ -100,6 +99,7 @@ __all__ = [
 
 Layer = Literal["bronze", "silver", "gold"]
 Source = Literal["emulator", "salesforce"]
+EmulatorMode = Literal["in_process", "external"]
 EngineName = Literal["auto", "local", "spark"]
 ReplayStart = Literal["earliest", "latest"]
 OnCorrupted = Literal["fail", "earliest", "latest"]
@@ -125,6 +125,7 @@ _ENDPOINT_PATTERN = r"^[A-Za-z0-9.-]+:[0-9]{1,5}$"
 _ORG_ID_PATTERN = r"^00D[A-Za-z0-9]{12}([A-Za-z0-9]{3})?$"
 _API_VERSION_PATTERN = r"^[0-9]{2,3}\.0$"
 _TABLE_PREFIX_PATTERN = r"^[A-Za-z0-9_]*$"
+_DEVELOPER_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
 
 TOPIC_FORMATS: tuple[str, ...] = (
     "/event/<Name>__e",
@@ -406,11 +407,20 @@ class EmulatorTls:
     enabled: bool = field(
         default=False, metadata=meta("Serve and connect with TLS (a self-signed CA is generated).")
     )
-    verify: bool = field(default=True, metadata=meta("Verify the emulator's certificate."))
+    verify: bool = field(
+        default=True,
+        metadata=meta(
+            "Verify the emulator's certificate. An in-process emulator is always verified "
+            "against the CA it generated; an external one needs ca_file (gRPC cannot skip "
+            "verification)."
+        ),
+    )
     ca_file: str | None = field(
         default=None,
         metadata=meta(
-            "CA certificate to trust; by default the one the emulator generated.", path=True
+            "CA certificate to trust: required for an external emulator serving TLS (ca.pem in "
+            "its certificate directory); an in-process emulator uses the one it generated.",
+            path=True,
         ),
     )
 
@@ -435,13 +445,57 @@ class EmulatorWorkload:
 class EmulatorSpec:
     """The built-in Pub/Sub API emulator (no Salesforce org needed)."""
 
-    host: str = field(default="127.0.0.1", metadata=meta("Interface the emulator listens on."))
+    mode: EmulatorMode = field(
+        default="in_process",
+        metadata=meta(
+            "in_process starts the emulator inside the sfcdc process; external connects to one "
+            "already running (started by `sfcdc emulator` or a test) at host:grpc_port and logs "
+            "in at its OAuth endpoint on http_port."
+        ),
+    )
+    host: str = field(
+        default="127.0.0.1",
+        metadata=meta("Interface the emulator listens on (external: the host to connect to)."),
+    )
     grpc_port: int = field(
-        default=0, metadata=meta("gRPC port; 0 picks a free port.", minimum=0, maximum=65535)
+        default=0,
+        metadata=meta(
+            "gRPC port; 0 picks a free port (in_process only: an external emulator's port is "
+            "required).",
+            minimum=0,
+            maximum=65535,
+        ),
     )
     http_port: int = field(
         default=0,
-        metadata=meta("OAuth endpoint port; 0 picks a free port.", minimum=0, maximum=65535),
+        metadata=meta(
+            "OAuth endpoint port; 0 picks a free port (in_process only: an external emulator's "
+            "port is required).",
+            minimum=0,
+            maximum=65535,
+        ),
+    )
+    client_id: Credential = field(
+        default="sfcdc-emulator",
+        metadata=meta(
+            "OAuth client the pipeline logs in with (client credentials flow); the default is "
+            "the emulator's built-in test client."
+        ),
+    )
+    client_secret: SecretRef | None = field(
+        default=None,
+        metadata=meta(
+            "Secret of that client; null uses the built-in test client's secret, a public value "
+            "that only the emulator accepts."
+        ),
+    )
+    keepalive_seconds: float = field(
+        default=1.0,
+        metadata=meta(
+            "In-process emulator: seconds of silence before an idle stream gets a keepalive "
+            "(Salesforce: about 270). Short keeps `sfcdc ingest --once` quick.",
+            exclusive_minimum=0,
+        ),
     )
     seed: int = field(
         default=42,
@@ -459,6 +513,32 @@ class EmulatorSpec:
     workload: EmulatorWorkload = field(
         default_factory=EmulatorWorkload, metadata=meta("Generated workload.")
     )
+
+    def _problems(self) -> list[tuple[str, str]]:
+        if self.mode != "external":
+            return []
+        problems = [
+            (key, f"required for an external emulator: the port it listens on (got {port})")
+            for key, port in (("grpc_port", self.grpc_port), ("http_port", self.http_port))
+            if port == 0
+        ]
+        if self.tls.enabled and not self.tls.verify:
+            problems.append(
+                (
+                    "tls.verify",
+                    "must be true for an external emulator: gRPC cannot skip certificate "
+                    "verification; give its CA certificate as tls.ca_file (got false)",
+                )
+            )
+        elif self.tls.enabled and self.tls.ca_file is None:
+            problems.append(
+                (
+                    "tls.ca_file",
+                    "required for an external emulator serving TLS: its CA certificate "
+                    "(ca.pem in the emulator's certificate directory)",
+                )
+            )
+        return problems
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -670,6 +750,14 @@ class IngestSpec:
         default=30.0,
         metadata=meta("How often a running subscription logs its progress.", exclusive_minimum=0),
     )
+    maintain_every_commits: int = field(
+        default=100,
+        metadata=meta(
+            "Compact a bronze table and checkpoint its Delta log after this many commits to it "
+            "(0: never), so commits and reads stay fast on long runs.",
+            minimum=0,
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -767,6 +855,17 @@ class ObjectSpec:
         metadata=meta("Overrides of defaults.silver.", inherits="defaults.silver"),
     )
     tables: TablesSpec = field(default_factory=TablesSpec, metadata=meta("Table names."))
+    managed_subscription: str | None = field(
+        default=None,
+        metadata=meta(
+            "Developer name of a ManagedEventSubscription on this topic (ManagedSubscribe, "
+            "beta): the server keeps the replay position as well, and sfcdc commits it there "
+            "only after the Delta checkpoint. null subscribes with Subscribe and replay.start.",
+            pattern=_DEVELOPER_NAME_PATTERN,
+            hint="a developer name: letters, digits and '_', starting with a letter",
+            max_length=80,
+        ),
+    )
 
     def __post_init__(self) -> None:
         # Derivation lives here so that code building an ObjectSpec directly (tests, notebooks)
@@ -793,7 +892,8 @@ class TopicInfo:
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """One subscription: a topic, the bronze table it lands in and the objects it carries."""
+    """One subscription: a topic, the bronze table it lands in and the objects it carries;
+    ``managed_subscription`` names the ManagedEventSubscription it streams from, if any."""
 
     topic: str
     kind: TopicKind
@@ -801,6 +901,7 @@ class TopicSpec:
     replay: ReplaySpec
     batching: BatchingSpec
     objects: tuple[ObjectSpec, ...]
+    managed_subscription: str | None = None
 
 
 @dataclass(frozen=True)
@@ -848,6 +949,7 @@ class Conf:
                     replay=first.replay,
                     batching=first.batching,
                     objects=objs,
+                    managed_subscription=first.managed_subscription,
                 )
             )
         return tuple(specs)
@@ -1045,7 +1147,7 @@ def _check_objects(objs: list[tuple[ObjectSpec, Problems]], lake: LakeSpec) -> N
             first_on_topic[obj.topic] = (obj, ctx)
             continue
         other, other_ctx = first_on_topic[obj.topic]
-        for key in ("tables.bronze", "replay", "batching"):
+        for key in ("tables.bronze", "replay", "batching", "managed_subscription"):
             mine = obj.tables.bronze if key == "tables.bronze" else getattr(obj, key)
             theirs = other.tables.bronze if key == "tables.bronze" else getattr(other, key)
             if mine != theirs:
@@ -1054,6 +1156,20 @@ def _check_objects(objs: list[tuple[ObjectSpec, Problems]], lake: LakeSpec) -> N
                     f"objects sharing topic {obj.topic} share one subscription and bronze table, "
                     f"so {key} must equal that of {other.api_name} ({other_ctx.file})",
                 )
+
+    # A managed subscription belongs to one topic: two topics cannot take turns on it.
+    managed_by: dict[str, tuple[str, str]] = {}
+    for obj, ctx in objs:
+        name = obj.managed_subscription
+        if name is None:
+            continue
+        topic, file = managed_by.setdefault(name, (obj.topic, ctx.file))
+        if topic != obj.topic:
+            ctx.add(
+                "managed_subscription",
+                f"{name} already serves topic {topic} ({file}); a managed subscription "
+                f"follows one topic, so {obj.topic} needs its own",
+            )
 
     # Physical names: (schema, table) must be unique, across layers when schemas coincide.
     owners: dict[tuple[str, str], tuple[str, str, str]] = {}

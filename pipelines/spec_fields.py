@@ -7,10 +7,11 @@ mapping against them and builds the model, reporting every problem with its key 
 walks the same metadata to publish the JSON Schema, so the two cannot drift apart.
 
 Supported field types: nested models, ``Literal`` options, ``bool``/``int``/``float``/``str``,
-``X | None``, secret references (:data:`SecretRef`), strings-or-references
-(:data:`Credential`), sizes (``Annotated[int, ByteSize]``) and unions of models told apart by
-their ``type`` key. A model may define ``_problems(self) -> list[tuple[str, str]]`` for rules
-spanning several of its keys.
+``X | None``, secret references (:data:`ingest.auth.SecretRef`: the
+:class:`~ingest.auth.EnvRef` and :class:`~ingest.auth.ScopeRef` that connecting resolves),
+strings-or-references (:data:`Credential`), sizes (``Annotated[int, ByteSize]``) and unions
+of models told apart by their ``type`` key. A model may define
+``_problems(self) -> list[tuple[str, str]]`` for rules spanning several of its keys.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
+from ingest.auth import EnvRef, ScopeRef, SecretRef
+
 __all__ = [
     "ENV_PATTERN",
     "INVALID",
@@ -32,9 +35,9 @@ __all__ = [
     "SIZE_PATTERN",
     "ByteSize",
     "Credential",
-    "DatabricksSecret",
-    "EnvSecret",
+    "EnvRef",
     "Problems",
+    "ScopeRef",
     "SecretRef",
     "discriminated",
     "iter_models",
@@ -45,6 +48,7 @@ __all__ = [
     "parse_model",
     "parse_value",
     "resolve_paths",
+    "secret_ref_schema",
     "show",
     "type_kind",
     "yaml_fields",
@@ -124,25 +128,15 @@ def parse_byte_size(value: int | str) -> int:
 
 # --------------------------------------------------------------------------------- secrets
 
-
-@dataclass(frozen=True, kw_only=True)
-class EnvSecret:
-    """A secret read from an environment variable when connecting: ``{env: NAME}``."""
-
-    env: str = field(metadata=meta("Environment variable holding the value.", pattern=ENV_PATTERN))
-
-
-@dataclass(frozen=True, kw_only=True)
-class DatabricksSecret:
-    """A secret in a Databricks secret scope: ``{secret: {scope: ..., key: ...}}``."""
-
-    scope: str = field(metadata=meta("Databricks secret scope.", pattern=SCOPE_PATTERN))
-    key: str = field(metadata=meta("Key inside the scope.", pattern=SCOPE_PATTERN))
-
-
-SecretRef = EnvSecret | DatabricksSecret
-# Identifiers such as a client id are not secret, but may come from the same stores.
-Credential = str | EnvSecret | DatabricksSecret
+# Secret references are ingest.auth's own types, so the parsed spec is handed to the resolvers
+# unchanged. Identifiers such as a client id are not secret, but may come from the same stores.
+Credential = str | EnvRef | ScopeRef
+_SECRET_MEMBERS = frozenset({EnvRef, ScopeRef})
+_ENV_META = meta("Environment variable holding the value.", pattern=ENV_PATTERN)
+_SCOPE_FIELDS = {
+    "scope": meta("Databricks secret scope.", pattern=SCOPE_PATTERN),
+    "key": meta("Key inside the scope.", pattern=SCOPE_PATTERN),
+}
 
 
 # ------------------------------------------------------------------------ model validation
@@ -219,9 +213,9 @@ def type_kind(tp: Any) -> str:
     args = _union_args(tp)
     if args is not None:
         members = set(args)
-        if members == {EnvSecret, DatabricksSecret}:
+        if members == _SECRET_MEMBERS:
             return "secret"
-        if members == {str, EnvSecret, DatabricksSecret}:
+        if members == {str, *_SECRET_MEMBERS}:
             return "credential"
         if type(None) in members:
             return "optional"
@@ -442,15 +436,73 @@ def _parse_secret(value: Any, path: str, ctx: Problems) -> Any:
         return INVALID
     keys = set(value)
     if keys == {"env"}:
-        return parse_model(EnvSecret, value, path, ctx)
+        name = parse_value(str, value["env"], join(path, "env"), ctx, meta=_ENV_META)
+        return INVALID if name is INVALID else EnvRef(name)
     if keys == {"secret"}:
-        return parse_model(DatabricksSecret, value["secret"], join(path, "secret"), ctx)
+        return _parse_scope(value["secret"], join(path, "secret"), ctx)
     ctx.add(
         path,
         f"must be a secret reference, {_SECRET_FORMS} (got a mapping with keys "
         f"{', '.join(repr(str(k)) for k in sorted(keys, key=str)) or 'none'})",
     )
     return INVALID
+
+
+def _parse_scope(value: Any, path: str, ctx: Problems) -> Any:
+    if not isinstance(value, dict):
+        ctx.add(path, f"must be a mapping of keys to values (got {show(value)})")
+        return INVALID
+    valid = sorted(_SCOPE_FIELDS)
+    for key in value:
+        if key not in _SCOPE_FIELDS:
+            listed = ", ".join(repr(k) for k in valid)
+            ctx.add(
+                join(path, str(key)),
+                f"unknown key; valid keys are {listed}{_suggest(str(key), valid)}",
+            )
+    parts: dict[str, Any] = {}
+    for key, field_meta in _SCOPE_FIELDS.items():
+        if key not in value:
+            ctx.add(join(path, key), f"required key is missing ({field_meta['doc']})")
+            parts[key] = INVALID
+        else:
+            parts[key] = parse_value(str, value[key], join(path, key), ctx, meta=field_meta)
+    if INVALID in parts.values() or set(value) - set(_SCOPE_FIELDS):
+        return INVALID
+    return ScopeRef(parts["scope"], parts["key"])
+
+
+def secret_ref_schema() -> dict[str, Any]:
+    """The JSON Schema of a secret reference (``{env: NAME}`` or ``{secret: {scope, key}}``)."""
+    scope = {
+        "type": "object",
+        "description": "A key of a Databricks secret scope.",
+        "properties": {
+            key: {"type": "string", "pattern": m["pattern"], "description": m["doc"]}
+            for key, m in _SCOPE_FIELDS.items()
+        },
+        "required": list(_SCOPE_FIELDS),
+        "additionalProperties": False,
+    }
+    return {
+        "description": "A secret reference: never the secret itself.",
+        "oneOf": [
+            {
+                "type": "object",
+                "description": "Read from an environment variable when connecting.",
+                "properties": {"env": {"type": "string", "pattern": ENV_PATTERN}},
+                "required": ["env"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "description": "Read from a Databricks secret scope when connecting.",
+                "properties": {"secret": scope},
+                "required": ["secret"],
+                "additionalProperties": False,
+            },
+        ],
+    }
 
 
 def iter_models(cls: type) -> Iterator[type]:

@@ -21,12 +21,11 @@ from typing import Any, get_args
 
 from pipelines.spec import ObjectSpec, PipelineSpec
 from pipelines.spec_fields import (
-    ENV_PATTERN,
     SIZE_PATTERN,
-    DatabricksSecret,
     discriminated,
     iter_models,
     optional_inner,
+    secret_ref_schema,
     type_kind,
     yaml_fields,
 )
@@ -175,28 +174,6 @@ def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
-def _secret_ref_schema() -> dict[str, Any]:
-    return {
-        "description": "A secret reference: never the secret itself.",
-        "oneOf": [
-            {
-                "type": "object",
-                "description": "Read from an environment variable when connecting.",
-                "properties": {"env": {"type": "string", "pattern": ENV_PATTERN}},
-                "required": ["env"],
-                "additionalProperties": False,
-            },
-            {
-                "type": "object",
-                "description": "Read from a Databricks secret scope when connecting.",
-                "properties": {"secret": {"$ref": f"#/$defs/{DatabricksSecret.__name__}"}},
-                "required": ["secret"],
-                "additionalProperties": False,
-            },
-        ],
-    }
-
-
 def _union_variants(root: type) -> set[type]:
     found: set[type] = set()
     for model in iter_models(root):
@@ -229,8 +206,7 @@ def json_schema(root: type) -> dict[str, Any]:
             for _k, _f, tp in yaml_fields(model)
         )
     if uses_secrets:
-        defs[_SECRET_REF_DEF] = _secret_ref_schema()
-        defs[DatabricksSecret.__name__] = _model_schema(DatabricksSecret, discriminator=False)
+        defs[_SECRET_REF_DEF] = secret_ref_schema()
     schema = {
         "$schema": JSON_SCHEMA_DIALECT,
         "title": _TITLES.get(root, root.__name__),

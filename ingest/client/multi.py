@@ -16,6 +16,11 @@ pump waits while the consumer's loop reaches the reconnect point in that topic's
 then is the topic's ``durable_position()`` read and the :class:`Resubscribed` item yielded,
 so a checkpoint that the consumer commits for *any* topic in between is taken into account.
 
+A consumer that must act while nothing arrives (write a batch that grew old on a quiet topic,
+log progress, notice a stop request) passes ``on_idle``: it is called in the consumer's thread
+whenever no item has come for ``idle_interval`` seconds, so it needs no lock against the loop,
+and returning ``True`` from it ends the iteration (which closes the subscriptions).
+
 A topic that fails for good (a permanent error, a corrupted replay id under ``"fail"``,
 exhausted retries) closes every subscription and raises from the loop: a job then stops
 with the reason instead of silently ingesting only some topics.
@@ -26,7 +31,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +69,8 @@ class MultiSubscription:
     """Subscriptions to several topics iterated as one stream of items.
 
     Each subscription keeps its own start, durable position callback, corrupted-replay policy
-    and flow control. Topics must be distinct.
+    and flow control. Topics must be distinct. ``on_idle`` is called in the iterating thread
+    after each ``idle_interval`` seconds without an item (see the module notes).
     """
 
     def __init__(
@@ -72,6 +78,8 @@ class MultiSubscription:
         subscriptions: Sequence[AnySubscription],
         *,
         items_per_topic: int = 4,
+        on_idle: Callable[[], bool | None] | None = None,
+        idle_interval: float = _POLL,
         logger: logging.Logger | None = None,
     ) -> None:
         subs = list(subscriptions)
@@ -83,6 +91,10 @@ class MultiSubscription:
             raise ValueError(f"each topic may be subscribed once (duplicated: {duplicates})")
         if items_per_topic < 1:
             raise ValueError(f"items_per_topic must be >= 1 (got {items_per_topic})")
+        if idle_interval <= 0:
+            raise ValueError(f"idle_interval must be > 0 seconds (got {idle_interval})")
+        self._on_idle = on_idle
+        self._idle_interval = idle_interval
         self._subs = subs
         self._slots = {id(s): threading.BoundedSemaphore(items_per_topic) for s in subs}
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -123,8 +135,10 @@ class MultiSubscription:
         try:
             while active and not self._closed.is_set():
                 try:
-                    entry = self._queue.get(timeout=_POLL)
+                    entry = self._queue.get(timeout=self._idle_interval)
                 except queue.Empty:
+                    if self._on_idle is not None and self._on_idle():
+                        return
                     continue
                 if isinstance(entry, _Done):
                     active -= 1

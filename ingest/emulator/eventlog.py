@@ -286,6 +286,24 @@ class EventBus:
             self._save_state()
             return position
 
+    def advance_past(self, topic: str, seq: int) -> int | None:
+        """A keepalive position for a reader of ``topic`` that has read up to sequence
+        ``seq``: the bus moves on and the new position is returned, unless events of
+        ``topic`` from ``seq`` on are waiting, in which case nothing moves and ``None`` is
+        returned.
+
+        Checked and moved under one lock: an event appended between a reader's last read and
+        a plain :meth:`advance` gets a position below the keepalive's, so a subscriber that
+        stores the keepalive position and resumes after it would never receive that event.
+        """
+        with self._lock:
+            log = self._logs.get(topic)
+            if log is not None and log.end > max(seq, log.base):
+                return None
+            position = self._next_position()
+            self._save_state()
+            return position
+
     def is_valid(self, position: int) -> bool:
         """Whether a replay position is inside the retained window of the bus."""
         self.enforce_retention()

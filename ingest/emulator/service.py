@@ -455,7 +455,10 @@ class _Stream:
                     if self.pending > 0:
                         deadline = self.last_sent + settings.keepalive_interval
                         if now >= deadline:
-                            return self._keepalive(now)
+                            frame = self._keepalive(now)
+                            if frame is not None:
+                                return frame
+                            continue
                     else:
                         deadline = self.last_sent + settings.idle_timeout
                 else:
@@ -470,8 +473,17 @@ class _Stream:
                 deadline = min(deadline, self.extra_deadline(now))
                 self.cond.wait(max(0.0, deadline - now))
 
-    def _keepalive(self, now: float) -> Any:
-        position = self.service.bus.advance()
+    def _keepalive(self, now: float) -> Any | None:
+        bus = self.service.bus
+        if self.service.faults.keepalive_only:
+            # The fault withholds waiting events on purpose.
+            position = bus.advance()
+        else:
+            # None: an event arrived since the read above; deliver it instead.
+            moved = bus.advance_past(self.topic, self.seq)
+            if moved is None:
+                return None
+            position = moved
         self.note_keepalive(position)
         self.latest = encode_replay_id(position)
         self.max_sent = max(self.max_sent, position)

@@ -37,6 +37,7 @@ __all__ = [
     "TXN_APP_ID_KEY",
     "TXN_VERSION_KEY",
     "CommitResult",
+    "Condition",
     "HistoryEntry",
     "LakeEngine",
     "MaintenanceResult",
@@ -44,12 +45,18 @@ __all__ = [
     "TableChanges",
     "TableRef",
     "Txn",
+    "check_conditions",
     "decode_user_metadata",
     "encode_user_metadata",
     "merge_keys",
 ]
 
 LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
+ConditionOp = Literal["=", "!=", "<", "<=", ">", ">=", "in"]
+# (column, operator, value): a conjunction of these selects the rows of LakeEngine.read_arrow.
+Condition = tuple[str, ConditionOp, Any]
+_CONDITION_OPS = ("=", "!=", "<", "<=", ">", ">=", "in")
+_CONDITION_VALUES = (str, bytes, int, float, bool)
 TXN_APP_ID_KEY = "sfcdc.txn.app_id"
 TXN_VERSION_KEY = "sfcdc.txn.version"
 
@@ -279,6 +286,22 @@ class LakeEngine(Protocol):
         (with ``vacuum_hours``) delete unreferenced files older than that."""
         ...
 
+    def read_arrow(
+        self,
+        table: TableRef,
+        *,
+        columns: Sequence[str] | None = None,
+        where: Sequence[Condition] = (),
+    ) -> pa.Table:
+        """The rows of ``table`` that satisfy every ``(column, op, value)`` condition of
+        ``where``, with ``columns`` (default: all), as Arrow.
+
+        For the small reads a job makes of its own bookkeeping (checkpoints, a schema
+        registry, one landing batch): files whose statistics exclude the conditions are
+        skipped, and the local engine needs no Spark session for it.
+        """
+        ...
+
     def register_sql(self, tables: Iterable[TableRef] | None = None) -> list[str]:
         """Make ``tables`` (default: every existing one) queryable by name in ``spark.sql``;
         returns the qualified names."""
@@ -330,3 +353,35 @@ def merge_keys(on: Sequence[str] | str) -> list[str]:
             f"a {type(on).__name__})"
         )
     return list(on)
+
+
+def check_conditions(where: Sequence[Condition]) -> list[Condition]:
+    """Validated :meth:`LakeEngine.read_arrow` conditions: a column name, one of
+    ``= != < <= > >= in`` and a str, bytes, int, float or bool value (a non-empty list of them
+    for ``in``)."""
+    checked: list[Condition] = []
+    for condition in where:
+        if not (isinstance(condition, tuple) and len(condition) == 3):
+            raise LakeError(f"a read condition is a (column, op, value) tuple (got {condition!r})")
+        column, op, value = condition
+        if not isinstance(column, str) or not column:
+            raise LakeError(f"a read condition names a column (got {column!r})")
+        if op not in _CONDITION_OPS:
+            raise LakeError(
+                f"read condition on {column!r}: op must be one of {', '.join(_CONDITION_OPS)} "
+                f"(got {op!r})"
+            )
+        values = value if op == "in" else [value]
+        if op == "in" and (isinstance(value, str | bytes) or not value):
+            raise LakeError(
+                f"read condition on {column!r}: 'in' takes a non-empty list of values "
+                f"(got {value!r})"
+            )
+        for item in values:
+            if not isinstance(item, _CONDITION_VALUES):
+                raise LakeError(
+                    f"read condition on {column!r}: values must be str, bytes, int, float or "
+                    f"bool (got {item!r}, a {type(item).__name__})"
+                )
+        checked.append((column, op, list(value) if op == "in" else value))
+    return checked

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError
@@ -48,12 +49,14 @@ from pipelines.engines.arrow import (
 from pipelines.engines.base import (
     LAYERS,
     CommitResult,
+    Condition,
     HistoryEntry,
     MaintenanceResult,
     MergeMetrics,
     TableChanges,
     TableRef,
     Txn,
+    check_conditions,
     decode_user_metadata,
     encode_user_metadata,
     merge_keys,
@@ -505,6 +508,32 @@ class LocalEngine:
         dt = self._require(table, version)
         return self._dataframe(dt, table, dt.file_uris())
 
+    def read_arrow(
+        self,
+        table: TableRef,
+        *,
+        columns: Sequence[str] | None = None,
+        where: Sequence[Condition] = (),
+    ) -> pa.Table:
+        conditions = check_conditions(where)
+        dt = self._require(table)
+        schema = spark_schema_to_arrow(self._schema_of(dt))
+        names = list(schema.names if columns is None else columns)
+        unknown = sorted({*names, *(c for c, _op, _v in conditions)} - set(schema.names))
+        if unknown:
+            raise LakeError(
+                f"{table} has no column {', '.join(map(repr, unknown))} (columns: "
+                f"{', '.join(schema.names)})"
+            )
+        with self._errors("read", table):
+            if not self._reads_natively(dt):
+                return dt.to_pyarrow_table(columns=names, filters=conditions or None)
+            # The snapshot's files are read with pyarrow's Parquet reader itself: delta-rs'
+            # dataset wrapper leaves threads behind that abort the interpreter at exit
+            # ("terminate called without an active exception"), and pyarrow.dataset imports
+            # pandas, half a second of start-up for a landing process that never uses it.
+            return _read_parquet(dt.file_uris(), schema, names, conditions)
+
     def read_appends(
         self, table: TableRef, *, after_version: int | None, until_version: int | None = None
     ) -> TableChanges:
@@ -736,6 +765,85 @@ def _until(
             f"{table}: until_version {until_version} is before after_version {after_version}"
         )
     return until_version
+
+
+def _read_parquet(
+    files: Sequence[str], schema: pa.Schema, names: Sequence[str], conditions: Sequence[Condition]
+) -> pa.Table:
+    """Rows of ``files`` (typed as ``schema``; columns a file lacks read as null) matching
+    every condition, with the columns ``names``. Row groups whose statistics exclude a
+    condition are not read."""
+    needed = list(dict.fromkeys([*names, *(column for column, _op, _v in conditions)]))
+    pieces = []
+    for file in files:
+        parquet = pq.ParquetFile(file)
+        metadata = parquet.metadata
+        groups = [
+            i
+            for i in range(metadata.num_row_groups)
+            if _may_match(metadata.row_group(i), conditions)
+        ]
+        if not groups:
+            continue
+        have = set(parquet.schema_arrow.names)
+        part = parquet.read_row_groups(groups, columns=[c for c in needed if c in have])
+        columns = [
+            part.column(name).cast(schema.field(name).type)
+            if name in have
+            else pa.nulls(part.num_rows, schema.field(name).type)
+            for name in needed
+        ]
+        part = pa.Table.from_arrays(columns, names=needed)
+        if conditions:
+            part = part.filter(_mask(part, conditions))
+        pieces.append(part.select(list(names)))
+    if not pieces:
+        return pa.schema([schema.field(n) for n in names]).empty_table()
+    return pa.concat_tables(pieces).cast(pa.schema([schema.field(n) for n in names]))
+
+
+def _mask(table: pa.Table, conditions: Sequence[Condition]) -> pa.ChunkedArray:
+    compare = {
+        "=": pc.equal,
+        "!=": pc.not_equal,
+        "<": pc.less,
+        "<=": pc.less_equal,
+        ">": pc.greater,
+        ">=": pc.greater_equal,
+    }
+    mask = None
+    for column, op, value in conditions:
+        values = table.column(column)
+        if op == "in":
+            test = pc.is_in(values, value_set=pa.array(value, type=values.type))
+        else:
+            test = compare[op](values, pa.scalar(value, type=values.type))
+        mask = test if mask is None else pc.and_(mask, test)
+    return pc.fill_null(mask, False)
+
+
+def _may_match(row_group: Any, conditions: Sequence[Condition]) -> bool:
+    """False only when the row group's min/max statistics rule out a condition."""
+    positions = {row_group.column(i).path_in_schema: i for i in range(row_group.num_columns)}
+    for column, op, value in conditions:
+        index = positions.get(column)
+        if index is None:
+            continue  # a column added later: its nulls never match, but be conservative
+        stats = row_group.column(index).statistics
+        if stats is None or not stats.has_min_max:
+            continue
+        low, high = stats.min, stats.max
+        candidates = value if op == "in" else [value]
+        try:
+            if op in ("=", "in") and all(v < low or v > high for v in candidates):
+                return False
+            if (op == "<" and not low < value) or (op == "<=" and not low <= value):
+                return False
+            if (op == ">" and not high > value) or (op == ">=" and not high >= value):
+                return False
+        except TypeError:
+            continue  # statistics of another type (timestamps, decimals): no pruning
+    return True
 
 
 def _history_entry(commit: Mapping[str, Any]) -> HistoryEntry:

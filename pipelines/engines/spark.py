@@ -30,21 +30,28 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from ingest.errors import LakeError
-from pipelines.engines.arrow import arrow_to_dataframe, same_type
+from pipelines.engines.arrow import arrow_to_dataframe, dataframe_to_arrow, same_type
 from pipelines.engines.base import (
     LAYERS,
     CommitResult,
+    Condition,
     HistoryEntry,
     MaintenanceResult,
     MergeMetrics,
     TableChanges,
     TableRef,
     Txn,
+    check_conditions,
     decode_user_metadata,
     encode_user_metadata,
     merge_keys,
 )
-from pipelines.engines.sql import column_list_ddl, quote_identifier, table_properties_sql
+from pipelines.engines.sql import (
+    column_list_ddl,
+    quote_identifier,
+    quote_string,
+    table_properties_sql,
+)
 from pipelines.spec import LakeSpec, SchemasSpec
 
 if TYPE_CHECKING:
@@ -64,6 +71,7 @@ __all__ = [
     "is_append_only",
     "merge_condition",
     "merge_counts",
+    "select_sql",
     "set_properties_sql",
     "write_options",
 ]
@@ -191,6 +199,35 @@ def merge_counts(metrics: Mapping[str, Any]) -> tuple[int, int, int, int]:
         _int(metrics, "numTargetRowsDeleted"),
         _int(metrics, "numSourceRows"),
     )
+
+
+def _sql_literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'"
+    if isinstance(value, int | float):
+        return repr(value)
+    return quote_string(str(value))
+
+
+def select_sql(
+    qualified: str, columns: Sequence[str] | None, where: Sequence[Condition] = ()
+) -> str:
+    """``SELECT`` of ``columns`` (all when ``None``) from ``qualified`` where every condition
+    holds; column names are quoted and values become SQL literals (bytes as ``X'..'``)."""
+    projection = "*" if columns is None else ", ".join(quote_identifier(c) for c in columns)
+    text = f"SELECT {projection} FROM {qualified}"
+    clauses = []
+    for column, op, value in check_conditions(where):
+        if op == "in":
+            listed = ", ".join(_sql_literal(v) for v in value)
+            clauses.append(f"{quote_identifier(column)} IN ({listed})")
+        else:
+            clauses.append(f"{quote_identifier(column)} {op} {_sql_literal(value)}")
+    if clauses:
+        text += " WHERE " + " AND ".join(clauses)
+    return text
 
 
 def history_entry(row: Mapping[str, Any]) -> HistoryEntry:
@@ -536,6 +573,22 @@ class SparkEngine:
         if version is None:
             return self._spark.table(self.qualified_name(table))
         return self._sql(f"SELECT * FROM {self.qualified_name(table)} VERSION AS OF {int(version)}")
+
+    def read_arrow(
+        self,
+        table: TableRef,
+        *,
+        columns: Sequence[str] | None = None,
+        where: Sequence[Condition] = (),
+    ) -> pa.Table:
+        self._require(table)
+        text = select_sql(self.qualified_name(table), columns, where)
+        try:
+            return dataframe_to_arrow(self._sql(text))
+        except LakeError:
+            raise
+        except Exception as exc:  # py4j and pyspark raise many types; keep the cause
+            raise LakeError(f"reading {self.qualified_name(table)} failed: {exc}") from exc
 
     def read_appends(
         self, table: TableRef, *, after_version: int | None, until_version: int | None = None

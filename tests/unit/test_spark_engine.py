@@ -32,6 +32,7 @@ from pipelines.engines.spark import (
     is_append_only,
     merge_condition,
     merge_counts,
+    select_sql,
     set_properties_sql,
     write_options,
 )
@@ -290,6 +291,30 @@ def test_write_options() -> None:
     assert write_options(None, None, merge_schema=True, overwrite_schema=True) == {
         "overwriteSchema": "true"
     }
+
+
+def test_select_sql_quotes_columns_and_renders_literals() -> None:
+    assert select_sql("`bronze`.`sfcdc_checkpoints`", None) == (
+        "SELECT * FROM `bronze`.`sfcdc_checkpoints`"
+    )
+    text = select_sql(
+        "`bronze`.`t`",
+        ["replay_id", "batch_seq"],
+        [
+            ("topic", "=", "/data/O'Brien__ChangeEvent"),
+            ("batch_id", ">=", 7),
+            ("replay_id", "=", b"\x00\x01\xff"),
+            ("kind", "in", ["events", "keepalive"]),
+            ("enabled", "!=", False),
+        ],
+    )
+    assert text == (
+        "SELECT `replay_id`, `batch_seq` FROM `bronze`.`t` WHERE "
+        "`topic` = '/data/O\\'Brien__ChangeEvent' AND `batch_id` >= 7 AND "
+        "`replay_id` = X'0001ff' AND `kind` IN ('events', 'keepalive') AND `enabled` != FALSE"
+    )
+    with pytest.raises(LakeError, match="op must be one of"):
+        select_sql("`t`", None, [("a", "LIKE", "x")])  # type: ignore[list-item]
 
 
 def test_merge_condition_quotes_keys() -> None:

@@ -8,15 +8,16 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from ingest.auth import EnvSecrets, StaticSecrets
 from ingest.errors import ConfigError
 from pipelines.spec import (
     ClientCredentialsAuth,
     Conf,
-    DatabricksSecret,
-    EnvSecret,
+    EnvRef,
     JwtBearerAuth,
     ObjectSpec,
     PipelineSpec,
+    ScopeRef,
     SoapLoginAuth,
     StaticTokenAuth,
     TablesSpec,
@@ -254,10 +255,33 @@ def test_salesforce_connection_with_secret_references(tmp_path: Path, monkeypatc
     assert sf.auth == ClientCredentialsAuth(
         login_url="https://acme.my.salesforce.com",
         client_id="3MVG9-public-id",
-        client_secret=DatabricksSecret(scope="sfcdc", key="client-secret"),
+        client_secret=ScopeRef("sfcdc", "client-secret"),
     )
     assert sf.tls.verify is True
     assert sf.tls.ca_file == str((tmp_path / "certs" / "proxy.pem").resolve())
+
+
+def test_secret_references_are_the_types_the_resolvers_take(tmp_path: Path) -> None:
+    conf = load_conf(
+        write_conf(
+            tmp_path,
+            _sf(
+                """
+                type: client_credentials
+                login_url: https://acme.my.salesforce.com
+                client_id: {env: SF_ID}
+                client_secret: {secret: {scope: sfcdc, key: client-secret}}
+                """
+            ),
+        )
+    )
+    sf = conf.pipeline.connection.salesforce
+    assert sf is not None and isinstance(sf.auth, ClientCredentialsAuth)
+    assert isinstance(sf.auth.client_id, EnvRef) and isinstance(sf.auth.client_secret, ScopeRef)
+    resolver = StaticSecrets({"SF_ID": "3MVG9", ("sfcdc", "client-secret"): "s3cr3t"})
+    assert resolver.resolve(sf.auth.client_id).reveal() == "3MVG9"
+    assert resolver.resolve(sf.auth.client_secret).reveal() == "s3cr3t"
+    assert EnvSecrets({"SF_ID": "from-env"}).resolve(sf.auth.client_id).reveal() == "from-env"
 
 
 @pytest.mark.parametrize(
@@ -268,23 +292,23 @@ def test_salesforce_connection_with_secret_references(tmp_path: Path, monkeypatc
             " username: etl@acme.com, private_key: {env: KEY}}",
             JwtBearerAuth(
                 login_url="https://login.salesforce.com",
-                client_id=EnvSecret(env="ID"),
+                client_id=EnvRef("ID"),
                 username="etl@acme.com",
-                private_key=EnvSecret(env="KEY"),
+                private_key=EnvRef("KEY"),
             ),
         ),
         (
             "{type: soap_login, login_url: 'https://test.salesforce.com', username: u,"
             " password: {env: PW}}",
             SoapLoginAuth(
-                login_url="https://test.salesforce.com", username="u", password=EnvSecret(env="PW")
+                login_url="https://test.salesforce.com", username="u", password=EnvRef("PW")
             ),
         ),
         (
             "{type: static_token, access_token: {env: TOKEN},"
             " instance_url: 'https://acme.my.salesforce.com'}",
             StaticTokenAuth(
-                access_token=EnvSecret(env="TOKEN"), instance_url="https://acme.my.salesforce.com"
+                access_token=EnvRef("TOKEN"), instance_url="https://acme.my.salesforce.com"
             ),
         ),
     ],
@@ -452,7 +476,8 @@ def test_unknown_top_level_keys_list_the_valid_ones(tmp_path: Path) -> None:
     conf = write_conf(tmp_path, objects={"account": ACCOUNT + "tabels: {gold: x}\n"})
     assert only_problem(conf) == (
         "conf/objects/account.yml: tabels: unknown key; valid keys are 'batching', 'enabled', "
-        "'kind', 'object', 'replay', 'silver', 'tables', 'topic' (did you mean 'tables'?)"
+        "'kind', 'managed_subscription', 'object', 'replay', 'silver', 'tables', 'topic' "
+        "(did you mean 'tables'?)"
     )
 
 
@@ -649,6 +674,8 @@ def test_literal_secret_is_an_error_that_does_not_echo_the_value(tmp_path: Path)
         ("{secret: {scope: sfcdc}}", "client_secret.secret.key: required key is missing"),
         ("{env: A, secret: {scope: s, key: k}}", "got a mapping with keys 'env', 'secret'"),
         ("{vault: x}", "got a mapping with keys 'vault'"),
+        ("{secret: {scope: s, key: k, kee: x}}", "client_secret.secret.kee: unknown key"),
+        ("{secret: [s, k]}", "client_secret.secret: must be a mapping"),
         ("", "(got null, a NoneType)"),
     ],
 )
@@ -883,3 +910,85 @@ def test_yaml_is_parsed_in_exactly_one_module() -> None:
                 if any(name.split(".")[0] == "yaml" for name in names):
                     importers.append(str(path.relative_to(root)))
     assert importers == ["pipelines/spec.py"]
+
+
+def test_external_emulator_needs_its_ports_and_ca(tmp_path: Path) -> None:
+    conf = write_conf(
+        tmp_path,
+        "connection: {emulator: {mode: external, grpc_port: 0, tls: {enabled: true}}}\n",
+    )
+    assert problems_of(conf) == [
+        "conf/pipeline.yml: connection.emulator.grpc_port: required for an external emulator: "
+        "the port it listens on (got 0)",
+        "conf/pipeline.yml: connection.emulator.http_port: required for an external emulator: "
+        "the port it listens on (got 0)",
+        "conf/pipeline.yml: connection.emulator.tls.ca_file: required for an external emulator "
+        "serving TLS: its CA certificate (ca.pem in the emulator's certificate directory)",
+    ]
+    unverified = write_conf(
+        tmp_path / "b",
+        "connection: {emulator: {mode: external, grpc_port: 1, http_port: 2,"
+        " tls: {enabled: true, verify: false}}}\n",
+    )
+    assert "tls.verify: must be true for an external emulator" in only_problem(unverified)
+
+
+def test_external_emulator_with_credentials(tmp_path: Path) -> None:
+    conf = load_conf(
+        write_conf(
+            tmp_path,
+            """
+            connection:
+              emulator:
+                mode: external
+                host: 127.0.0.1
+                grpc_port: 7443
+                http_port: 8443
+                client_id: etl-client
+                client_secret: {env: EMU_SECRET}
+                tls: {enabled: true, ca_file: certs/ca.pem}
+            """,
+        )
+    )
+    emulator = conf.pipeline.connection.emulator
+    assert emulator.mode == "external"
+    assert (emulator.grpc_port, emulator.http_port) == (7443, 8443)
+    assert emulator.client_id == "etl-client" and emulator.client_secret == EnvRef("EMU_SECRET")
+    assert emulator.tls.ca_file == str((tmp_path / "certs" / "ca.pem").resolve())
+    default = load_conf(write_conf(tmp_path / "d")).pipeline.connection.emulator
+    assert default.mode == "in_process" and default.client_secret is None
+
+
+def test_managed_subscription_is_per_topic(tmp_path: Path) -> None:
+    conf = load_conf(
+        write_conf(
+            tmp_path,
+            objects={
+                "account": ACCOUNT + "managed_subscription: Account_Bronze\n",
+                "order": "object: Order_Shipped__e\nkind: platform_event\n",
+            },
+        )
+    )
+    topics = {t.topic: t for t in conf.topics()}
+    assert topics["/data/AccountChangeEvent"].managed_subscription == "Account_Bronze"
+    assert topics["/event/Order_Shipped__e"].managed_subscription is None
+    assert conf.pipeline.ingest.maintain_every_commits == 100
+
+    shared = write_conf(
+        tmp_path / "shared",
+        objects={
+            "account": ACCOUNT + "topic: /data/ChangeEvents\nmanaged_subscription: Cdc\n",
+            "contact": "object: Contact\nkind: change_events\ntopic: /data/ChangeEvents\n",
+            "order": "object: Order_Shipped__e\nkind: platform_event\nmanaged_subscription: Cdc\n",
+        },
+    )
+    assert problems_of(shared) == [
+        "conf/objects/contact.yml: managed_subscription: objects sharing topic /data/ChangeEvents "
+        "share one subscription and bronze table, so managed_subscription must equal that of "
+        "Account (conf/objects/account.yml)",
+        "conf/objects/order.yml: managed_subscription: Cdc already serves topic "
+        "/data/ChangeEvents (conf/objects/account.yml); a managed subscription follows one "
+        "topic, so /event/Order_Shipped__e needs its own",
+    ]
+    bad = write_conf(tmp_path / "bad", objects={"account": ACCOUNT + "managed_subscription: 9x\n"})
+    assert "managed_subscription: must be a developer name" in only_problem(bad)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import grpc
 import pytest
 
@@ -149,3 +151,31 @@ def test_managed_and_plain_subscriptions_share_one_loop(
     assert got[managed.topic] == orders
     assert got[ACCOUNT] == accounts
     assert managed.last_committed is not None
+
+
+def test_on_idle_runs_in_the_consuming_thread_and_can_end_the_loop(
+    emulator: Emulator, channel: grpc.Channel
+) -> None:
+    accounts = fill(emulator, 5, ACCOUNT)
+    consumer = threading.get_ident()
+    calls: list[int] = []
+    got: list[bytes] = []
+
+    def idle() -> bool:
+        calls.append(threading.get_ident())
+        # Once everything arrived and the stream went quiet, stop without another item.
+        return len(got) == len(accounts)
+
+    sub = Subscription(channel, ACCOUNT, start=Earliest())
+    multi = MultiSubscription([sub], on_idle=idle, idle_interval=0.02)
+    for item in multi:
+        if isinstance(item, EventBatch):
+            got.extend(e.replay_id.value for e in item.events)
+    assert got == accounts
+    assert calls and set(calls) == {consumer}
+    assert sub.closed
+
+
+def test_idle_interval_must_be_positive(channel: grpc.Channel) -> None:
+    with pytest.raises(ValueError, match="idle_interval"):
+        MultiSubscription([Subscription(channel, ACCOUNT)], idle_interval=0)

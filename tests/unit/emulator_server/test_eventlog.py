@@ -76,6 +76,23 @@ def test_positions_increase_with_seeded_gaps():
     assert not bus.is_valid(keepalive + 1)
 
 
+def test_keepalive_position_never_passes_a_waiting_event():
+    bus = _bus()
+    first = bus.append(account_events(2))
+    # A reader that has read both events (sequence 2) may be given a keepalive position.
+    keepalive = bus.advance_past(ACCOUNT_TOPIC, 2)
+    assert keepalive is not None and keepalive > first[-1].position
+    # An event appended after the reader's last read is waiting: no keepalive, no movement,
+    # or a subscriber resuming after the keepalive position would skip it.
+    (late,) = bus.append(account_events(1, start=2))
+    assert bus.advance_past(ACCOUNT_TOPIC, 2) is None
+    assert bus.position == late.position
+    # The channel carries the Account event too; another topic's reader is not held back.
+    assert bus.advance_past(CHANNEL, 2) is None
+    assert bus.advance_past(ORDER_TOPIC, 0) is not None
+    assert bus.advance_past(ACCOUNT_TOPIC, 3) is not None
+
+
 def test_channel_log_and_listeners():
     bus = _bus()
     calls: list[str] = []

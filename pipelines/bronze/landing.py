@@ -1,0 +1,834 @@
+"""Bronze landing: every event of every topic into its bronze table, exactly once.
+
+:class:`BronzeLanding` subscribes to the topics of the enabled objects (one stream each,
+merged by :class:`~ingest.client.MultiSubscription`) and lands their events in batches, with
+the replay checkpoint of each batch committed after it in Delta (the protocol, and why a kill
+at any instant neither loses nor duplicates an event, are in :mod:`pipelines.bronze.checkpoint`).
+
+Threads and memory. The consuming thread appends each received response to the topic's open
+batch (plain lists: replay ids, event ids, schema ids, payloads) and seals the batch when it
+reaches ``batching.max_events`` events or ``max_bytes`` payload bytes, or when its oldest
+event is ``max_age_seconds`` old. A sealed batch goes to one committer thread, which builds
+the Arrow columns, registers new schema ids, and commits bronze, then the checkpoint, then
+(ManagedSubscribe) the server position, topic after topic in hand-over order. Handing over
+waits while the committer still holds a batch, so memory is at most the open batches, the
+batch being committed and the client's receive buffers; while the consumer waits, the client
+stops asking the server for events (flow control), and the stream does not stall meanwhile:
+responses keep arriving into those buffers.
+
+Reconnects. A subscription that reopens its stream asks landing for its durable position, in
+the consuming thread, once every item of the old stream has been handled: landing hands the
+topic's open batch (those items, in order) to the committer, waits until everything handed
+over is committed, and answers after the last committed replay id, so the new stream starts
+right after the last event received and streams that fail often still make progress. On the
+``Resubscribed`` item that follows, anything still open is dropped (the new stream delivers it
+again). A ManagedSubscribe server resumes after the last position *it* acknowledged instead, so
+on ``Resubscribed`` landing commits the open batch and skips the replay ids it has committed
+since that position when they are delivered again. A ``ReplayGap`` (the corrupted-replay policy
+moved a subscription) is logged as a warning and recorded as a ``replay_gap`` checkpoint row.
+
+Logging: one INFO line per landing commit (topic, batch, events, bytes, replay id, duration)
+and a progress line per topic every ``ingest.progress_interval_seconds``; payloads and
+credentials are never logged. Every ``ingest.maintain_every_commits`` commits a bronze table
+(and the checkpoint table) is compacted and its Delta log checkpointed, in the committer
+thread between commits.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import numpy as np
+import pyarrow as pa
+
+from ingest.auth import TokenManager
+from ingest.client import (
+    CommitFailed,
+    EventBatch,
+    Keepalive,
+    ManagedSubscription,
+    MultiSubscription,
+    ReceivedEvent,
+    ReplayGap,
+    Resubscribed,
+    RetryPolicy,
+    SchemaCache,
+    Subscription,
+)
+from ingest.errors import CheckpointError
+from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
+from pipelines.bronze.checkpoint import CheckpointRow, CheckpointStore, describe_position
+from pipelines.bronze.tables import (
+    BRONZE_SCHEMA,
+    BronzeTables,
+    CheckpointKind,
+    bronze_app_id,
+    bronze_tables,
+    ensure_tables,
+)
+from pipelines.engines.base import TableRef, Txn
+from pipelines.spec import IngestSpec, TopicSpec
+
+if TYPE_CHECKING:
+    from pipelines.engines.base import LakeEngine
+
+__all__ = ["BronzeLanding", "LandingResult", "TopicResult"]
+
+_log = logging.getLogger(__name__)
+
+_TICK = 0.05  # how often ages, progress and stop requests are checked (seconds)
+_WAIT = 0.1  # poll interval of waits that must notice a failed committer
+_MICROS = 1_000_000
+_REMEMBERED_POSITIONS = 10_000
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    """What one topic's landing did: events ``received`` (including those dropped for
+    redelivery after a reconnect) and ``events`` landed (committed)."""
+
+    topic: str
+    table: str
+    received: int
+    events: int
+    payload_bytes: int
+    commits: int
+    keepalive_commits: int
+    replay_gaps: int
+    redelivered_skipped: int
+    last_replay_id: str | None
+
+
+@dataclass(frozen=True)
+class LandingResult:
+    """What a landing run did, per topic, and why it stopped."""
+
+    topics: tuple[TopicResult, ...]
+    seconds: float
+    stopped: str
+
+    @property
+    def events(self) -> int:
+        """Events landed across topics."""
+        return sum(t.events for t in self.topics)
+
+
+class _OpenBatch:
+    """Events received for a topic and not yet handed to the committer."""
+
+    __slots__ = (
+        "counts",
+        "event_ids",
+        "nbytes",
+        "opened_at",
+        "payloads",
+        "position",
+        "replay_ids",
+        "schema_ids",
+        "times",
+    )
+
+    def __init__(self) -> None:
+        self.replay_ids: list[bytes] = []
+        self.event_ids: list[str] = []
+        self.schema_ids: list[str] = []
+        self.payloads: list[bytes] = []
+        # Run-length receive times: one entry per server response.
+        self.times: list[int] = []
+        self.counts: list[int] = []
+        self.nbytes = 0
+        self.position: ReplayId | None = None
+        self.opened_at: float | None = None
+
+
+@dataclass
+class _Sealed:
+    topic: str
+    batch_id: int
+    kind: CheckpointKind
+    position: ReplayId | None
+    batch: _OpenBatch
+    gap: ReplayGap | None = None
+
+
+@dataclass
+class _Topic:
+    """A topic's state: the consumer's side (open batch, counters) and, under the landing's
+    lock, what the committer has committed."""
+
+    spec: TopicSpec
+    table: TableRef
+    sub: Subscription | ManagedSubscription
+    next_batch: int
+    position: StartPosition  # durable: where a new stream resumes
+    open: _OpenBatch = field(default_factory=_OpenBatch)
+    sealed_position: ReplayId | None = None
+    drained: bool = False
+    skip: set[bytes] = field(default_factory=set)
+    received: int = 0
+    received_bytes: int = 0
+    progress_mark: tuple[float, int, int] = (0.0, 0, 0)
+    # committed (written by the committer thread under the lock)
+    events: int = 0
+    payload_bytes: int = 0
+    commits: int = 0
+    keepalive_commits: int = 0
+    gaps: int = 0
+    skipped: int = 0
+    last_replay_id: ReplayId | None = None
+    since_maintenance: int = 0
+    # ManagedSubscribe: batch of each recent checkpoint position (bounded; forgetting one only
+    # makes a later skip set larger), the last batch the server acknowledged (for rows), and a
+    # batch the server's position is known to be at or after whenever a stream opens.
+    positions: OrderedDict[bytes, int] = field(default_factory=OrderedDict)
+    acked_batch: int | None = None
+    acked_floor: int | None = None
+
+    @property
+    def managed(self) -> bool:
+        return isinstance(self.sub, ManagedSubscription)
+
+
+class _Committer:
+    """The one thread that writes Delta: batches in hand-over order, at most one at a time."""
+
+    def __init__(self, commit: Callable[[_Sealed], None], *, logger: logging.Logger) -> None:
+        self._commit = commit
+        self._log = logger
+        self._cond = threading.Condition()
+        self._pending: _Sealed | None = None
+        self._busy = False
+        self._closing = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="sfcdc-committer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def check(self) -> None:
+        """Raise the committer's failure, if it failed."""
+        error = self._error
+        if error is not None:
+            raise error
+
+    def submit(self, sealed: _Sealed) -> None:
+        """Hand a batch over; waits while the committer still holds the previous one."""
+        with self._cond:
+            while self._pending is not None or self._busy:
+                self.check()
+                self._cond.wait(_WAIT)
+            self.check()
+            self._pending = sealed
+            self._cond.notify_all()
+
+    def wait_idle(self) -> None:
+        """Wait until every batch handed over is committed."""
+        with self._cond:
+            while self._pending is not None or self._busy:
+                self.check()
+                self._cond.wait(_WAIT)
+        self.check()
+
+    def close(self) -> None:
+        """Let the batch under way finish, then stop the thread."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._pending is None and not self._closing:
+                    self._cond.wait()
+                if self._pending is None:
+                    return
+                sealed, self._pending, self._busy = self._pending, None, True
+            try:
+                self._commit(sealed)
+            except BaseException as exc:  # surfaced in the consuming thread, which stops
+                self._log.error(
+                    "%s: committing batch %d failed: %s", sealed.topic, sealed.batch_id, exc
+                )
+                with self._cond:
+                    self._error = exc
+                    self._busy = False
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+
+class BronzeLanding:
+    """Lands the events of ``topics`` in their bronze tables through ``engine``.
+
+    ``channel`` and ``tokens`` reach the Pub/Sub API (see :func:`pipelines.connect.connect`);
+    ``schemas`` fetches schemas for the registry (one is built on ``channel`` by default).
+    ``ingest`` supplies flow control, retries, the progress interval and the maintenance
+    interval. ``clock`` (epoch seconds) stamps rows; ``monotonic`` times batch ages,
+    progress and ``duration``, so tests can drive them.
+    """
+
+    def __init__(
+        self,
+        engine: LakeEngine,
+        topics: Sequence[TopicSpec],
+        *,
+        channel: grpc.Channel,
+        tokens: TokenManager | None,
+        ingest: IngestSpec | None = None,
+        schemas: SchemaCache | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        ack_timeout: float = 5.0,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        specs = list(topics)
+        if not specs:
+            raise ValueError("nothing to land: no topic was given (are all objects disabled?)")
+        self._engine = engine
+        self._specs = specs
+        self._channel = channel
+        self._tokens = tokens
+        self._ingest = ingest or IngestSpec()
+        self._schemas = schemas or SchemaCache(channel, tokens=tokens)
+        self._clock = clock
+        self._monotonic = monotonic
+        self._ack_timeout = ack_timeout
+        self._log = logger or _log
+        self.tables: BronzeTables = bronze_tables(specs)
+        self._store = CheckpointStore(engine, self.tables, clock=clock, logger=self._log)
+        self._committer = _Committer(self._commit, logger=self._log)
+        self._lock = threading.Lock()
+        self._topics: dict[str, _Topic] = {}
+        self._known_schemas: set[str] = set()
+        self._stop_reason: str | None = None
+        self._stopped = ""
+        self._deadline: float | None = None
+        self._once = False
+        self._next_tick = 0.0
+        self._next_progress = 0.0
+        self._checkpoint_commits = 0
+        self._started = self._monotonic()
+        self._ran = False
+
+    # -- public -------------------------------------------------------------------------------
+
+    def stop(self, reason: str = "stop requested") -> None:
+        """Ask the landing to stop: the open batches are committed, then :meth:`run` returns.
+        Safe from a signal handler and from any thread (it only records the request)."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+
+    def snapshot(self) -> LandingResult:
+        """Progress so far (safe to call from any thread while :meth:`run` runs)."""
+        return self._result(self._monotonic() - self._started, stopped=self._stopped or "running")
+
+    def run(self, *, once: bool = False, duration: float | None = None) -> LandingResult:
+        """Land until stopped (:meth:`stop`), for ``duration`` seconds, or with ``once``
+        until every topic is drained (a keepalive shows nothing more is pending)."""
+        if self._ran:
+            raise RuntimeError("a BronzeLanding runs once; create a new one to resume")
+        self._ran = True
+        if duration is not None and duration <= 0:
+            raise ValueError(f"duration must be > 0 seconds (got {duration})")
+        started = self._started = self._monotonic()
+        self._once = once
+        self._deadline = started + duration if duration is not None else None
+        self._prepare()
+        interval = self._ingest.progress_interval_seconds
+        self._next_progress = started + interval
+        for t in self._topics.values():
+            t.progress_mark = (started, 0, 0)
+        self._committer.start()
+        multi = MultiSubscription(
+            [t.sub for t in self._topics.values()],
+            on_idle=self._on_idle,
+            idle_interval=_TICK,
+            logger=self._log,
+        )
+        try:
+            for item in multi:
+                self._handle(item)
+                if self._tick():
+                    break
+        finally:
+            multi.close()
+            self._committer.close()
+        return self._result(self._monotonic() - started)
+
+    # -- start --------------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        ensure_tables(self._engine, self.tables)
+        self._known_schemas = self._store.registered_schemas()
+        for spec in self._specs:
+            default: StartPosition = Earliest() if spec.replay.start == "earliest" else Latest()
+            recovery = self._store.recover(spec.topic, default_start=default)
+            topic = _Topic(
+                spec=spec,
+                table=self.tables.bronze(spec.topic),
+                sub=self._subscription(spec, recovery.start),
+                next_batch=recovery.next_batch_id,
+                position=recovery.start,
+            )
+            if recovery.checkpoint is not None:
+                topic.last_replay_id = recovery.checkpoint.replay_id
+                if topic.managed:
+                    # The server acknowledged at least this batch before the last process
+                    # stopped; anything landed after it may come again.
+                    acked = recovery.checkpoint.server_acked_batch_id
+                    topic.acked_batch = topic.acked_floor = acked
+                    topic.skip = self._store.landed_after(spec.topic, acked)
+            with self._lock:
+                self._topics[spec.topic] = topic
+            if topic.managed:
+                self._log.info(
+                    "%s: landing into %s from managed subscription %s (%d landed events may be "
+                    "delivered again and will be skipped); next batch %d",
+                    spec.topic,
+                    topic.table,
+                    spec.managed_subscription,
+                    len(topic.skip),
+                    recovery.next_batch_id,
+                )
+            else:
+                self._log.info(
+                    "%s: landing into %s from %s; next batch %d",
+                    spec.topic,
+                    topic.table,
+                    describe_position(recovery.start),
+                    recovery.next_batch_id,
+                )
+
+    def _subscription(
+        self, spec: TopicSpec, start: StartPosition
+    ) -> Subscription | ManagedSubscription:
+        retry = self._ingest.retry
+        policy = RetryPolicy(
+            max_attempts=retry.max_attempts,
+            initial_backoff=retry.initial_backoff_seconds,
+            max_backoff=retry.max_backoff_seconds,
+            multiplier=retry.multiplier,
+        )
+        if spec.managed_subscription is not None:
+            return ManagedSubscription(
+                self._channel,
+                developer_name=spec.managed_subscription,
+                topic=spec.topic,
+                num_requested=self._ingest.num_requested,
+                retry=policy,
+                tokens=self._tokens,
+                clock=self._clock,
+                logger=self._log,
+            )
+        return Subscription(
+            self._channel,
+            spec.topic,
+            start=start,
+            durable_position=functools.partial(self._durable, spec.topic),
+            on_corrupted=spec.replay.on_corrupted,
+            num_requested=self._ingest.num_requested,
+            retry=policy,
+            tokens=self._tokens,
+            clock=self._clock,
+            logger=self._log,
+        )
+
+    # -- the consuming thread ----------------------------------------------------------------
+
+    def _durable(self, topic: str) -> StartPosition:
+        # Called by the subscription when it reopens its stream, in this (consuming) thread,
+        # after every item the old stream delivered has been handled: the open batch holds
+        # them in order, so committing it lets the new stream start right after the last
+        # event received. (Dropping it instead would make no progress when streams fail
+        # faster than a batch fills.)
+        t = self._topics[topic]
+        self._seal(t)
+        self._committer.wait_idle()
+        with self._lock:
+            return t.position
+
+    def _handle(self, item: Any) -> None:
+        if isinstance(item, EventBatch):
+            self._add(self._topics[item.topic], item.events, item.received_at)
+        elif isinstance(item, Keepalive):
+            t = self._topics[item.topic]
+            t.open.position = item.latest_replay_id
+            if t.open.opened_at is None:
+                t.open.opened_at = self._monotonic()
+            t.drained = True
+        elif isinstance(item, Resubscribed):
+            self._resubscribed(self._topics[item.topic], item)
+        elif isinstance(item, ReplayGap):
+            self._replay_gap(self._topics[item.topic], item)
+        elif isinstance(item, CommitFailed):
+            self._log.info(
+                "%s: the server did not take commit %s (%s); the Delta checkpoint is "
+                "unaffected and events it already holds are skipped if delivered again",
+                item.topic,
+                item.replay_id.hex(),
+                item.error,
+            )
+
+    def _add(self, t: _Topic, events: Sequence[ReceivedEvent], received_at: float) -> None:
+        if t.skip:
+            events = self._skip_redelivered(t, events)
+        t.drained = False
+        limits = t.spec.batching
+        stamp = int(received_at * _MICROS)
+        while events:
+            ob = t.open
+            room = limits.max_events - len(ob.replay_ids)
+            part = events if len(events) <= room else events[:room]
+            events = events[len(part) :]
+            payloads = [e.payload for e in part]
+            nbytes = sum(map(len, payloads))
+            ob.replay_ids.extend([e.replay_id.value for e in part])
+            ob.event_ids.extend([e.event_id for e in part])
+            ob.schema_ids.extend([e.schema_id for e in part])
+            ob.payloads.extend(payloads)
+            ob.times.append(stamp)
+            ob.counts.append(len(part))
+            ob.nbytes += nbytes
+            ob.position = part[-1].replay_id
+            if ob.opened_at is None:
+                ob.opened_at = self._monotonic()
+            t.received += len(part)
+            t.received_bytes += nbytes
+            if len(ob.replay_ids) >= limits.max_events or ob.nbytes >= limits.max_bytes:
+                self._seal(t)
+
+    def _skip_redelivered(
+        self, t: _Topic, events: Sequence[ReceivedEvent]
+    ) -> Sequence[ReceivedEvent]:
+        # Delivery is in stream order, so the first event bronze does not hold ends the run
+        # of redelivered ones.
+        skip = t.skip
+        for i, event in enumerate(events):
+            if event.replay_id.value not in skip:
+                t.skipped += i
+                self._log.info(
+                    "%s: skipped %d events the managed subscription delivered again (already "
+                    "in bronze); landing resumes at %s",
+                    t.spec.topic,
+                    t.skipped,
+                    event.replay_id.hex(),
+                )
+                t.skip = set()
+                return events[i:]
+        t.skipped += len(events)
+        return ()
+
+    def _resubscribed(self, t: _Topic, item: Resubscribed) -> None:
+        t.drained = False
+        if t.managed:
+            # The new stream resumes after the position the server had committed when it
+            # opened, which the item reports as far as this process saw it acknowledged (acks
+            # arriving later, on the new stream, do not move its start). Commit what the old
+            # stream delivered, then skip every landed event after that position.
+            self._seal(t)
+            self._committer.wait_idle()
+            position = item.position
+            with self._lock:
+                if isinstance(position, After) and position.replay_id.value in t.positions:
+                    batch = t.positions[position.replay_id.value]
+                    t.acked_floor = max(batch, t.acked_floor or 0)
+                floor = t.acked_floor
+            # The committer is idle until the next hand-over, so the engine is free to read.
+            t.skip = self._store.landed_after(t.spec.topic, floor)
+            return
+        # Subscribe: the durable position (asked just before) committed the open batch. What
+        # is still open is not covered by it, and the new stream delivers it again.
+        dropped = len(t.open.replay_ids)
+        t.open = _OpenBatch()
+        if dropped:
+            self._log.info(
+                "%s: new stream (%s); dropping %d events not yet committed, the stream "
+                "delivers them again",
+                t.spec.topic,
+                item.reason,
+                dropped,
+            )
+
+    def _replay_gap(self, t: _Topic, gap: ReplayGap) -> None:
+        self._log.warning(
+            "%s: REPLAY GAP: the server rejected the stored position %s and "
+            "replay.on_corrupted moved the subscription to %s (%s); events in between may "
+            "be missing or repeated, so the objects of this topic need a re-sync",
+            t.spec.topic,
+            describe_position(gap.requested),
+            describe_position(gap.resumed),
+            gap.reason,
+        )
+        t.open = _OpenBatch()
+        t.sealed_position = None
+        sealed = _Sealed(t.spec.topic, t.next_batch, "replay_gap", None, _OpenBatch(), gap)
+        t.next_batch += 1
+        self._committer.submit(sealed)
+
+    def _seal(self, t: _Topic) -> None:
+        ob = t.open
+        if not ob.replay_ids:
+            if ob.position is None or ob.position == t.sealed_position:
+                ob.opened_at = None
+                return
+            kind: CheckpointKind = "keepalive"
+        else:
+            kind = "events"
+        t.open = _OpenBatch()
+        t.sealed_position = ob.position
+        sealed = _Sealed(t.spec.topic, t.next_batch, kind, ob.position, ob)
+        t.next_batch += 1
+        self._committer.submit(sealed)
+
+    def _on_idle(self) -> bool:
+        self._next_tick = 0.0
+        return self._tick()
+
+    def _tick(self) -> bool:
+        """Seal aged batches, log progress, and stop when asked; True once stopped."""
+        now = self._monotonic()
+        if now < self._next_tick:
+            return False
+        self._next_tick = now + _TICK
+        self._committer.check()
+        for t in self._topics.values():
+            opened = t.open.opened_at
+            if opened is not None and now - opened >= t.spec.batching.max_age_seconds:
+                self._seal(t)
+        if now >= self._next_progress:
+            self._progress(now)
+            self._next_progress = now + self._ingest.progress_interval_seconds
+        reason = self._stop_reason
+        if reason is None and self._deadline is not None and now >= self._deadline:
+            reason = "duration reached"
+        if reason is None and self._once and all(t.drained for t in self._topics.values()):
+            reason = "drained: a keepalive showed nothing more pending on every topic"
+        if reason is None:
+            return False
+        self._finish(reason)
+        return True
+
+    def _finish(self, reason: str) -> None:
+        self._log.info("stopping (%s): committing the open batches", reason)
+        self._stopped = reason
+        for t in self._topics.values():
+            self._seal(t)
+        self._committer.wait_idle()
+        managed = [t for t in self._topics.values() if t.managed]
+        if not managed:
+            return
+        # The streams stay open until the server has answered the final commits.
+        deadline = self._monotonic() + self._ack_timeout
+        waiting = threading.Event()
+        while self._monotonic() < deadline:
+            subs = [t.sub for t in managed if isinstance(t.sub, ManagedSubscription)]
+            if not any(s.outstanding_commits for s in subs):
+                break
+            waiting.wait(0.01)
+        with self._lock:
+            for t in managed:
+                self._note_acks(t)
+
+    def _progress(self, now: float) -> None:
+        for t in self._topics.values():
+            since, events, nbytes = t.progress_mark
+            seconds = max(now - since, 1e-9)
+            stats = t.sub.stats()
+            with self._lock:
+                landed, commits, last = t.events, t.commits, t.last_replay_id
+            self._log.info(
+                "progress %s: %.0f events/s, %.2f MB/s received; %d buffered + %d pending at "
+                "the server, %d in the open batch; %d events landed in %d commits, last replay "
+                "id %s",
+                t.spec.topic,
+                (t.received - events) / seconds,
+                (t.received_bytes - nbytes) / seconds / 1e6,
+                stats.buffered,
+                stats.server_pending,
+                len(t.open.replay_ids),
+                landed,
+                commits,
+                last.hex() if last is not None else "none",
+            )
+            t.progress_mark = (now, t.received, t.received_bytes)
+
+    def _result(self, seconds: float, *, stopped: str | None = None) -> LandingResult:
+        with self._lock:
+            topics = tuple(
+                TopicResult(
+                    topic=t.spec.topic,
+                    table=str(t.table),
+                    received=t.received,
+                    events=t.events,
+                    payload_bytes=t.payload_bytes,
+                    commits=t.commits,
+                    keepalive_commits=t.keepalive_commits,
+                    replay_gaps=t.gaps,
+                    redelivered_skipped=t.skipped,
+                    last_replay_id=t.last_replay_id.hex() if t.last_replay_id else None,
+                )
+                for t in self._topics.values()
+            )
+        return LandingResult(topics, seconds, stopped or self._stopped or "the subscriptions ended")
+
+    # -- the committer thread -----------------------------------------------------------------
+
+    def _note_acks(self, t: _Topic) -> None:
+        # Under the lock. The server answers for the last of coalesced commits; whatever it
+        # acknowledged, a later process's first stream starts at or after it.
+        assert isinstance(t.sub, ManagedSubscription)
+        last = t.sub.last_committed
+        if last is not None and last.value in t.positions:
+            t.acked_batch = max(t.positions[last.value], t.acked_batch or 0)
+
+    def _commit(self, sealed: _Sealed) -> None:
+        started = self._monotonic()
+        t = self._topics[sealed.topic]
+        batch = sealed.batch
+        count = len(batch.replay_ids)
+        bronze_version = None
+        new_schemas: list[str] = []
+        if sealed.kind == "events":
+            new_schemas = sorted(set(batch.schema_ids) - self._known_schemas)
+            if new_schemas:
+                self._store.register_schemas(
+                    sealed.topic, {sid: self._schemas.schema_json(sid) for sid in new_schemas}
+                )
+                self._known_schemas.update(new_schemas)
+            result = self._engine.append(
+                t.table,
+                _arrow(sealed),
+                txn=Txn(bronze_app_id(sealed.topic), sealed.batch_id),
+                metadata={"sfcdc.topic": sealed.topic, "sfcdc.kind": "events"},
+                evolve_schema=False,
+            )
+            if result.skipped:
+                raise CheckpointError(
+                    f"{sealed.topic}: bronze batch {sealed.batch_id} was already committed by "
+                    f"another writer; two landings of the same topic into {t.table} cannot run "
+                    "at once"
+                )
+            bronze_version = result.version
+        with self._lock:
+            if t.managed:
+                self._note_acks(t)
+            acked = t.acked_batch if t.managed else None
+        gap = sealed.gap
+        row = CheckpointRow(
+            topic=sealed.topic,
+            batch_id=sealed.batch_id,
+            kind=sealed.kind,
+            replay_id=sealed.position,
+            event_count=count,
+            payload_bytes=batch.nbytes,
+            bronze_version=bronze_version,
+            gap_requested=describe_position(gap.requested) if gap else None,
+            gap_resumed=gap.resumed.kind if gap else None,
+            detail=gap.reason if gap else None,
+            server_acked_batch_id=acked,
+        )
+        self._store.write(row)
+        position: StartPosition
+        if gap is not None:
+            position = gap.resumed
+        else:
+            assert sealed.position is not None
+            position = After(sealed.position)
+        with self._lock:
+            t.position = position
+            t.commits += 1
+            t.events += count
+            t.payload_bytes += batch.nbytes
+            t.keepalive_commits += sealed.kind == "keepalive"
+            t.gaps += sealed.kind == "replay_gap"
+            if sealed.position is not None:
+                t.last_replay_id = sealed.position
+            if t.managed and sealed.position is not None:
+                t.positions[sealed.position.value] = sealed.batch_id
+                if len(t.positions) > _REMEMBERED_POSITIONS:
+                    t.positions.popitem(last=False)
+        if isinstance(t.sub, ManagedSubscription) and sealed.position is not None:
+            t.sub.commit(sealed.position)
+        self._log_commit(sealed, count, batch.nbytes, new_schemas, self._monotonic() - started)
+        self._maintain(t, sealed.kind)
+
+    def _log_commit(
+        self, sealed: _Sealed, count: int, nbytes: int, new_schemas: list[str], seconds: float
+    ) -> None:
+        if sealed.kind == "events":
+            assert sealed.position is not None
+            self._log.info(
+                "landed %s batch %d: %d events, %.2f MB, replay id %s, %.3f s%s",
+                sealed.topic,
+                sealed.batch_id,
+                count,
+                nbytes / 1e6,
+                sealed.position.hex(),
+                seconds,
+                f", new schemas {', '.join(new_schemas)}" if new_schemas else "",
+            )
+        elif sealed.kind == "keepalive":
+            assert sealed.position is not None
+            self._log.info(
+                "landed %s batch %d: keepalive, replay id %s, %.3f s",
+                sealed.topic,
+                sealed.batch_id,
+                sealed.position.hex(),
+                seconds,
+            )
+        else:
+            assert sealed.gap is not None
+            self._log.info(
+                "landed %s batch %d: replay gap recorded (%s -> %s), %.3f s",
+                sealed.topic,
+                sealed.batch_id,
+                describe_position(sealed.gap.requested),
+                sealed.gap.resumed.kind,
+                seconds,
+            )
+
+    def _maintain(self, t: _Topic, kind: CheckpointKind) -> None:
+        every = self._ingest.maintain_every_commits
+        if every <= 0:
+            return
+        self._checkpoint_commits += 1
+        if kind == "events":
+            t.since_maintenance += 1
+            if t.since_maintenance >= every:
+                t.since_maintenance = 0
+                self._engine.maintain(t.table)
+        if self._checkpoint_commits >= every:
+            self._checkpoint_commits = 0
+            self._engine.maintain(self.tables.checkpoints)
+
+
+def _arrow(sealed: _Sealed) -> pa.Table:
+    """The bronze rows of a batch, built column by column from the received values."""
+    batch = sealed.batch
+    n = len(batch.replay_ids)
+    received = np.repeat(
+        np.asarray(batch.times, dtype=np.int64), np.asarray(batch.counts, dtype=np.int64)
+    )
+    columns = [
+        pa.array(batch.replay_ids, pa.binary()),
+        pa.array(batch.event_ids, pa.string()),
+        pa.array(batch.schema_ids, pa.string()),
+        pa.array(batch.payloads, pa.binary()),
+        pa.array([sealed.topic] * n, pa.string()),
+        pa.array(received, BRONZE_SCHEMA.field("received_at").type),
+        pa.array(np.full(n, sealed.batch_id, dtype=np.int64)),
+        pa.array(np.arange(n, dtype=np.int32)),
+    ]
+    return pa.Table.from_arrays(columns, schema=BRONZE_SCHEMA)

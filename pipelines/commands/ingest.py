@@ -1,0 +1,199 @@
+"""``sfcdc ingest``: land the events of the configured objects in bronze, exactly once.
+
+::
+
+    sfcdc ingest --conf conf/                  # run until SIGINT / SIGTERM
+    sfcdc ingest --conf conf/ --once           # drain what is available, then stop
+    sfcdc ingest --conf conf/ --for 600        # run for ten minutes
+    sfcdc ingest --conf conf/ --objects Account,Contact
+
+It connects as ``conf/pipeline.yml`` says (Salesforce, an external emulator, or one started in
+this process), subscribes to the topics of the enabled objects and lands them with
+:class:`~pipelines.bronze.BronzeLanding`. The local lake engine writes Delta without a JVM:
+no Spark session is started. SIGINT or SIGTERM stops it cleanly (open batches committed, exit
+0); a second signal stops it at once, which is safe too: the next run resumes where the Delta
+checkpoints say.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from ingest.errors import ConfigError
+from pipelines.bronze import BronzeLanding, LandingResult
+from pipelines.connect import connect, secret_resolver
+from pipelines.engines import LakeEngine, LocalEngine, make_engine
+from pipelines.spec import Conf, LakeSpec, TopicSpec, load_conf
+
+__all__ = ["lake_engine", "land", "register", "select_topics"]
+
+_log = logging.getLogger(__name__)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``ingest`` to the ``sfcdc`` command."""
+    parser = subparsers.add_parser(
+        "ingest",
+        help="land Pub/Sub API events in bronze Delta tables, exactly once",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument(
+        "--conf", type=Path, default=Path("conf"), help="configuration directory (default: conf)"
+    )
+    until = parser.add_mutually_exclusive_group()
+    until.add_argument(
+        "--once",
+        action="store_true",
+        help="drain what is available and stop (when a keepalive shows nothing more pending "
+        "on every topic)",
+    )
+    until.add_argument(
+        "--for",
+        dest="seconds",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="run for this long, then stop cleanly",
+    )
+    parser.add_argument(
+        "--objects",
+        type=_names,
+        metavar="NAMES",
+        help="comma-separated object API names to land (default: every enabled object); a "
+        "topic shared by several objects is landed whole",
+    )
+    parser.set_defaults(handler=run)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds (got {text!r})") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0 (got {text!r})")
+    return value
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(
+            f"expected object names such as Account,Contact (got {text!r})"
+        )
+    return names
+
+
+def select_topics(conf: Conf, objects: Sequence[str] | None) -> tuple[TopicSpec, ...]:
+    """The topics to land: those of every enabled object, or of the named ones."""
+    topics = conf.topics()
+    if not objects:
+        if not topics:
+            raise ConfigError(f"{conf.conf_dir}: every object is disabled; nothing to land")
+        return topics
+    known = {o.api_name: o for o in conf.objects}
+    problems = []
+    for name in objects:
+        obj = known.get(name)
+        if obj is None:
+            problems.append(
+                f"--objects: no object {name!r} in {conf.conf_dir} (configured: "
+                f"{', '.join(sorted(known))}; names are case-sensitive)"
+            )
+        elif not obj.enabled:
+            problems.append(
+                f"--objects: {name} is disabled (enabled: false in "
+                f"{conf.object_files.get(name, conf.conf_dir)})"
+            )
+    if problems:
+        raise ConfigError("cannot select the objects to land", problems)
+    wanted = {known[name].topic for name in objects}
+    return tuple(t for t in topics if t.topic in wanted)
+
+
+def lake_engine(lake: LakeSpec, *, environ: dict[str, str] | None = None) -> LakeEngine:
+    """The engine to land with. The local engine (and ``auto`` off Databricks) gets no Spark
+    session: landing only writes, and a JVM would cost seconds of start-up for nothing."""
+    env = dict(os.environ if environ is None else environ)
+    if lake.engine == "local" or (
+        lake.engine == "auto" and "DATABRICKS_RUNTIME_VERSION" not in env
+    ):
+        return LocalEngine.from_spec(lake, None)
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+    return make_engine(lake, spark, environ=env)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(landing: BronzeLanding) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[signal.Signals, Any] = {}
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        landing.stop(f"received {signal.Signals(signum).name}")
+        # A second signal acts as it normally would: stopping at any instant is safe.
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, handle)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def land(
+    conf: Conf,
+    *,
+    objects: Sequence[str] | None = None,
+    once: bool = False,
+    seconds: float | None = None,
+    environ: dict[str, str] | None = None,
+) -> LandingResult:
+    """Connect as ``conf`` says and land its topics (what ``sfcdc ingest`` runs)."""
+    topics = select_topics(conf, objects)
+    engine = lake_engine(conf.pipeline.lake, environ=environ)
+    secrets = secret_resolver(environ=environ)
+    with connect(conf.pipeline.connection, secrets=secrets, topics=topics) as source:
+        landing = BronzeLanding(
+            engine,
+            topics,
+            channel=source.channel,
+            tokens=source.tokens,
+            ingest=conf.pipeline.ingest,
+        )
+        with _stop_on_signals(landing):
+            return landing.run(once=once, duration=seconds)
+
+
+def run(args: argparse.Namespace) -> int:
+    conf = load_conf(args.conf)
+    result = land(conf, objects=args.objects, once=args.once, seconds=args.seconds)
+    print(f"sfcdc ingest: stopped after {result.seconds:.1f} s ({result.stopped})")
+    for t in result.topics:
+        extras = []
+        if t.keepalive_commits:
+            extras.append(f"{t.keepalive_commits} keepalive")
+        if t.replay_gaps:
+            extras.append(f"{t.replay_gaps} REPLAY GAP")
+        if t.redelivered_skipped:
+            extras.append(f"{t.redelivered_skipped} redelivered events skipped")
+        detail = f" ({', '.join(extras)})" if extras else ""
+        print(
+            f"  {t.topic} -> {t.table}: {t.events} events, {t.payload_bytes / 1e6:.2f} MB in "
+            f"{t.commits} commits{detail}; last replay id {t.last_replay_id or 'none'}"
+        )
+    return 0
