@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 
 from ingest.errors import ConfigError, LakeError
 from ingest.schema import EventSchema, parse_event_schema
+from pipelines.bronze.tables import SCHEMA_REGISTRY_TABLE, bronze_tables
 from pipelines.engines import HistoryEntry, LakeEngine, TableRef, Txn
 from pipelines.engines.arrow import dataframe_to_arrow, same_type, spark_schema_to_arrow
 from pipelines.silver.columns import SilverLayout, build_layout
@@ -81,7 +82,7 @@ _log = logging.getLogger(__name__)
 SILVER_APP_PREFIX = "sfcdc.silver:"
 QUARANTINE_APP_PREFIX = "sfcdc.silver.quarantine:"
 QUARANTINE_TABLE = TableRef("silver", "sfcdc_quarantine")
-REGISTRY_TABLE = TableRef("bronze", "sfcdc_schemas")
+REGISTRY_TABLE = TableRef("bronze", SCHEMA_REGISTRY_TABLE)
 _META_BRONZE_TABLE = "sfcdc.silver.bronze_table"
 _META_VERSIONS = "sfcdc.silver.bronze_versions"
 _META_MAX_BATCH = "sfcdc.silver.bronze_max_batch_id"
@@ -186,10 +187,12 @@ def read_registry(engine: LakeEngine, table: TableRef = REGISTRY_TABLE) -> dict[
     landing that crashed may have registered a schema twice)."""
     if not engine.exists(table):
         return {}
-    rows = engine.read(table).select("schema_id", "schema_json", "topic", "first_seen_at")
+    rows = engine.read_arrow(
+        table, columns=["schema_id", "schema_json", "topic", "first_seen_at"]
+    ).to_pylist()
     entries: dict[str, RegistryEntry] = {}
     ordered = sorted(
-        rows.collect(),
+        rows,
         key=lambda r: (r["first_seen_at"] is None, r["first_seen_at"] or 0, r["schema_id"] or ""),
     )
     for row in ordered:
@@ -285,9 +288,10 @@ def run_silver(
     by_topic: dict[str, list[ObjectSpec]] = {}
     for obj in selected:
         by_topic.setdefault(obj.topic, []).append(obj)
+    tables = bronze_tables(conf.topics(include_disabled=True))
     results: list[TopicResult] = []
     for topic, objs in sorted(by_topic.items()):
-        bronze = TableRef("bronze", objs[0].tables.bronze)
+        bronze = tables.bronze(topic)
         if not engine.exists(bronze):
             _log.info("silver: %s (%s) has no bronze table yet; nothing to do", bronze, topic)
             continue

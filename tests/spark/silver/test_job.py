@@ -17,6 +17,7 @@ from pyspark.sql import types as T
 
 from ingest.errors import LakeError
 from ingest.schema import EventSchema
+from pipelines.bronze.tables import SCHEMA_REGISTRY_SCHEMA, bronze_app_id
 from pipelines.engines import LocalEngine, TableRef, Txn
 from pipelines.silver.job import QUARANTINE_TABLE, REGISTRY_TABLE, SilverResult, run_silver
 from pipelines.spec import Conf, ObjectSpec, PipelineSpec, SilverSpec
@@ -68,7 +69,8 @@ def register(engine: LocalEngine, *schemas: EventSchema, topic: str = ACCOUNT_TO
                 "schema_json": [s.json for s in schemas],
                 "topic": [topic] * len(schemas),
                 "first_seen_at": pa.array([now] * len(schemas), pa.timestamp("us", tz="UTC")),
-            }
+            },
+            schema=SCHEMA_REGISTRY_SCHEMA,
         ),
     )
 
@@ -79,7 +81,7 @@ def land(
     """One bronze landing commit (txn = batch id, as landing does); returns its version."""
     table = bronze_batch(events, batch_id=batch_id, topic=obj.topic)
     result = engine.append(
-        TableRef("bronze", obj.tables.bronze), table, txn=Txn(f"sfcdc.bronze:{obj.topic}", batch_id)
+        TableRef("bronze", obj.tables.bronze), table, txn=Txn(bronze_app_id(obj.topic), batch_id)
     )
     assert result.version is not None
     return result.version

@@ -16,6 +16,7 @@ import pyarrow as pa
 from fastavro import parse_schema, schemaless_writer
 
 from ingest.schema import EventSchema, parse_event_schema
+from pipelines.bronze.tables import BRONZE_SCHEMA
 
 CHANGE_TYPES = [
     "CREATE",
@@ -231,7 +232,8 @@ def bronze_batch(
     n = len(events)
     seqs = range(first_seq, first_seq + n)
     return pa.table(
-        {
+        schema=BRONZE_SCHEMA,
+        data={
             "replay_id": pa.array([replay_id(batch_id * 1_000 + s) for s in seqs], pa.binary()),
             "event_id": pa.array([f"evt-{batch_id}-{s}" for s in seqs], pa.string()),
             "schema_id": pa.array([sid for sid, _ in events], pa.string()),
@@ -240,5 +242,5 @@ def bronze_batch(
             "received_at": pa.array([1_735_689_600_000_000] * n, pa.timestamp("us", tz="UTC")),
             "batch_id": pa.array([batch_id] * n, pa.int64()),
             "batch_seq": pa.array(list(seqs), pa.int32()),
-        }
+        },
     )
