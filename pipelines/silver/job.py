@@ -46,12 +46,18 @@ from ingest.errors import ConfigError, LakeError
 from ingest.schema import EventSchema, parse_event_schema
 from pipelines.bronze.tables import SCHEMA_REGISTRY_TABLE, bronze_tables
 from pipelines.engines import HistoryEntry, LakeEngine, TableRef, Txn
-from pipelines.engines.arrow import dataframe_to_arrow, same_type, spark_schema_to_arrow
+from pipelines.engines.arrow import (
+    arrow_to_dataframe,
+    dataframe_to_arrow,
+    same_type,
+    spark_schema_to_arrow,
+)
 from pipelines.silver.columns import SilverLayout, build_layout
 from pipelines.silver.decode import BRONZE_COLUMNS, DecodePlan, decode_function, decoded_schema
 from pipelines.silver.transforms import (
-    QUARANTINE_COLUMN,
+    ERROR_COLUMNS,
     QUARANTINE_SCHEMA,
+    Transform,
     quarantined_rows,
     silver_rows,
     to_silver_and_quarantine,
@@ -87,6 +93,15 @@ _META_BRONZE_TABLE = "sfcdc.silver.bronze_table"
 _META_VERSIONS = "sfcdc.silver.bronze_versions"
 _META_MAX_BATCH = "sfcdc.silver.bronze_max_batch_id"
 _QUARANTINE_KEYS = ("bronze_table", "bronze_batch_id", "bronze_batch_seq")
+# What quarantined_rows reads of an undecodable row.
+_FAILED_COLUMNS = (
+    "_cdc_bronze_batch_id",
+    "_cdc_bronze_batch_seq",
+    "_cdc_replay_id",
+    "_cdc_event_id",
+    "_cdc_schema_id",
+    *ERROR_COLUMNS,
+)
 # How the two Delta implementations name the rows a write added, in DESCRIBE HISTORY.
 _ADDED_ROWS_METRICS = ("num_added_rows", "numOutputRows")
 
@@ -346,20 +361,27 @@ class _Parts:
     Arrow with the local engine (which writes Arrow anyway), cached with the spark engine."""
 
     def __init__(self, engine: LakeEngine) -> None:
+        self.engine = engine
         self.local = engine.name == "local"
         self.cached: list[DataFrame] = []
 
-    def split(self, frame: DataFrame) -> tuple[Data, Data]:
-        if self.local:
-            table = dataframe_to_arrow(frame)
-            tag = table.column(QUARANTINE_COLUMN)
-            good = pc.is_null(tag)
-            silver = table.filter(good).drop_columns([QUARANTINE_COLUMN])
-            bad = table.filter(pc.invert(good)).column(QUARANTINE_COLUMN)
-            return silver, _flatten(bad.combine_chunks())
-        frame = frame.persist()
-        self.cached.append(frame)
-        return frame.transform(silver_rows), frame.transform(quarantined_rows)
+    def split(self, frame: DataFrame, quarantine: Transform) -> tuple[Data, Data | None]:
+        """The silver rows of ``frame`` (:func:`to_silver_and_quarantine`'s output) and its
+        quarantine rows (``None`` when the local engine saw every row decode)."""
+        if not self.local:
+            frame = frame.persist()
+            self.cached.append(frame)
+            return frame.transform(silver_rows), frame.transform(quarantine)
+        table = dataframe_to_arrow(frame)
+        errors = table.column("_cdc_error")
+        if errors.null_count == table.num_rows:
+            return table.drop_columns(list(ERROR_COLUMNS)), None
+        good = pc.is_null(errors)
+        silver = table.filter(good).drop_columns(list(ERROR_COLUMNS))
+        failed = table.filter(pc.invert(good)).select(list(_FAILED_COLUMNS))
+        # Few rows: shaped by the same transform as everywhere else.
+        bad = arrow_to_dataframe(self.engine.spark, failed).transform(quarantine)
+        return silver, dataframe_to_arrow(bad)
 
     def rows(self, data: Data) -> Data:
         return dataframe_to_arrow(data) if self.local else data
@@ -374,19 +396,6 @@ class _Parts:
         for frame in self.cached:
             frame.unpersist()
         self.cached.clear()
-
-
-def _quarantine_arrow() -> pa.Schema:
-    return spark_schema_to_arrow(QUARANTINE_SCHEMA)
-
-
-def _flatten(column: pa.Array) -> pa.Table:
-    schema = _quarantine_arrow()
-    if len(column) == 0:
-        return schema.empty_table()
-    struct = column if isinstance(column, pa.StructArray) else pa.array(column)
-    arrays = [struct.field(f.name) for f in schema]
-    return pa.Table.from_arrays(arrays, names=schema.names).cast(schema)
 
 
 @dataclass
@@ -634,13 +643,12 @@ class _Group:
             df.where(F.col("schema_id").isin(ids))
             .select(*BRONZE_COLUMNS)
             .mapInArrow(decode_function(plan), decoded_schema(plan))
-            .transform(
-                to_silver_and_quarantine(
-                    layout, bronze_table=self.bronze.name, topic=self.topic, at=self.at
-                )
-            )
+            .transform(to_silver_and_quarantine(layout))
         )
-        data, bad = parts.split(frame)
+        quarantine = quarantined_rows(
+            bronze_table=self.bronze.name, topic=self.topic, at=self.at, entity=obj.api_name
+        )
+        data, bad = parts.split(frame, quarantine)
         self.progress[obj.api_name].seconds += self.clock() - started
         return obj, layout, data, bad, events
 
@@ -656,6 +664,10 @@ class _Group:
     ) -> None:
         started = self.clock()
         table = _silver_table(obj)
+        if not self.engine.exists(table):
+            # Created from the layout, so every column is nullable whatever the first rows
+            # hold (Spark marks literal and coalesced columns NOT NULL).
+            self.engine.ensure_table(table, layout.silver_schema())
         result = self.engine.append(table, data, txn=Txn(app_id(obj), end), metadata=metadata)
         p = self.progress[obj.api_name]
         p.events += events
@@ -698,6 +710,8 @@ class _Group:
         if done is not None and (after is None or done > after):
             # An earlier run quarantined part of this range (it stopped at another version).
             rows = _without_quarantined(engine, rows, self.bronze)
+        if not engine.exists(QUARANTINE_TABLE):
+            engine.ensure_table(QUARANTINE_TABLE, QUARANTINE_SCHEMA)
         result = engine.append(QUARANTINE_TABLE, rows, txn=Txn(app, end), metadata=metadata)
         self.quarantined += result.rows
         _log.warning(

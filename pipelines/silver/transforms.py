@@ -10,11 +10,12 @@ fixes its output columns; they compose with ``DataFrame.transform``::
     #          .transform(silver_columns(layout))
 
 The job computes an object's silver rows and its undecodable rows in one pass:
-:func:`to_silver_and_quarantine` keeps every row and carries a ``_quarantine`` struct
-(:data:`QUARANTINE_SCHEMA`) on the rows that could not be decoded; :func:`silver_rows` and
-:func:`quarantined_rows` take the two parts apart. Bronze rows that no object can decode
-(unknown or unusable schema id, another object's schema on a single-object topic) become
-quarantine rows through :func:`undecodable_rows` without being decoded.
+:func:`to_silver_and_quarantine` keeps every row, with the error columns (``_cdc_error``,
+``_cdc_error_kind``, ``_cdc_payload``; null on the rows that decoded) after the silver
+columns; :func:`silver_rows` and :func:`quarantined_rows` take the two parts apart, the
+latter into :data:`QUARANTINE_SCHEMA` rows. Bronze rows that no object can decode (unknown or
+unusable schema id, another object's schema on a single-object topic) become quarantine rows
+through :func:`undecodable_rows` without being decoded.
 
 The decoded steps read what :func:`pipelines.silver.decode.decode_function` yields
 (:func:`~pipelines.silver.decode.decoded_schema`); :func:`undecodable_rows` reads bronze rows.
@@ -32,7 +33,7 @@ from pyspark.sql import types as T
 from pipelines.silver.columns import ID_COLUMN, LeafKind, SilverLayout
 
 __all__ = [
-    "QUARANTINE_COLUMN",
+    "ERROR_COLUMNS",
     "QUARANTINE_SCHEMA",
     "Transform",
     "convert_epoch_columns",
@@ -48,12 +49,10 @@ __all__ = [
     "to_silver",
     "to_silver_and_quarantine",
     "undecodable_rows",
-    "with_quarantine",
 ]
 
 Transform = Callable[[DataFrame], DataFrame]
 
-QUARANTINE_COLUMN = "_quarantine"
 QUARANTINE_SCHEMA = T.StructType(
     [
         T.StructField("bronze_table", T.StringType()),
@@ -73,7 +72,7 @@ QUARANTINE_SCHEMA = T.StructType(
 
 _MS_PER_DAY = 86_400_000
 _RECORD_IDS = "_cdc_record_ids"
-_ERROR_COLUMNS = ("_cdc_error", "_cdc_error_kind", "_cdc_payload")
+ERROR_COLUMNS = ("_cdc_error", "_cdc_error_kind", "_cdc_payload")
 
 
 def _q(name: str) -> str:
@@ -133,52 +132,41 @@ def _convert(column: Column, kind: LeafKind) -> Column:
 # ------------------------------------------------------------------------- quarantine
 
 
-def _quarantine_fields(bronze_table: str, topic: str, at: datetime) -> list[Column]:
-    return [
-        F.lit(bronze_table).alias("bronze_table"),
-        F.lit(topic).alias("topic"),
-        F.col("_cdc_bronze_batch_id").alias("bronze_batch_id"),
-        F.col("_cdc_bronze_batch_seq").alias("bronze_batch_seq"),
-        F.col("_cdc_replay_id").alias("replay_id"),
-        F.col("_cdc_event_id").alias("event_id"),
-        F.col("_cdc_schema_id").alias("schema_id"),
-        F.col("_cdc_entity").alias("entity"),
-        F.col("_cdc_error_kind").alias("reason_kind"),
-        F.col("_cdc_error").alias("reason"),
-        F.col("_cdc_payload").alias("payload"),
-        F.lit(at).cast("timestamp").alias("quarantined_at"),
-    ]
+def silver_rows(df: DataFrame) -> DataFrame:
+    """The rows of :func:`to_silver_and_quarantine`'s output that decoded, without the error
+    columns: the silver rows."""
+    return df.where(F.col("_cdc_error").isNull()).select(*_others(df, *ERROR_COLUMNS))
 
 
-def with_quarantine(*, bronze_table: str, topic: str, at: datetime) -> Transform:
-    """Add ``_quarantine``: for a row that could not be decoded a :data:`QUARANTINE_SCHEMA`
-    struct (where it came from, the reason, the payload); null for the others.
+def quarantined_rows(
+    *, bronze_table: str, topic: str, at: datetime, entity: str | None = None
+) -> Transform:
+    """The rows of :func:`to_silver_and_quarantine`'s output (or of decoded rows) that could
+    not be decoded, as :data:`QUARANTINE_SCHEMA` rows.
 
     ``bronze_table`` and ``topic`` say where the rows came from; ``at`` is the time the run
-    started (one value per run, so the transform stays deterministic).
+    started (one value per run, so the transform stays deterministic); ``entity`` the object
+    whose decoder refused them (default: the ``_cdc_entity`` column).
     """
 
     def transform(df: DataFrame) -> DataFrame:
-        record = F.struct(*_quarantine_fields(bronze_table, topic, at))
-        failed = F.col("_cdc_error").isNotNull()
-        # Cast: the literal fields would make the struct's fields NOT NULL, which Arrow
-        # refuses for the rows where the whole struct is null.
-        tagged = F.when(failed, record).cast(QUARANTINE_SCHEMA)
-        return df.select(*_others(df, QUARANTINE_COLUMN), tagged.alias(QUARANTINE_COLUMN))
+        owner = F.lit(entity) if entity is not None else F.col("_cdc_entity")
+        return df.where(F.col("_cdc_error").isNotNull()).select(
+            F.lit(bronze_table).alias("bronze_table"),
+            F.lit(topic).alias("topic"),
+            F.col("_cdc_bronze_batch_id").cast("bigint").alias("bronze_batch_id"),
+            F.col("_cdc_bronze_batch_seq").cast("int").alias("bronze_batch_seq"),
+            F.col("_cdc_replay_id").alias("replay_id"),
+            F.col("_cdc_event_id").alias("event_id"),
+            F.col("_cdc_schema_id").alias("schema_id"),
+            owner.cast("string").alias("entity"),
+            F.col("_cdc_error_kind").alias("reason_kind"),
+            F.col("_cdc_error").alias("reason"),
+            F.col("_cdc_payload").alias("payload"),
+            F.lit(at).cast("timestamp").alias("quarantined_at"),
+        )
 
     return transform
-
-
-def silver_rows(df: DataFrame) -> DataFrame:
-    """The silver part of :func:`to_silver_and_quarantine`'s output."""
-    return df.where(F.col(QUARANTINE_COLUMN).isNull()).select(*_others(df, QUARANTINE_COLUMN))
-
-
-def quarantined_rows(df: DataFrame) -> DataFrame:
-    """The quarantine part of :func:`to_silver_and_quarantine`'s output."""
-    return df.where(F.col(QUARANTINE_COLUMN).isNotNull()).select(
-        *[_col(QUARANTINE_COLUMN, f.name).alias(f.name) for f in QUARANTINE_SCHEMA]
-    )
 
 
 def undecodable_rows(
@@ -243,9 +231,7 @@ def undecodable_rows(
 
 def decoded_events(df: DataFrame) -> DataFrame:
     """The rows that decoded, without the error columns."""
-    return df.where(F.col("_cdc_error").isNull()).select(
-        *_others(df, *_ERROR_COLUMNS, QUARANTINE_COLUMN)
-    )
+    return df.where(F.col("_cdc_error").isNull()).select(*_others(df, *ERROR_COLUMNS))
 
 
 def fan_out_record_ids(df: DataFrame) -> DataFrame:
@@ -322,8 +308,8 @@ def shape_compounds(layout: SilverLayout) -> Transform:
 
 def silver_columns(layout: SilverLayout) -> Transform:
     """The silver table's columns in table order and types
-    (:meth:`~pipelines.silver.columns.SilverLayout.silver_schema`), and ``_quarantine`` when
-    the input has it."""
+    (:meth:`~pipelines.silver.columns.SilverLayout.silver_schema`), then the error columns
+    when the input has them."""
     schema = layout.silver_schema()
 
     def transform(df: DataFrame) -> DataFrame:
@@ -334,7 +320,7 @@ def silver_columns(layout: SilverLayout) -> Transform:
                 f"{layout.entity}: silver columns {missing} are missing from the input "
                 f"(got {df.columns})"
             )
-        extra = [F.col(QUARANTINE_COLUMN)] if QUARANTINE_COLUMN in have else []
+        extra = [F.col(c) for c in ERROR_COLUMNS if c in have]
         return df.select(
             *[F.col(_q(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields], *extra
         )
@@ -362,16 +348,13 @@ def to_silver(layout: SilverLayout) -> Transform:
     return transform
 
 
-def to_silver_and_quarantine(
-    layout: SilverLayout, *, bronze_table: str, topic: str, at: datetime
-) -> Transform:
-    """Decoded rows -> silver rows and quarantine rows in one DataFrame: the silver columns
-    plus ``_quarantine`` (see :func:`with_quarantine`; a row that could not be decoded has a
-    null ``Id`` and null fields there). :func:`silver_rows` and :func:`quarantined_rows`
+def to_silver_and_quarantine(layout: SilverLayout) -> Transform:
+    """Decoded rows -> silver rows and undecodable rows in one DataFrame: the silver columns
+    then the error columns (a row that could not be decoded has a null ``Id`` and null fields;
+    one that decoded null error columns). :func:`silver_rows` and :func:`quarantined_rows`
     take it apart."""
-    tag = with_quarantine(bronze_table=bronze_table, topic=topic, at=at)
 
     def transform(df: DataFrame) -> DataFrame:
-        return _shape(layout, df.transform(tag))
+        return _shape(layout, df)
 
     return transform

@@ -26,7 +26,6 @@ from pipelines.silver.transforms import (
     to_silver,
     to_silver_and_quarantine,
     undecodable_rows,
-    with_quarantine,
 )
 from tests.unit.silver.support import ACCOUNT_V1, bronze_batch, change_event
 
@@ -223,7 +222,7 @@ ERRORS = [
 ]
 
 
-def test_quarantine_tagging_and_splitting(spark: SparkSession) -> None:
+def test_splitting_silver_and_quarantine_rows(spark: SparkSession) -> None:
     df = frame(
         spark,
         ERRORS,
@@ -243,11 +242,8 @@ def test_quarantine_tagging_and_splitting(spark: SparkSession) -> None:
             ),
         ],
     )
-    tagged = df.transform(
-        with_quarantine(bronze_table="widget__change_event", topic="/data/W", at=AT)
-    )
-    expected_silver = df.where("_cdc_error IS NULL")
-    assert_df_equality(tagged.transform(silver_rows), expected_silver, ignore_nullable=True)
+    decoded = df.where("_cdc_error IS NULL").drop("_cdc_error", "_cdc_error_kind", "_cdc_payload")
+    assert_df_equality(df.transform(silver_rows), decoded, ignore_nullable=True)
     expected_quarantine = spark.createDataFrame(
         [
             (
@@ -267,21 +263,15 @@ def test_quarantine_tagging_and_splitting(spark: SparkSession) -> None:
         ],
         QUARANTINE_SCHEMA,
     )
-    assert_df_equality(
-        tagged.transform(quarantined_rows), expected_quarantine, ignore_nullable=True
+    quarantine = quarantined_rows(bronze_table="widget__change_event", topic="/data/W", at=AT)
+    assert_df_equality(df.transform(quarantine), expected_quarantine, ignore_nullable=True)
+    # The entity can also be given (platform event rows have no _cdc_entity column).
+    named = quarantined_rows(
+        bronze_table="widget__change_event", topic="/data/W", at=AT, entity="Gadget__c"
     )
-    assert_df_equality(
-        df.transform(decoded_events),
-        expected_silver.select(
-            "_cdc_bronze_batch_id",
-            "_cdc_bronze_batch_seq",
-            "_cdc_event_id",
-            "_cdc_replay_id",
-            "_cdc_schema_id",
-            "_cdc_entity",
-            "Note__c",
-        ),
-    )
+    (row,) = df.drop("_cdc_entity").transform(named).collect()
+    assert row["entity"] == "Gadget__c"
+    assert_df_equality(df.transform(decoded_events), decoded)
 
 
 def test_undecodable_rows_from_bronze(spark: SparkSession) -> None:
@@ -376,12 +366,11 @@ def test_to_silver_composes_the_steps(spark: SparkSession) -> None:
     assert row["LastModifiedDate"] == datetime(2025, 1, 1)
     assert (row["_cdc_record_count"], row["_cdc_bronze_batch_id"]) == (2, 3)
 
-    both = decoded.transform(
-        to_silver_and_quarantine(layout, bronze_table="account_change_event", topic="/t", at=AT)
-    )
+    both = decoded.transform(to_silver_and_quarantine(layout))
     assert same_type(both.transform(silver_rows).schema, layout.silver_schema())
     assert both.transform(silver_rows).count() == 2
-    (bad,) = both.transform(quarantined_rows).collect()
+    quarantine = quarantined_rows(bronze_table="account_change_event", topic="/t", at=AT)
+    (bad,) = both.transform(quarantine).collect()
     assert (bad["bronze_batch_seq"], bad["reason_kind"], bad["payload"]) == (
         1,
         "corrupt_payload",
