@@ -30,6 +30,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from pipelines.engines.arrow import same_type
 from pipelines.silver.columns import ID_COLUMN, LeafKind, SilverLayout
 
 __all__ = [
@@ -83,8 +84,10 @@ def _col(*parts: str) -> Column:
     return F.col(".".join(_q(p) for p in parts))
 
 
-def _others(df: DataFrame, *skip: str) -> list[Column]:
-    return [F.col(_q(c)) for c in df.columns if c not in skip]
+def _others(df: DataFrame, *skip: str) -> list[str]:
+    # Names, not Column objects: building a plan costs a JVM round trip per Column, and
+    # silver rows are a hundred columns wide.
+    return [_q(c) for c in df.columns if c not in skip]
 
 
 # ---------------------------------------------------------------------------- conversions
@@ -251,7 +254,7 @@ def fan_out_record_ids(df: DataFrame) -> DataFrame:
         *_others(df, _RECORD_IDS),
     )
     return exploded.select(
-        F.col(ID_COLUMN),
+        ID_COLUMN,
         F.coalesce(F.col(ID_COLUMN).endswith("*"), F.lit(False)).alias("_cdc_is_wildcard"),
         *_others(exploded, ID_COLUMN),
     )
@@ -266,17 +269,19 @@ def convert_epoch_columns(layout: SilverLayout) -> Transform:
         nested.setdefault(struct, {})[child] = kind
 
     def transform(df: DataFrame) -> DataFrame:
-        columns = []
+        columns: list[Column | str] = []
         for name in df.columns:
-            column = F.col(_q(name))
             if name == "_cdc_commit_timestamp":
-                column = epoch_to_timestamp(column)
+                columns.append(epoch_to_timestamp(F.col(_q(name))).alias(name))
             elif name in top:
-                column = _convert(column, top[name])
+                columns.append(_convert(F.col(_q(name)), top[name]).alias(name))
             elif name in nested:
+                column = F.col(_q(name))
                 for child, kind in nested[name].items():
                     column = column.withField(child, _convert(_col(name, child), kind))
-            columns.append(column.alias(name))
+                columns.append(column.alias(name))
+            else:
+                columns.append(_q(name))
         return df.select(*columns)
 
     return transform
@@ -294,13 +299,13 @@ def shape_compounds(layout: SilverLayout) -> Transform:
             structs[f.person_column] = (f.name, f.child_names())
 
     def transform(df: DataFrame) -> DataFrame:
-        columns: list[Column] = []
+        columns: list[Column | str] = []
         for name in df.columns:
             if flat and name in structs:
                 prefix, children = structs[name]
                 columns.extend(_col(name, c).alias(f"{prefix}_{c}") for c in children)
             else:
-                columns.append(F.col(_q(name)))
+                columns.append(_q(name))
         return df.select(*columns)
 
     return transform
@@ -313,17 +318,20 @@ def silver_columns(layout: SilverLayout) -> Transform:
     schema = layout.silver_schema()
 
     def transform(df: DataFrame) -> DataFrame:
-        have = set(df.columns)
+        have = {f.name: f.dataType for f in df.schema.fields}
         missing = [f.name for f in schema.fields if f.name not in have]
         if missing:
             raise ValueError(
                 f"{layout.entity}: silver columns {missing} are missing from the input "
-                f"(got {df.columns})"
+                f"(got {list(have)})"
             )
-        extra = [F.col(c) for c in ERROR_COLUMNS if c in have]
-        return df.select(
-            *[F.col(_q(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields], *extra
-        )
+        columns: list[Column | str] = [
+            _q(f.name)
+            if same_type(have[f.name], f.dataType)
+            else F.col(_q(f.name)).cast(f.dataType).alias(f.name)
+            for f in schema.fields
+        ]
+        return df.select(*columns, *[c for c in ERROR_COLUMNS if c in have])
 
     return transform
 
