@@ -682,7 +682,7 @@ class SilverSpec:
         ),
     )
     max_rows_per_commit: int = field(
-        default=500_000,
+        default=250_000,
         metadata=meta(
             "Bronze rows decoded per silver commit: a larger backlog is processed in several "
             "commits, each recording the bronze version it reached (objects sharing a topic "
