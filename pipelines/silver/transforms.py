@@ -192,8 +192,13 @@ def undecodable_rows(
     """
     known = sorted(set(decodable) - set(reasons))
     listed = sorted(reasons)
-    kinds = F.create_map(*[F.lit(x) for sid in listed for x in (sid, reasons[sid][0])])
-    texts = F.create_map(*[F.lit(x) for sid in listed for x in (sid, reasons[sid][1])])
+
+    def lookup(part: int) -> Column:
+        # An empty map literal has no key type; without reasons nothing is looked up.
+        if not listed:
+            return F.lit(None).cast("string")
+        pairs = [F.lit(x) for sid in listed for x in (sid, reasons[sid][part])]
+        return F.create_map(*pairs)[F.col("schema_id")]
 
     def transform(df: DataFrame) -> DataFrame:
         sid = F.col("schema_id")
@@ -220,8 +225,8 @@ def undecodable_rows(
             F.col("event_id").alias("event_id"),
             sid.alias("schema_id"),
             F.lit(None).cast("string").alias("entity"),
-            F.when(is_listed, kinds[sid]).otherwise(F.lit("unknown_schema")).alias("reason_kind"),
-            F.when(is_listed, texts[sid]).otherwise(missing).alias("reason"),
+            F.when(is_listed, lookup(0)).otherwise(F.lit("unknown_schema")).alias("reason_kind"),
+            F.when(is_listed, lookup(1)).otherwise(missing).alias("reason"),
             F.col("payload").alias("payload"),
             F.lit(at).cast("timestamp").alias("quarantined_at"),
         )

@@ -418,3 +418,39 @@ def test_nothing_to_do_without_bronze(engine: LocalEngine) -> None:
     result = run_silver(engine, conf_of(ACCOUNT))
     assert isinstance(result, SilverResult) and result.topics == ()
     assert json.dumps(result.rows) == "0"
+
+
+class CachingEngine(LocalEngine):
+    """Local Delta tables, but announced as the spark engine: silver then takes that engine's
+    path (the pass cached, its silver and quarantine parts written as DataFrames)."""
+
+    name = "spark"  # type: ignore[assignment]
+
+
+def test_the_dataframe_path_writes_what_the_arrow_path_writes(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    s = ACCOUNT_V1
+    events = [
+        (s.schema_id, change_event(s, "CREATE", ["001A", "001B"], {"Name": "Acme"})),
+        (s.schema_id, b"\x01\x02"),
+        ("nope", change_event(s, "CREATE", ["001C"])),
+    ]
+    outcomes = []
+    for kind, location in (("arrow", tmp_path / "a"), ("dataframe", tmp_path / "b")):
+        engine = (LocalEngine if kind == "arrow" else CachingEngine)(spark, location=location)
+        register(engine, s)
+        land(engine, ACCOUNT, events, batch_id=1)
+        result = run_silver(engine, conf_of(ACCOUNT))
+        drop = {"quarantined_at"}
+        outcomes.append(
+            (
+                result.rows,
+                result.quarantined,
+                silver(engine, ACCOUNT),
+                [{k: v for k, v in r.items() if k not in drop} for r in quarantine(engine)],
+            )
+        )
+    assert outcomes[0] == outcomes[1]
+    rows, quarantined, silver_rows, bad = outcomes[0]
+    assert (rows, quarantined, len(silver_rows), len(bad)) == (2, 2, 2, 2)

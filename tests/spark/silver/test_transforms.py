@@ -376,3 +376,22 @@ def test_to_silver_composes_the_steps(spark: SparkSession) -> None:
         "corrupt_payload",
         b"\x00",
     )
+
+
+def test_undecodable_rows_without_known_reasons(spark: SparkSession) -> None:
+    bronze = spark.createDataFrame(
+        bronze_batch([("good", b"a"), ("stranger", b"b")]).select(list(BRONZE_COLUMNS)).to_pandas()
+    )
+    out = bronze.transform(
+        undecodable_rows(
+            decodable={"good"},
+            reasons={},
+            registry="bronze.sfcdc_schemas",
+            bronze_table="t",
+            topic="/data/T",
+            at=AT,
+        )
+    )
+    assert [(r["schema_id"], r["reason_kind"]) for r in out.collect()] == [
+        ("stranger", "unknown_schema")
+    ]
