@@ -442,6 +442,13 @@ class _Group:
         started = self.clock()
         current = self.engine.version(self.bronze)
         assert current is not None
+        if after is not None and after > current:
+            names = ", ".join(o.api_name for o in self.objs)
+            raise LakeError(
+                f"the silver tables of {names} processed {self.bronze} up to version {after}, "
+                f"but it is at version {current}: was it dropped and re-created? Drop those "
+                "silver tables to rebuild them from the new bronze table"
+            )
         start = after
         first = 0 if after is None else after + 1
         history = self.engine.history(self.bronze, limit=max(current - first + 1, 1))

@@ -454,3 +454,16 @@ def test_the_dataframe_path_writes_what_the_arrow_path_writes(
     assert outcomes[0] == outcomes[1]
     rows, quarantined, silver_rows, bad = outcomes[0]
     assert (rows, quarantined, len(silver_rows), len(bad)) == (2, 2, 2, 2)
+
+
+def test_a_recreated_bronze_table_is_refused(engine: LocalEngine) -> None:
+    s = ACCOUNT_V1
+    register(engine, s)
+    for b in (1, 2):
+        land(engine, ACCOUNT, [(s.schema_id, change_event(s, "CREATE", [f"001{b}"]))], b)
+    run_silver(engine, conf_of(ACCOUNT))
+    shutil.rmtree(engine.path(TableRef("bronze", ACCOUNT.tables.bronze)))
+    engine = LocalEngine(engine.spark, location=engine.location)
+    land(engine, ACCOUNT, [(s.schema_id, change_event(s, "CREATE", ["001X"]))], 1)
+    with pytest.raises(LakeError, match=r"processed bronze\.account_change_event up to version 1"):
+        run_silver(engine, conf_of(ACCOUNT))
