@@ -4,9 +4,11 @@ For every bronze table (one per topic) that feeds a configured object, :func:`ru
 
 1. finds how far each object's silver table got: the version of its Delta app transaction
    ``sfcdc.silver:<object>`` is the last bronze version it processed;
-2. reads only the bronze rows appended after that version (``engine.read_appends``), at most
-   ``silver.max_rows_per_commit`` rows' worth of bronze versions at a time, then the schema
-   registry (read after bronze, so every schema id in those rows is in it);
+2. reads only the bronze rows appended after that version (``engine.read_appends``), as many
+   bronze versions at a time as ``silver.max_rows_per_commit`` and
+   ``silver.max_bytes_per_commit`` allow (sizes from bronze's history and landing's
+   checkpoints), then the schema registry (read after bronze, so every schema id in those
+   rows is in it);
 3. hands each object's decoder the rows written with one of the object's schemas, so every
    row is decoded once (:mod:`pipelines.silver.decode`) even on a channel that carries
    several objects, and computes the object's silver rows and undecodable rows in one pass
@@ -44,7 +46,7 @@ import pyarrow.compute as pc
 
 from ingest.errors import ConfigError, LakeError
 from ingest.schema import EventSchema, parse_event_schema
-from pipelines.bronze.tables import SCHEMA_REGISTRY_TABLE, bronze_tables
+from pipelines.bronze.tables import CHECKPOINT_TABLE, SCHEMA_REGISTRY_TABLE, bronze_tables
 from pipelines.engines import HistoryEntry, LakeEngine, TableRef, Txn
 from pipelines.engines.arrow import (
     arrow_to_dataframe,
@@ -78,9 +80,11 @@ __all__ = [
     "SilverResult",
     "TopicResult",
     "app_id",
+    "plan_chunks",
     "read_registry",
     "run_silver",
     "silver_layout",
+    "version_sizes",
 ]
 
 _log = logging.getLogger(__name__)
@@ -335,23 +339,47 @@ def _added_rows(entry: HistoryEntry) -> int:
     return 0
 
 
+def version_sizes(
+    history: Iterable[HistoryEntry], checkpoints: Iterable[Mapping[str, Any]] = ()
+) -> dict[int, tuple[int, int]]:
+    """``(rows, payload bytes)`` each bronze version added: rows from the table's history,
+    bytes from landing's checkpoint rows (``bronze_version``, ``event_count``,
+    ``payload_bytes``); a version landing did not record has 0 bytes."""
+    sizes = {entry.version: (_added_rows(entry), 0) for entry in history}
+    for row in checkpoints:
+        version = row.get("bronze_version")
+        if version is None:
+            continue
+        rows, _ = sizes.get(version, (0, 0))
+        sizes[version] = (
+            max(rows, int(row.get("event_count") or 0)),
+            int(row.get("payload_bytes") or 0),
+        )
+    return sizes
+
+
 def plan_chunks(
-    history: Iterable[HistoryEntry], after: int | None, current: int, max_rows: int
+    sizes: Mapping[int, tuple[int, int]],
+    after: int | None,
+    current: int,
+    *,
+    max_rows: int,
+    max_bytes: int,
 ) -> list[int]:
     """The bronze versions to stop at, after ``after`` and up to ``current``, so that each
-    step reads at most ``max_rows`` rows (one version is never split; versions missing from
-    ``history`` count as empty)."""
+    step reads at most ``max_rows`` rows and ``max_bytes`` payload bytes (one version is
+    never split; versions missing from ``sizes`` count as empty)."""
     if after is not None and after >= current:
         return []
-    rows = {entry.version: _added_rows(entry) for entry in history}
     ends: list[int] = []
-    taken = 0
+    rows = size = 0
     for version in range(0 if after is None else after + 1, current + 1):
-        n = rows.get(version, 0)
-        if taken and taken + n > max_rows:
+        n, b = sizes.get(version, (0, 0))
+        if (rows or size) and (rows + n > max_rows or size + b > max_bytes):
             ends.append(version - 1)
-            taken = 0
-        taken += n
+            rows = size = 0
+        rows += n
+        size += b
     ends.append(current)
     return ends
 
@@ -430,6 +458,7 @@ class _Group:
         self.at = now()
         self.topic_entity = parse_topic(topic).entity
         self.max_rows = min(o.silver.max_rows_per_commit for o in objs)
+        self.max_bytes = min(o.silver.max_bytes_per_commit for o in objs)
         self.progress = {o.api_name: _Progress() for o in objs}
         self.others: dict[str, int] = {}
         self.quarantined = 0
@@ -452,7 +481,11 @@ class _Group:
         start = after
         first = 0 if after is None else after + 1
         history = self.engine.history(self.bronze, limit=max(current - first + 1, 1))
-        for end in plan_chunks(history, after, current, self.max_rows):
+        sizes = version_sizes(history, self._checkpoints(first))
+        chunks = plan_chunks(
+            sizes, after, current, max_rows=self.max_rows, max_bytes=self.max_bytes
+        )
+        for end in chunks:
             self._chunk(after, end)
             after = end
         if start == after:
@@ -498,6 +531,19 @@ class _Group:
             self.full_read,
         )
 
+    def _checkpoints(self, first: int) -> list[dict[str, Any]]:
+        """Landing's checkpoint rows of this topic from bronze version ``first`` on (their
+        payload bytes size the steps); none when landing keeps no checkpoints here."""
+        table = TableRef("bronze", CHECKPOINT_TABLE)
+        if not self.engine.exists(table):
+            return []
+        rows = self.engine.read_arrow(
+            table,
+            columns=["bronze_version", "event_count", "payload_bytes"],
+            where=[("topic", "=", self.topic), ("bronze_version", ">=", first)],
+        )
+        return list(rows.to_pylist())
+
     def registry(self) -> dict[str, RegistryEntry]:
         version = self.engine.version(self.registry_table)
         if version != self._registry_version or not self._registry:
@@ -506,7 +552,6 @@ class _Group:
         return self._registry
 
     def _chunk(self, after: int | None, end: int) -> None:
-        from pyspark.sql import functions as F
 
         changes = self.engine.read_appends(self.bronze, after_version=after, until_version=end)
         if changes.start_version is None:
@@ -515,13 +560,17 @@ class _Group:
         if changes.full_read and after is not None:
             self.full_read = True
             df = _unprocessed(self.engine, df, self.bronze, self.objs, after)
-        stats = {
-            r["schema_id"]: (int(r["n"]), r["max_batch"])
-            for r in df.groupBy("schema_id")
-            .agg(F.count(F.lit(1)).alias("n"), F.max("batch_id").alias("max_batch"))
-            .collect()
-        }
+        started = self.clock()
+        stats = _schema_counts(dataframe_to_arrow(df.select("schema_id", "batch_id")))
         total = sum(n for n, _ in stats.values())
+        _log.debug(
+            "silver: %s versions %s..%s: %d rows counted per schema id in %.2f s",
+            self.bronze,
+            changes.start_version,
+            end,
+            total,
+            self.clock() - started,
+        )
         if total == 0:
             return
         self.bronze_rows += total
@@ -655,8 +704,16 @@ class _Group:
         quarantine = quarantined_rows(
             bronze_table=self.bronze.name, topic=self.topic, at=self.at, entity=obj.api_name
         )
+        planned = self.clock()
         data, bad = parts.split(frame, quarantine)
-        self.progress[obj.api_name].seconds += self.clock() - started
+        done = self.clock()
+        _log.debug(
+            "silver: %s decoded in %.2f s (plan %.2f s)",
+            obj.api_name,
+            done - started,
+            planned - started,
+        )
+        self.progress[obj.api_name].seconds += done - started
         return obj, layout, data, bad, events
 
     def _write(
@@ -676,6 +733,7 @@ class _Group:
             # hold (Spark marks literal and coalesced columns NOT NULL).
             self.engine.ensure_table(table, layout.silver_schema())
         result = self.engine.append(table, data, txn=Txn(app_id(obj), end), metadata=metadata)
+        _log.debug("silver: %s written in %.2f s", table, self.clock() - started)
         p = self.progress[obj.api_name]
         p.events += events
         p.rows += result.rows
@@ -729,6 +787,21 @@ class _Group:
             QUARANTINE_TABLE,
             result.version,
         )
+
+
+def _schema_counts(rows: pa.Table) -> dict[str, tuple[int, int | None]]:
+    """Rows and highest batch id per schema id. Two narrow columns collected and counted in
+    Arrow: a single Spark stage, where a groupBy would shuffle."""
+    grouped = rows.group_by("schema_id").aggregate([([], "count_all"), ("batch_id", "max")])
+    return {
+        sid: (int(n), None if top is None else int(top))
+        for sid, n, top in zip(
+            grouped.column("schema_id").to_pylist(),
+            grouped.column("count_all").to_pylist(),
+            grouped.column("batch_id_max").to_pylist(),
+            strict=True,
+        )
+    }
 
 
 def _without_quarantined(engine: LakeEngine, rows: Data, bronze: TableRef) -> Data:

@@ -22,6 +22,7 @@ from pipelines.silver.job import (
     read_registry,
     run_silver,
     silver_layout,
+    version_sizes,
 )
 from pipelines.spec import Conf, ObjectSpec, PipelineSpec, TablesSpec
 from tests.unit.silver.support import ACCOUNT_V1, ACCOUNT_V2, ORDER_SHIPPED
@@ -35,16 +36,27 @@ def entry(version: int, rows: int | None, key: str = "num_added_rows") -> Histor
     return HistoryEntry(version=version, timestamp=T0, operation="WRITE", metrics=metrics)
 
 
-def test_plan_chunks_bounds_rows_per_step_without_splitting_a_version() -> None:
+def test_plan_chunks_bounds_rows_and_bytes_per_step_without_splitting_a_version() -> None:
     history = [entry(0, 100), entry(1, 100), entry(2, 250), entry(3, 50), entry(4, None)]
-    assert plan_chunks(history, None, 4, 200) == [1, 2, 4]
-    assert plan_chunks(history, 1, 4, 1_000) == [4]
-    assert plan_chunks(history, 4, 4, 200) == []
+    sizes = version_sizes(history)
+    assert plan_chunks(sizes, None, 4, max_rows=200, max_bytes=10**9) == [1, 2, 4]
+    assert plan_chunks(sizes, 1, 4, max_rows=1_000, max_bytes=10**9) == [4]
+    assert plan_chunks(sizes, 4, 4, max_rows=200, max_bytes=10**9) == []
     # Delta Spark's metric name, as DESCRIBE HISTORY shows it.
-    spark_history = [entry(5, 300, "numOutputRows"), entry(6, 300, "numOutputRows")]
-    assert plan_chunks(spark_history, 4, 6, 400) == [5, 6]
+    spark_sizes = version_sizes([entry(5, 300, "numOutputRows"), entry(6, 300, "numOutputRows")])
+    assert plan_chunks(spark_sizes, 4, 6, max_rows=400, max_bytes=10**9) == [5, 6]
     # Versions the history no longer shows count as empty.
-    assert plan_chunks([], 9, 12, 10) == [12]
+    assert plan_chunks({}, 9, 12, max_rows=10, max_bytes=10) == [12]
+    # Landing's checkpoints give the payload bytes; the byte bound cuts before the row bound.
+    checkpoints = [
+        {"bronze_version": 0, "event_count": 100, "payload_bytes": 600},
+        {"bronze_version": 1, "event_count": 100, "payload_bytes": 600},
+        {"bronze_version": 2, "event_count": 250, "payload_bytes": 100},
+        {"bronze_version": None, "event_count": 0, "payload_bytes": 0},  # a keepalive
+    ]
+    sizes = version_sizes(history, checkpoints)
+    assert sizes[1] == (100, 600) and sizes[4] == (0, 0)
+    assert plan_chunks(sizes, None, 4, max_rows=10**6, max_bytes=1_000) == [0, 4]
 
 
 def register_rows(engine: LocalEngine, rows: list[tuple[str, str, datetime]]) -> None:
