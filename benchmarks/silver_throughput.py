@@ -6,9 +6,9 @@ every field set, ~2.4 KB) of the 87-field AccountChangeEvent defined in
 
 1. writes ``--events`` rows to a bronze table as landing does (commits of ``--bronze-batch``
    rows, each with its app transaction) and registers the schema;
-2. warms the Spark session and its Python workers up with a silver run on a separate
-   ``--warmup``-row bronze table (JIT, worker start, decoder generation: start-up, not
-   throughput);
+2. warms the Spark session and its Python workers up with a silver run of the same query on
+   a separate ``--warmup``-row lake (JIT, code generation, worker start, decoder generation:
+   start-up, not throughput);
 3. times ``run_silver`` on the bronze table: Delta reads, decoding in Spark tasks, the silver
    transforms, the Delta writes, with the defaults (``silver.max_rows_per_commit``);
 4. in the same run, times a plain single-process fastavro loop
@@ -40,7 +40,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -51,18 +50,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import decode_throughput as shapes  # the 87-field schema and its records
 
+from ingest.replay import ReplayId
 from ingest.schema import parse_event_schema
-from pipelines.bronze.tables import (
-    BRONZE_SCHEMA,
-    SCHEMA_REGISTRY_SCHEMA,
-    SCHEMA_REGISTRY_TABLE,
-    bronze_app_id,
-)
-from pipelines.engines import LocalEngine, TableRef, Txn
+from pipelines.bronze import BRONZE_SCHEMA, CheckpointRow, CheckpointStore, bronze_tables
+from pipelines.bronze.tables import bronze_app_id
+from pipelines.engines import LocalEngine, Txn
 from pipelines.silver.job import run_silver
-from pipelines.spec import Conf, ObjectSpec, PipelineSpec, TablesSpec
+from pipelines.spec import Conf, ObjectSpec, PipelineSpec
 
 TARGETS = {"update": 40_000, "create": 20_000}
+
+
+def conf_of(obj: ObjectSpec) -> Conf:
+    return Conf(pipeline=PipelineSpec(), objects=(obj,), conf_dir=Path("conf"))
+
+
 MAKERS: dict[str, Callable[[random.Random], dict[str, Any]]] = {
     "update": shapes.update_record,
     "create": shapes.create_record,
@@ -144,18 +146,24 @@ def write_bronze(
     events: int,
     batch: int,
 ) -> None:
-    table = TableRef("bronze", obj.tables.bronze)
+    """Bronze commits as landing makes them: the rows with their app transaction, then the
+    checkpoint row saying how many events and payload bytes the commit holds."""
+    (topic,) = conf_of(obj).topics()
+    tables = bronze_tables([topic])
+    store = CheckpointStore(engine, tables)
     now = int(time.time() * 1_000_000)
     for start in range(0, events, batch):
         n = min(batch, events - start)
         batch_id = start // batch + 1
         rows = range(start, start + n)
+        replay_ids = [i.to_bytes(8, "big") + b"\x00\x00" for i in rows]
+        payloads = [pool[i % len(pool)] for i in rows]
         data = pa.table(
             {
-                "replay_id": [i.to_bytes(8, "big") + b"\x00\x00" for i in rows],
+                "replay_id": replay_ids,
                 "event_id": [f"00000000-0000-4000-8000-{i:012d}" for i in rows],
                 "schema_id": [schema_id] * n,
-                "payload": [pool[i % len(pool)] for i in rows],
+                "payload": payloads,
                 "topic": [obj.topic] * n,
                 "received_at": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
                 "batch_id": [batch_id] * n,
@@ -163,23 +171,26 @@ def write_bronze(
             },
             schema=BRONZE_SCHEMA,
         )
-        engine.append(table, data, txn=Txn(bronze_app_id(obj.topic), batch_id))
+        result = engine.append(
+            tables.bronze(obj.topic), data, txn=Txn(bronze_app_id(obj.topic), batch_id)
+        )
+        store.write(
+            CheckpointRow(
+                topic=obj.topic,
+                batch_id=batch_id,
+                kind="events",
+                replay_id=ReplayId(replay_ids[-1]),
+                event_count=n,
+                payload_bytes=sum(map(len, payloads)),
+                bronze_version=result.version,
+            )
+        )
 
 
-def register(engine: LocalEngine, schema_json: str, schema_id: str, topic: str) -> None:
-    engine.append(
-        TableRef("bronze", SCHEMA_REGISTRY_TABLE),
-        pa.table(
-            {
-                "schema_id": [schema_id],
-                "schema_json": [schema_json],
-                "topic": [topic],
-                "first_seen_at": pa.array(
-                    [datetime.now(timezone.utc)], pa.timestamp("us", tz="UTC")
-                ),
-            },
-            schema=SCHEMA_REGISTRY_SCHEMA,
-        ),
+def register(engine: LocalEngine, obj: ObjectSpec, schema_json: str, schema_id: str) -> None:
+    (topic,) = conf_of(obj).topics()
+    CheckpointStore(engine, bronze_tables([topic])).register_schemas(
+        obj.topic, {schema_id: schema_json}
     )
 
 
@@ -205,26 +216,23 @@ def bench(spark: Any, root: Path, shape: str, args: argparse.Namespace) -> dict[
     size = sum(map(len, pool)) / len(pool)
 
     lake = root / shape
-    engine = LocalEngine(spark, location=lake)
-    # Its own bronze and silver tables: the warm-up leaves the measured tables untouched.
-    warm = ObjectSpec(
-        api_name="Account",
-        kind="change_events",
-        topic="/data/ChangeEvents",
-        tables=TablesSpec(silver="account_warmup"),
-    )
     obj = ObjectSpec(api_name="Account", kind="change_events")
-    register(engine, schema_json, schema.schema_id, obj.topic)
+    conf = conf_of(obj)
+    # The warm-up runs the same query on its own lake (same table names, so Spark reuses the
+    # code it generated) and leaves the measured tables untouched.
+    warm = LocalEngine(spark, location=root / f"{shape}-warmup")
+    register(warm, obj, schema_json, schema.schema_id)
+    write_bronze(warm, obj, pool, schema.schema_id, args.warmup, args.bronze_batch)
+    run_silver(warm, conf)
+
+    engine = LocalEngine(spark, location=lake)
+    register(engine, obj, schema_json, schema.schema_id)
     started = time.perf_counter()
-    write_bronze(engine, warm, pool, schema.schema_id, args.warmup, args.bronze_batch)
     write_bronze(engine, obj, pool, schema.schema_id, args.events, args.bronze_batch)
     landed = time.perf_counter() - started
-
-    pipeline = PipelineSpec()
-    run_silver(engine, Conf(pipeline=pipeline, objects=(warm,), conf_dir=root))
     gc.collect()
     with measured() as m:
-        result = run_silver(engine, Conf(pipeline=pipeline, objects=(obj,), conf_dir=root))
+        result = run_silver(engine, conf)
     (account,) = result.objects
     assert account.events == args.events, account
 
