@@ -687,12 +687,21 @@ class SilverSpec:
         ),
     )
     max_rows_per_commit: int = field(
-        default=500_000,
+        default=1_000_000,
         metadata=meta(
             "Bronze rows decoded per silver commit: a larger backlog is processed in several "
             "commits, each recording the bronze version it reached (objects sharing a topic "
             "use the smallest of their values).",
             minimum=1000,
+        ),
+    )
+    max_bytes_per_commit: Annotated[int, ByteSize] = field(
+        default=512 * 1024**2,
+        metadata=meta(
+            "Bronze payload bytes decoded per silver commit, as landing recorded them: the "
+            "bound that keeps wide objects' commits in memory (a byte count or a size such as "
+            "'512MiB'; objects sharing a topic use the smallest).",
+            minimum=1024**2,
         ),
     )
 

@@ -35,7 +35,11 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "silver",
         help="decode new bronze rows into the silver tables",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        description=(
+            "Decode the bronze rows not yet processed into one typed silver table per object; "
+            "rows that cannot be decoded go to the quarantine table with the reason. Running "
+            "it again without new bronze rows changes nothing."
+        ),
     )
     parser.add_argument(
         "--conf", type=Path, default=Path("conf"), help="configuration directory (default: conf)"

@@ -4,24 +4,28 @@ For every bronze table (one per topic) that feeds a configured object, :func:`ru
 
 1. finds how far each object's silver table got: the version of its Delta app transaction
    ``sfcdc.silver:<object>`` is the last bronze version it processed;
-2. reads only the bronze rows appended after that version (``engine.read_appends``), at most
-   ``silver.max_rows_per_commit`` rows' worth of bronze versions at a time, then the schema
-   registry (read after bronze, so every schema id in those rows is in it);
+2. reads only the bronze rows appended after that version (``engine.read_appends``), as many
+   bronze versions at a time as ``silver.max_rows_per_commit`` and
+   ``silver.max_bytes_per_commit`` allow (sizes from bronze's history and landing's
+   checkpoints), then the schema registry (read after bronze, so every schema id in those
+   rows is in it);
 3. hands each object's decoder the rows written with one of the object's schemas, so every
    row is decoded once (:mod:`pipelines.silver.decode`) even on a channel that carries
    several objects, and computes the object's silver rows and undecodable rows in one pass
    (:func:`~pipelines.silver.transforms.to_silver_and_quarantine`);
 4. appends the silver rows to the object's table with the txn ``(sfcdc.silver:<object>,
-   bronze version)``, and every undecodable row of the range (the objects' ones, and rows
-   whose schema id no object can use) to ``silver.sfcdc_quarantine`` with the txn
-   ``(sfcdc.silver.quarantine:<bronze table>, bronze version)``.
+   bronze version)``, after writing the range's undecodable rows to ``silver.sfcdc_quarantine``:
+   an object's with the txn ``(sfcdc.silver.quarantine:<object>, bronze version)``, rows whose
+   schema id no object can use with ``(sfcdc.silver.quarantine:<bronze table>, bronze
+   version)``.
 
 A retried run is a no-op: a table that recorded the txn version skips the write, and with
 nothing new in bronze nothing is read or written at all. A run that died between two writes
 resumes where each table stands: objects of one topic that stand at different bronze
-versions are processed as separate groups. Quarantine rows are keyed by their bronze
-coordinates (bronze table, batch id, batch seq), so a group that re-reads rows another group
-already quarantined does not add them twice.
+versions are processed as separate groups. The quarantine is written before the silver
+tables, so a run that dies in between finds it done when it decodes the range again; where an
+earlier run quarantined a range that ended elsewhere, rows are matched on their bronze
+coordinates (bronze table, batch id, batch seq) so none is added twice.
 
 With the local engine a pass is collected once, as Arrow, and split there; with the spark
 engine it is cached while its two parts are written. One silver run per lake at a time: runs
@@ -35,7 +39,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -43,13 +46,20 @@ import pyarrow.compute as pc
 
 from ingest.errors import ConfigError, LakeError
 from ingest.schema import EventSchema, parse_event_schema
-from pipelines.engines import CommitResult, HistoryEntry, LakeEngine, TableRef, Txn
-from pipelines.engines.arrow import dataframe_to_arrow, same_type, spark_schema_to_arrow
+from pipelines.bronze.tables import CHECKPOINT_TABLE, SCHEMA_REGISTRY_TABLE, bronze_tables
+from pipelines.engines import HistoryEntry, LakeEngine, TableRef, Txn
+from pipelines.engines.arrow import (
+    arrow_to_dataframe,
+    dataframe_to_arrow,
+    same_type,
+    spark_schema_to_arrow,
+)
 from pipelines.silver.columns import SilverLayout, build_layout
 from pipelines.silver.decode import BRONZE_COLUMNS, DecodePlan, decode_function, decoded_schema
 from pipelines.silver.transforms import (
-    QUARANTINE_COLUMN,
+    ERROR_COLUMNS,
     QUARANTINE_SCHEMA,
+    Transform,
     quarantined_rows,
     silver_rows,
     to_silver_and_quarantine,
@@ -70,9 +80,11 @@ __all__ = [
     "SilverResult",
     "TopicResult",
     "app_id",
+    "plan_chunks",
     "read_registry",
     "run_silver",
     "silver_layout",
+    "version_sizes",
 ]
 
 _log = logging.getLogger(__name__)
@@ -80,11 +92,20 @@ _log = logging.getLogger(__name__)
 SILVER_APP_PREFIX = "sfcdc.silver:"
 QUARANTINE_APP_PREFIX = "sfcdc.silver.quarantine:"
 QUARANTINE_TABLE = TableRef("silver", "sfcdc_quarantine")
-REGISTRY_TABLE = TableRef("bronze", "sfcdc_schemas")
+REGISTRY_TABLE = TableRef("bronze", SCHEMA_REGISTRY_TABLE)
 _META_BRONZE_TABLE = "sfcdc.silver.bronze_table"
 _META_VERSIONS = "sfcdc.silver.bronze_versions"
 _META_MAX_BATCH = "sfcdc.silver.bronze_max_batch_id"
 _QUARANTINE_KEYS = ("bronze_table", "bronze_batch_id", "bronze_batch_seq")
+# What quarantined_rows reads of an undecodable row.
+_FAILED_COLUMNS = (
+    "_cdc_bronze_batch_id",
+    "_cdc_bronze_batch_seq",
+    "_cdc_replay_id",
+    "_cdc_event_id",
+    "_cdc_schema_id",
+    *ERROR_COLUMNS,
+)
 # How the two Delta implementations name the rows a write added, in DESCRIBE HISTORY.
 _ADDED_ROWS_METRICS = ("num_added_rows", "numOutputRows")
 
@@ -185,10 +206,12 @@ def read_registry(engine: LakeEngine, table: TableRef = REGISTRY_TABLE) -> dict[
     landing that crashed may have registered a schema twice)."""
     if not engine.exists(table):
         return {}
-    rows = engine.read(table).select("schema_id", "schema_json", "topic", "first_seen_at")
+    rows = engine.read_arrow(
+        table, columns=["schema_id", "schema_json", "topic", "first_seen_at"]
+    ).to_pylist()
     entries: dict[str, RegistryEntry] = {}
     ordered = sorted(
-        rows.collect(),
+        rows,
         key=lambda r: (r["first_seen_at"] is None, r["first_seen_at"] or 0, r["schema_id"] or ""),
     )
     for row in ordered:
@@ -284,9 +307,10 @@ def run_silver(
     by_topic: dict[str, list[ObjectSpec]] = {}
     for obj in selected:
         by_topic.setdefault(obj.topic, []).append(obj)
+    tables = bronze_tables(conf.topics(include_disabled=True))
     results: list[TopicResult] = []
     for topic, objs in sorted(by_topic.items()):
-        bronze = TableRef("bronze", objs[0].tables.bronze)
+        bronze = tables.bronze(topic)
         if not engine.exists(bronze):
             _log.info("silver: %s (%s) has no bronze table yet; nothing to do", bronze, topic)
             continue
@@ -315,23 +339,47 @@ def _added_rows(entry: HistoryEntry) -> int:
     return 0
 
 
+def version_sizes(
+    history: Iterable[HistoryEntry], checkpoints: Iterable[Mapping[str, Any]] = ()
+) -> dict[int, tuple[int, int]]:
+    """``(rows, payload bytes)`` each bronze version added: rows from the table's history,
+    bytes from landing's checkpoint rows (``bronze_version``, ``event_count``,
+    ``payload_bytes``); a version landing did not record has 0 bytes."""
+    sizes = {entry.version: (_added_rows(entry), 0) for entry in history}
+    for row in checkpoints:
+        version = row.get("bronze_version")
+        if version is None:
+            continue
+        rows, _ = sizes.get(version, (0, 0))
+        sizes[version] = (
+            max(rows, int(row.get("event_count") or 0)),
+            int(row.get("payload_bytes") or 0),
+        )
+    return sizes
+
+
 def plan_chunks(
-    history: Iterable[HistoryEntry], after: int | None, current: int, max_rows: int
+    sizes: Mapping[int, tuple[int, int]],
+    after: int | None,
+    current: int,
+    *,
+    max_rows: int,
+    max_bytes: int,
 ) -> list[int]:
     """The bronze versions to stop at, after ``after`` and up to ``current``, so that each
-    step reads at most ``max_rows`` rows (one version is never split; versions missing from
-    ``history`` count as empty)."""
+    step reads at most ``max_rows`` rows and ``max_bytes`` payload bytes (one version is
+    never split; versions missing from ``sizes`` count as empty)."""
     if after is not None and after >= current:
         return []
-    rows = {entry.version: _added_rows(entry) for entry in history}
     ends: list[int] = []
-    taken = 0
+    rows = size = 0
     for version in range(0 if after is None else after + 1, current + 1):
-        n = rows.get(version, 0)
-        if taken and taken + n > max_rows:
+        n, b = sizes.get(version, (0, 0))
+        if (rows or size) and (rows + n > max_rows or size + b > max_bytes):
             ends.append(version - 1)
-            taken = 0
-        taken += n
+            rows = size = 0
+        rows += n
+        size += b
     ends.append(current)
     return ends
 
@@ -341,20 +389,27 @@ class _Parts:
     Arrow with the local engine (which writes Arrow anyway), cached with the spark engine."""
 
     def __init__(self, engine: LakeEngine) -> None:
+        self.engine = engine
         self.local = engine.name == "local"
         self.cached: list[DataFrame] = []
 
-    def split(self, frame: DataFrame) -> tuple[Data, Data]:
-        if self.local:
-            table = dataframe_to_arrow(frame)
-            tag = table.column(QUARANTINE_COLUMN)
-            good = pc.is_null(tag)
-            silver = table.filter(good).drop_columns([QUARANTINE_COLUMN])
-            bad = table.filter(pc.invert(good)).column(QUARANTINE_COLUMN)
-            return silver, _flatten(bad.combine_chunks())
-        frame = frame.persist()
-        self.cached.append(frame)
-        return frame.transform(silver_rows), frame.transform(quarantined_rows)
+    def split(self, frame: DataFrame, quarantine: Transform) -> tuple[Data, Data | None]:
+        """The silver rows of ``frame`` (:func:`to_silver_and_quarantine`'s output) and its
+        quarantine rows (``None`` when the local engine saw every row decode)."""
+        if not self.local:
+            frame = frame.persist()
+            self.cached.append(frame)
+            return frame.transform(silver_rows), frame.transform(quarantine)
+        table = dataframe_to_arrow(frame)
+        errors = table.column("_cdc_error")
+        if errors.null_count == table.num_rows:
+            return table.drop_columns(list(ERROR_COLUMNS)), None
+        good = pc.is_null(errors)
+        silver = table.filter(good).drop_columns(list(ERROR_COLUMNS))
+        failed = table.filter(pc.invert(good)).select(list(_FAILED_COLUMNS))
+        # Few rows: shaped by the same transform as everywhere else.
+        bad = arrow_to_dataframe(self.engine.spark, failed).transform(quarantine)
+        return silver, dataframe_to_arrow(bad)
 
     def rows(self, data: Data) -> Data:
         return dataframe_to_arrow(data) if self.local else data
@@ -365,28 +420,10 @@ class _Parts:
             return int(data.num_rows)
         return int(data.count())
 
-    def concat(self, parts: list[Data]) -> Data:
-        if self.local:
-            return pa.concat_tables(parts) if parts else _quarantine_arrow().empty_table()
-        return reduce(lambda a, b: a.unionByName(b), parts)
-
     def release(self) -> None:
         for frame in self.cached:
             frame.unpersist()
         self.cached.clear()
-
-
-def _quarantine_arrow() -> pa.Schema:
-    return spark_schema_to_arrow(QUARANTINE_SCHEMA)
-
-
-def _flatten(column: pa.Array) -> pa.Table:
-    schema = _quarantine_arrow()
-    if len(column) == 0:
-        return schema.empty_table()
-    struct = column if isinstance(column, pa.StructArray) else pa.array(column)
-    arrays = [struct.field(f.name) for f in schema]
-    return pa.Table.from_arrays(arrays, names=schema.names).cast(schema)
 
 
 @dataclass
@@ -421,6 +458,7 @@ class _Group:
         self.at = now()
         self.topic_entity = parse_topic(topic).entity
         self.max_rows = min(o.silver.max_rows_per_commit for o in objs)
+        self.max_bytes = min(o.silver.max_bytes_per_commit for o in objs)
         self.progress = {o.api_name: _Progress() for o in objs}
         self.others: dict[str, int] = {}
         self.quarantined = 0
@@ -433,10 +471,21 @@ class _Group:
         started = self.clock()
         current = self.engine.version(self.bronze)
         assert current is not None
+        if after is not None and after > current:
+            names = ", ".join(o.api_name for o in self.objs)
+            raise LakeError(
+                f"the silver tables of {names} processed {self.bronze} up to version {after}, "
+                f"but it is at version {current}: was it dropped and re-created? Drop those "
+                "silver tables to rebuild them from the new bronze table"
+            )
         start = after
         first = 0 if after is None else after + 1
         history = self.engine.history(self.bronze, limit=max(current - first + 1, 1))
-        for end in plan_chunks(history, after, current, self.max_rows):
+        sizes = version_sizes(history, self._checkpoints(first))
+        chunks = plan_chunks(
+            sizes, after, current, max_rows=self.max_rows, max_bytes=self.max_bytes
+        )
+        for end in chunks:
             self._chunk(after, end)
             after = end
         if start == after:
@@ -482,6 +531,19 @@ class _Group:
             self.full_read,
         )
 
+    def _checkpoints(self, first: int) -> list[dict[str, Any]]:
+        """Landing's checkpoint rows of this topic from bronze version ``first`` on (their
+        payload bytes size the steps); none when landing keeps no checkpoints here."""
+        table = TableRef("bronze", CHECKPOINT_TABLE)
+        if not self.engine.exists(table):
+            return []
+        rows = self.engine.read_arrow(
+            table,
+            columns=["bronze_version", "event_count", "payload_bytes"],
+            where=[("topic", "=", self.topic), ("bronze_version", ">=", first)],
+        )
+        return list(rows.to_pylist())
+
     def registry(self) -> dict[str, RegistryEntry]:
         version = self.engine.version(self.registry_table)
         if version != self._registry_version or not self._registry:
@@ -490,7 +552,6 @@ class _Group:
         return self._registry
 
     def _chunk(self, after: int | None, end: int) -> None:
-        from pyspark.sql import functions as F
 
         changes = self.engine.read_appends(self.bronze, after_version=after, until_version=end)
         if changes.start_version is None:
@@ -499,13 +560,17 @@ class _Group:
         if changes.full_read and after is not None:
             self.full_read = True
             df = _unprocessed(self.engine, df, self.bronze, self.objs, after)
-        stats = {
-            r["schema_id"]: (int(r["n"]), r["max_batch"])
-            for r in df.groupBy("schema_id")
-            .agg(F.count(F.lit(1)).alias("n"), F.max("batch_id").alias("max_batch"))
-            .collect()
-        }
+        started = self.clock()
+        stats = _schema_counts(dataframe_to_arrow(df.select("schema_id", "batch_id")))
         total = sum(n for n, _ in stats.values())
+        _log.debug(
+            "silver: %s versions %s..%s: %d rows counted per schema id in %.2f s",
+            self.bronze,
+            changes.start_version,
+            end,
+            total,
+            self.clock() - started,
+        )
         if total == 0:
             return
         self.bronze_rows += total
@@ -518,48 +583,71 @@ class _Group:
         if max_batch is not None:
             metadata[_META_MAX_BATCH] = str(max_batch)
         parts = _Parts(self.engine)
-        quarantine: list[Data] = []
         try:
+            passes = []
             decodable: set[str] = set()
             for obj in self.objs:
                 ids = [s.schema_id for s in _versions(obj, registry)]
                 decodable.update(ids)
                 events = sum(stats[sid][0] for sid in ids if sid in stats)
-                bad = self._object(
-                    obj,
-                    df,
-                    registry=registry,
-                    ids=ids,
-                    events=events,
+                passes.append(
+                    self._decode(obj, df, registry=registry, ids=ids, events=events, parts=parts)
+                )
+            undecodable = self._undecodable(df, stats, registry, decodable, parts)
+            # The quarantine first: a run that dies before the silver writes decodes this
+            # range again and finds the quarantine already holding it.
+            for obj, _, _, bad, _ in passes:
+                if bad is not None:
+                    self._quarantine(
+                        parts, bad, app_for=obj.api_name, after=after, end=end, metadata=metadata
+                    )
+            if undecodable is not None:
+                self._quarantine(
+                    parts,
+                    undecodable,
+                    app_for=self.bronze.name,
+                    after=after,
                     end=end,
                     metadata=metadata,
-                    parts=parts,
                 )
-                if bad is not None:
-                    quarantine.append(bad)
-            reasons = self._reasons(registry, decodable)
-            for sid, (n, _) in stats.items():
-                entry = registry.get(sid) if sid else None
-                if sid in decodable or entry is None or entry.schema is None or sid in reasons:
-                    continue
-                decodable.add(sid)  # another object's event on a channel: no silver table here
-                entity = entry.schema.entity_name
-                self.others[entity] = self.others.get(entity, 0) + n
-            if any(sid not in decodable or sid in reasons for sid in stats):
-                rest = df.select(*BRONZE_COLUMNS).transform(
-                    undecodable_rows(
-                        decodable=decodable,
-                        reasons=reasons,
-                        registry=str(self.registry_table),
-                        bronze_table=self.bronze.name,
-                        topic=self.topic,
-                        at=self.at,
-                    )
-                )
-                quarantine.append(parts.rows(rest))
-            self._quarantine(parts, quarantine, after, end, metadata)
+            for obj, layout, data, _, events in passes:
+                self._write(obj, layout, data, events=events, end=end, metadata=metadata)
         finally:
             parts.release()
+
+    def _undecodable(
+        self,
+        df: DataFrame,
+        stats: Mapping[str, tuple[int, Any]],
+        registry: Mapping[str, RegistryEntry],
+        decodable: set[str],
+        parts: _Parts,
+    ) -> Data | None:
+        """Rows no configured object decodes: counted when they belong to another object on a
+        channel, quarantined otherwise (unknown or unusable schema id, another object's
+        schema on a single-object topic)."""
+        reasons = self._reasons(registry, decodable)
+        skipped = set(decodable)
+        for sid, (n, _) in stats.items():
+            entry = registry.get(sid) if sid else None
+            if sid in skipped or entry is None or entry.schema is None or sid in reasons:
+                continue
+            skipped.add(sid)
+            entity = entry.schema.entity_name
+            self.others[entity] = self.others.get(entity, 0) + n
+        if all(sid in skipped and sid not in reasons for sid in stats):
+            return None
+        rest = df.select(*BRONZE_COLUMNS).transform(
+            undecodable_rows(
+                decodable=skipped,
+                reasons=reasons,
+                registry=str(self.registry_table),
+                bronze_table=self.bronze.name,
+                topic=self.topic,
+                at=self.at,
+            )
+        )
+        return parts.rows(rest)
 
     def _reasons(
         self, registry: Mapping[str, RegistryEntry], decodable: set[str]
@@ -581,7 +669,7 @@ class _Group:
                 )
         return reasons
 
-    def _object(
+    def _decode(
         self,
         obj: ObjectSpec,
         df: DataFrame,
@@ -589,41 +677,63 @@ class _Group:
         registry: Mapping[str, RegistryEntry],
         ids: list[str],
         events: int,
-        end: int,
-        metadata: Mapping[str, str],
         parts: _Parts,
-    ) -> Data | None:
+    ) -> tuple[ObjectSpec, SilverLayout, Data, Data | None, int]:
+        """One pass over the object's rows: its silver rows and its undecodable rows."""
         from pyspark.sql import functions as F
 
         started = self.clock()
-        table = _silver_table(obj)
         layout = silver_layout(obj, registry)
-        _check_types(self.engine, table, layout)
-        txn = Txn(app_id(obj), end)
-        bad: Data | None = None
-        data: Data
-        if events:
-            plan = DecodePlan(
-                layout=layout,
-                schemas={sid: registry[sid].schema_json for sid in ids},
-                registry=str(self.registry_table),
-            )
-            frame = (
-                df.where(F.col("schema_id").isin(ids))
-                .select(*BRONZE_COLUMNS)
-                .mapInArrow(decode_function(plan), decoded_schema(plan))
-                .transform(
-                    to_silver_and_quarantine(
-                        layout, bronze_table=self.bronze.name, topic=self.topic, at=self.at
-                    )
-                )
-            )
-            data, bad = parts.split(frame)
-        else:
+        _check_types(self.engine, _silver_table(obj), layout)
+        if not events:
             # Nothing for this object in the range: an empty commit still records the bronze
             # version (and creates the table the first time), without a Spark job.
-            data = spark_schema_to_arrow(layout.silver_schema()).empty_table()
-        result: CommitResult = self.engine.append(table, data, txn=txn, metadata=metadata)
+            empty = spark_schema_to_arrow(layout.silver_schema()).empty_table()
+            return obj, layout, empty, None, 0
+        plan = DecodePlan(
+            layout=layout,
+            schemas={sid: registry[sid].schema_json for sid in ids},
+            registry=str(self.registry_table),
+        )
+        frame = (
+            df.where(F.col("schema_id").isin(ids))
+            .select(*BRONZE_COLUMNS)
+            .mapInArrow(decode_function(plan), decoded_schema(plan))
+            .transform(to_silver_and_quarantine(layout))
+        )
+        quarantine = quarantined_rows(
+            bronze_table=self.bronze.name, topic=self.topic, at=self.at, entity=obj.api_name
+        )
+        planned = self.clock()
+        data, bad = parts.split(frame, quarantine)
+        done = self.clock()
+        _log.debug(
+            "silver: %s decoded in %.2f s (plan %.2f s)",
+            obj.api_name,
+            done - started,
+            planned - started,
+        )
+        self.progress[obj.api_name].seconds += done - started
+        return obj, layout, data, bad, events
+
+    def _write(
+        self,
+        obj: ObjectSpec,
+        layout: SilverLayout,
+        data: Data,
+        *,
+        events: int,
+        end: int,
+        metadata: Mapping[str, str],
+    ) -> None:
+        started = self.clock()
+        table = _silver_table(obj)
+        if not self.engine.exists(table):
+            # Created from the layout, so every column is nullable whatever the first rows
+            # hold (Spark marks literal and coalesced columns NOT NULL).
+            self.engine.ensure_table(table, layout.silver_schema())
+        result = self.engine.append(table, data, txn=Txn(app_id(obj), end), metadata=metadata)
+        _log.debug("silver: %s written in %.2f s", table, self.clock() - started)
         p = self.progress[obj.api_name]
         p.events += events
         p.rows += result.rows
@@ -631,7 +741,7 @@ class _Group:
         p.version = result.version
         p.seconds += self.clock() - started
         _log.info(
-            "silver: %s <- %s up to version %d: %d events, %d rows, version %s%s (%.1f s)",
+            "silver: %s <- %s up to version %d: %d events, %d rows, version %s%s",
             table,
             self.bronze,
             end,
@@ -639,46 +749,62 @@ class _Group:
             result.rows,
             result.version,
             " (already committed)" if result.skipped else "",
-            self.clock() - started,
         )
-        return bad
 
     def _quarantine(
         self,
         parts: _Parts,
-        quarantine: list[Data],
+        rows: Data,
+        *,
+        app_for: str,
         after: int | None,
         end: int,
         metadata: Mapping[str, str],
     ) -> None:
+        """Append quarantine rows of the bronze range ``(after, end]`` under the txn
+        ``sfcdc.silver.quarantine:<app_for>`` (an object's undecodable rows, or the bronze
+        table's rows no object decodes)."""
         engine = self.engine
-        app = f"{QUARANTINE_APP_PREFIX}{self.bronze.name}"
+        app = f"{QUARANTINE_APP_PREFIX}{app_for}"
         done = engine.txn_version(QUARANTINE_TABLE, app)
         if done is not None and done >= end:
-            _log.info(
-                "silver: quarantine of %s up to version %d already committed", self.bronze, end
-            )
+            _log.info("silver: quarantine %s up to version %d already committed", app, end)
             return
-        if not quarantine:
-            return
-        rows = parts.concat(quarantine)
         if parts.count(rows) == 0:
             return
         if done is not None and (after is None or done > after):
-            # Another group of this topic already quarantined part of this range.
-            rows = _without_quarantined(engine, parts, rows, self.bronze)
+            # An earlier run quarantined part of this range (it stopped at another version).
+            rows = _without_quarantined(engine, rows, self.bronze)
+        if not engine.exists(QUARANTINE_TABLE):
+            engine.ensure_table(QUARANTINE_TABLE, QUARANTINE_SCHEMA)
         result = engine.append(QUARANTINE_TABLE, rows, txn=Txn(app, end), metadata=metadata)
         self.quarantined += result.rows
         _log.warning(
-            "silver: %d rows of %s could not be decoded; quarantined in %s (version %s)",
+            "silver: %d rows of %s could not be decoded (%s); quarantined in %s (version %s)",
             result.rows,
             self.bronze,
+            app_for,
             QUARANTINE_TABLE,
             result.version,
         )
 
 
-def _without_quarantined(engine: LakeEngine, parts: _Parts, rows: Data, bronze: TableRef) -> Data:
+def _schema_counts(rows: pa.Table) -> dict[str, tuple[int, int | None]]:
+    """Rows and highest batch id per schema id. Two narrow columns collected and counted in
+    Arrow: a single Spark stage, where a groupBy would shuffle."""
+    grouped = rows.group_by("schema_id").aggregate([([], "count_all"), ("batch_id", "max")])
+    return {
+        sid: (int(n), None if top is None else int(top))
+        for sid, n, top in zip(
+            grouped.column("schema_id").to_pylist(),
+            grouped.column("count_all").to_pylist(),
+            grouped.column("batch_id_max").to_pylist(),
+            strict=True,
+        )
+    }
+
+
+def _without_quarantined(engine: LakeEngine, rows: Data, bronze: TableRef) -> Data:
     from pyspark.sql import functions as F
 
     existing = (
@@ -689,8 +815,7 @@ def _without_quarantined(engine: LakeEngine, parts: _Parts, rows: Data, bronze: 
     if isinstance(rows, pa.Table):
         seen = {tuple(r[k] for k in _QUARANTINE_KEYS) for r in existing.collect()}
         keys = zip(*(rows.column(k).to_pylist() for k in _QUARANTINE_KEYS), strict=True)
-        keep = pa.array([k not in seen for k in keys], pa.bool_())
-        return rows.filter(keep)
+        return rows.filter(pa.array([k not in seen for k in keys], pa.bool_()))
     return rows.join(existing, on=list(_QUARANTINE_KEYS), how="left_anti").select(
         *QUARANTINE_SCHEMA.names
     )

@@ -10,11 +10,12 @@ fixes its output columns; they compose with ``DataFrame.transform``::
     #          .transform(silver_columns(layout))
 
 The job computes an object's silver rows and its undecodable rows in one pass:
-:func:`to_silver_and_quarantine` keeps every row and carries a ``_quarantine`` struct
-(:data:`QUARANTINE_SCHEMA`) on the rows that could not be decoded; :func:`silver_rows` and
-:func:`quarantined_rows` take the two parts apart. Bronze rows that no object can decode
-(unknown or unusable schema id, another object's schema on a single-object topic) become
-quarantine rows through :func:`undecodable_rows` without being decoded.
+:func:`to_silver_and_quarantine` keeps every row, with the error columns (``_cdc_error``,
+``_cdc_error_kind``, ``_cdc_payload``; null on the rows that decoded) after the silver
+columns; :func:`silver_rows` and :func:`quarantined_rows` take the two parts apart, the
+latter into :data:`QUARANTINE_SCHEMA` rows. Bronze rows that no object can decode (unknown or
+unusable schema id, another object's schema on a single-object topic) become quarantine rows
+through :func:`undecodable_rows` without being decoded.
 
 The decoded steps read what :func:`pipelines.silver.decode.decode_function` yields
 (:func:`~pipelines.silver.decode.decoded_schema`); :func:`undecodable_rows` reads bronze rows.
@@ -29,10 +30,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from pipelines.engines.arrow import same_type
 from pipelines.silver.columns import ID_COLUMN, LeafKind, SilverLayout
 
 __all__ = [
-    "QUARANTINE_COLUMN",
+    "ERROR_COLUMNS",
     "QUARANTINE_SCHEMA",
     "Transform",
     "convert_epoch_columns",
@@ -48,12 +50,10 @@ __all__ = [
     "to_silver",
     "to_silver_and_quarantine",
     "undecodable_rows",
-    "with_quarantine",
 ]
 
 Transform = Callable[[DataFrame], DataFrame]
 
-QUARANTINE_COLUMN = "_quarantine"
 QUARANTINE_SCHEMA = T.StructType(
     [
         T.StructField("bronze_table", T.StringType()),
@@ -73,7 +73,7 @@ QUARANTINE_SCHEMA = T.StructType(
 
 _MS_PER_DAY = 86_400_000
 _RECORD_IDS = "_cdc_record_ids"
-_ERROR_COLUMNS = ("_cdc_error", "_cdc_error_kind", "_cdc_payload")
+ERROR_COLUMNS = ("_cdc_error", "_cdc_error_kind", "_cdc_payload")
 
 
 def _q(name: str) -> str:
@@ -84,8 +84,10 @@ def _col(*parts: str) -> Column:
     return F.col(".".join(_q(p) for p in parts))
 
 
-def _others(df: DataFrame, *skip: str) -> list[Column]:
-    return [F.col(_q(c)) for c in df.columns if c not in skip]
+def _others(df: DataFrame, *skip: str) -> list[str]:
+    # Names, not Column objects: building a plan costs a JVM round trip per Column, and
+    # silver rows are a hundred columns wide.
+    return [_q(c) for c in df.columns if c not in skip]
 
 
 # ---------------------------------------------------------------------------- conversions
@@ -133,52 +135,41 @@ def _convert(column: Column, kind: LeafKind) -> Column:
 # ------------------------------------------------------------------------- quarantine
 
 
-def _quarantine_fields(bronze_table: str, topic: str, at: datetime) -> list[Column]:
-    return [
-        F.lit(bronze_table).alias("bronze_table"),
-        F.lit(topic).alias("topic"),
-        F.col("_cdc_bronze_batch_id").alias("bronze_batch_id"),
-        F.col("_cdc_bronze_batch_seq").alias("bronze_batch_seq"),
-        F.col("_cdc_replay_id").alias("replay_id"),
-        F.col("_cdc_event_id").alias("event_id"),
-        F.col("_cdc_schema_id").alias("schema_id"),
-        F.col("_cdc_entity").alias("entity"),
-        F.col("_cdc_error_kind").alias("reason_kind"),
-        F.col("_cdc_error").alias("reason"),
-        F.col("_cdc_payload").alias("payload"),
-        F.lit(at).cast("timestamp").alias("quarantined_at"),
-    ]
+def silver_rows(df: DataFrame) -> DataFrame:
+    """The rows of :func:`to_silver_and_quarantine`'s output that decoded, without the error
+    columns: the silver rows."""
+    return df.where(F.col("_cdc_error").isNull()).select(*_others(df, *ERROR_COLUMNS))
 
 
-def with_quarantine(*, bronze_table: str, topic: str, at: datetime) -> Transform:
-    """Add ``_quarantine``: for a row that could not be decoded a :data:`QUARANTINE_SCHEMA`
-    struct (where it came from, the reason, the payload); null for the others.
+def quarantined_rows(
+    *, bronze_table: str, topic: str, at: datetime, entity: str | None = None
+) -> Transform:
+    """The rows of :func:`to_silver_and_quarantine`'s output (or of decoded rows) that could
+    not be decoded, as :data:`QUARANTINE_SCHEMA` rows.
 
     ``bronze_table`` and ``topic`` say where the rows came from; ``at`` is the time the run
-    started (one value per run, so the transform stays deterministic).
+    started (one value per run, so the transform stays deterministic); ``entity`` the object
+    whose decoder refused them (default: the ``_cdc_entity`` column).
     """
 
     def transform(df: DataFrame) -> DataFrame:
-        record = F.struct(*_quarantine_fields(bronze_table, topic, at))
-        failed = F.col("_cdc_error").isNotNull()
-        # Cast: the literal fields would make the struct's fields NOT NULL, which Arrow
-        # refuses for the rows where the whole struct is null.
-        tagged = F.when(failed, record).cast(QUARANTINE_SCHEMA)
-        return df.select(*_others(df, QUARANTINE_COLUMN), tagged.alias(QUARANTINE_COLUMN))
+        owner = F.lit(entity) if entity is not None else F.col("_cdc_entity")
+        return df.where(F.col("_cdc_error").isNotNull()).select(
+            F.lit(bronze_table).alias("bronze_table"),
+            F.lit(topic).alias("topic"),
+            F.col("_cdc_bronze_batch_id").cast("bigint").alias("bronze_batch_id"),
+            F.col("_cdc_bronze_batch_seq").cast("int").alias("bronze_batch_seq"),
+            F.col("_cdc_replay_id").alias("replay_id"),
+            F.col("_cdc_event_id").alias("event_id"),
+            F.col("_cdc_schema_id").alias("schema_id"),
+            owner.cast("string").alias("entity"),
+            F.col("_cdc_error_kind").alias("reason_kind"),
+            F.col("_cdc_error").alias("reason"),
+            F.col("_cdc_payload").alias("payload"),
+            F.lit(at).cast("timestamp").alias("quarantined_at"),
+        )
 
     return transform
-
-
-def silver_rows(df: DataFrame) -> DataFrame:
-    """The silver part of :func:`to_silver_and_quarantine`'s output."""
-    return df.where(F.col(QUARANTINE_COLUMN).isNull()).select(*_others(df, QUARANTINE_COLUMN))
-
-
-def quarantined_rows(df: DataFrame) -> DataFrame:
-    """The quarantine part of :func:`to_silver_and_quarantine`'s output."""
-    return df.where(F.col(QUARANTINE_COLUMN).isNotNull()).select(
-        *[_col(QUARANTINE_COLUMN, f.name).alias(f.name) for f in QUARANTINE_SCHEMA]
-    )
 
 
 def undecodable_rows(
@@ -201,8 +192,13 @@ def undecodable_rows(
     """
     known = sorted(set(decodable) - set(reasons))
     listed = sorted(reasons)
-    kinds = F.create_map(*[F.lit(x) for sid in listed for x in (sid, reasons[sid][0])])
-    texts = F.create_map(*[F.lit(x) for sid in listed for x in (sid, reasons[sid][1])])
+
+    def lookup(part: int) -> Column:
+        # An empty map literal has no key type; without reasons nothing is looked up.
+        if not listed:
+            return F.lit(None).cast("string")
+        pairs = [F.lit(x) for sid in listed for x in (sid, reasons[sid][part])]
+        return F.create_map(*pairs)[F.col("schema_id")]
 
     def transform(df: DataFrame) -> DataFrame:
         sid = F.col("schema_id")
@@ -229,8 +225,8 @@ def undecodable_rows(
             F.col("event_id").alias("event_id"),
             sid.alias("schema_id"),
             F.lit(None).cast("string").alias("entity"),
-            F.when(is_listed, kinds[sid]).otherwise(F.lit("unknown_schema")).alias("reason_kind"),
-            F.when(is_listed, texts[sid]).otherwise(missing).alias("reason"),
+            F.when(is_listed, lookup(0)).otherwise(F.lit("unknown_schema")).alias("reason_kind"),
+            F.when(is_listed, lookup(1)).otherwise(missing).alias("reason"),
             F.col("payload").alias("payload"),
             F.lit(at).cast("timestamp").alias("quarantined_at"),
         )
@@ -243,9 +239,7 @@ def undecodable_rows(
 
 def decoded_events(df: DataFrame) -> DataFrame:
     """The rows that decoded, without the error columns."""
-    return df.where(F.col("_cdc_error").isNull()).select(
-        *_others(df, *_ERROR_COLUMNS, QUARANTINE_COLUMN)
-    )
+    return df.where(F.col("_cdc_error").isNull()).select(*_others(df, *ERROR_COLUMNS))
 
 
 def fan_out_record_ids(df: DataFrame) -> DataFrame:
@@ -265,7 +259,7 @@ def fan_out_record_ids(df: DataFrame) -> DataFrame:
         *_others(df, _RECORD_IDS),
     )
     return exploded.select(
-        F.col(ID_COLUMN),
+        ID_COLUMN,
         F.coalesce(F.col(ID_COLUMN).endswith("*"), F.lit(False)).alias("_cdc_is_wildcard"),
         *_others(exploded, ID_COLUMN),
     )
@@ -280,17 +274,19 @@ def convert_epoch_columns(layout: SilverLayout) -> Transform:
         nested.setdefault(struct, {})[child] = kind
 
     def transform(df: DataFrame) -> DataFrame:
-        columns = []
+        columns: list[Column | str] = []
         for name in df.columns:
-            column = F.col(_q(name))
             if name == "_cdc_commit_timestamp":
-                column = epoch_to_timestamp(column)
+                columns.append(epoch_to_timestamp(F.col(_q(name))).alias(name))
             elif name in top:
-                column = _convert(column, top[name])
+                columns.append(_convert(F.col(_q(name)), top[name]).alias(name))
             elif name in nested:
+                column = F.col(_q(name))
                 for child, kind in nested[name].items():
                     column = column.withField(child, _convert(_col(name, child), kind))
-            columns.append(column.alias(name))
+                columns.append(column.alias(name))
+            else:
+                columns.append(_q(name))
         return df.select(*columns)
 
     return transform
@@ -308,13 +304,13 @@ def shape_compounds(layout: SilverLayout) -> Transform:
             structs[f.person_column] = (f.name, f.child_names())
 
     def transform(df: DataFrame) -> DataFrame:
-        columns: list[Column] = []
+        columns: list[Column | str] = []
         for name in df.columns:
             if flat and name in structs:
                 prefix, children = structs[name]
                 columns.extend(_col(name, c).alias(f"{prefix}_{c}") for c in children)
             else:
-                columns.append(F.col(_q(name)))
+                columns.append(_q(name))
         return df.select(*columns)
 
     return transform
@@ -322,22 +318,25 @@ def shape_compounds(layout: SilverLayout) -> Transform:
 
 def silver_columns(layout: SilverLayout) -> Transform:
     """The silver table's columns in table order and types
-    (:meth:`~pipelines.silver.columns.SilverLayout.silver_schema`), and ``_quarantine`` when
-    the input has it."""
+    (:meth:`~pipelines.silver.columns.SilverLayout.silver_schema`), then the error columns
+    when the input has them."""
     schema = layout.silver_schema()
 
     def transform(df: DataFrame) -> DataFrame:
-        have = set(df.columns)
+        have = {f.name: f.dataType for f in df.schema.fields}
         missing = [f.name for f in schema.fields if f.name not in have]
         if missing:
             raise ValueError(
                 f"{layout.entity}: silver columns {missing} are missing from the input "
-                f"(got {df.columns})"
+                f"(got {list(have)})"
             )
-        extra = [F.col(QUARANTINE_COLUMN)] if QUARANTINE_COLUMN in have else []
-        return df.select(
-            *[F.col(_q(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields], *extra
-        )
+        columns: list[Column | str] = [
+            _q(f.name)
+            if same_type(have[f.name], f.dataType)
+            else F.col(_q(f.name)).cast(f.dataType).alias(f.name)
+            for f in schema.fields
+        ]
+        return df.select(*columns, *[c for c in ERROR_COLUMNS if c in have])
 
     return transform
 
@@ -362,16 +361,13 @@ def to_silver(layout: SilverLayout) -> Transform:
     return transform
 
 
-def to_silver_and_quarantine(
-    layout: SilverLayout, *, bronze_table: str, topic: str, at: datetime
-) -> Transform:
-    """Decoded rows -> silver rows and quarantine rows in one DataFrame: the silver columns
-    plus ``_quarantine`` (see :func:`with_quarantine`; a row that could not be decoded has a
-    null ``Id`` and null fields there). :func:`silver_rows` and :func:`quarantined_rows`
+def to_silver_and_quarantine(layout: SilverLayout) -> Transform:
+    """Decoded rows -> silver rows and undecodable rows in one DataFrame: the silver columns
+    then the error columns (a row that could not be decoded has a null ``Id`` and null fields;
+    one that decoded null error columns). :func:`silver_rows` and :func:`quarantined_rows`
     take it apart."""
-    tag = with_quarantine(bronze_table=bronze_table, topic=topic, at=at)
 
     def transform(df: DataFrame) -> DataFrame:
-        return _shape(layout, df.transform(tag))
+        return _shape(layout, df)
 
     return transform
