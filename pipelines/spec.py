@@ -660,9 +660,13 @@ class BatchingSpec:
 
     max_events: int = field(default=50_000, metadata=meta("Events per bronze commit.", minimum=1))
     max_bytes: Annotated[int, ByteSize] = field(
-        default=64 * 1024**2,
+        default=16 * 1024**2,
         metadata=meta(
-            "Payload bytes per bronze commit: a byte count or a size such as '64MiB'.", minimum=1024
+            "Payload bytes per bronze commit: a byte count or a size such as '16MiB'. Landing "
+            "holds about two batches while it writes (the open one and the one committing), and "
+            "larger batches buy no throughput past a few MiB.",
+            minimum=1024,
+            maximum=1024**3,
         ),
     )
     max_age_seconds: float = field(

@@ -341,16 +341,23 @@ def _parse_strings(value: Any, path: str, ctx: Problems, meta: Mapping[str, Any]
     return tuple(out) if ok else INVALID
 
 
+def _number(value: float) -> str:
+    # Whole numbers in full (byte sizes run to billions); fractions as they were written.
+    if float(value).is_integer() and abs(value) < 1e18:
+        return str(int(value))
+    return f"{value:g}"
+
+
 def _check_bounds(value: float, path: str, ctx: Problems, meta: Mapping[str, Any]) -> Any:
     low, high, above = meta.get("minimum"), meta.get("maximum"), meta.get("exclusive_minimum")
     if low is not None and value < low:
-        ctx.add(path, f"must be at least {low:g} (got {value:g})")
+        ctx.add(path, f"must be at least {_number(low)} (got {_number(value)})")
         return INVALID
     if high is not None and value > high:
-        ctx.add(path, f"must be at most {high:g} (got {value:g})")
+        ctx.add(path, f"must be at most {_number(high)} (got {_number(value)})")
         return INVALID
     if above is not None and value <= above:
-        ctx.add(path, f"must be greater than {above:g} (got {value:g})")
+        ctx.add(path, f"must be greater than {_number(above)} (got {_number(value)})")
         return INVALID
     return value
 

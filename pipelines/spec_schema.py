@@ -117,10 +117,12 @@ def _type_schema(tp: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
         words = list(get_args(get_args(tp)[1]))
         return {"oneOf": [_strings_schema(meta), {"type": "string", "enum": words}]}
     if kind == "bytesize":
-        low = meta.get("minimum")
+        low, high = meta.get("minimum"), meta.get("maximum")
         number: dict[str, Any] = {"type": "integer"}
         if low is not None:
             number["minimum"] = low
+        if high is not None:
+            number["maximum"] = high
         return {"oneOf": [number, {"type": "string", "pattern": SIZE_PATTERN}]}
     out: dict[str, Any] = {
         "bool": {"type": "boolean"},

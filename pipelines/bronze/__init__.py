@@ -15,6 +15,7 @@ from pipelines.bronze.checkpoint import (
 )
 from pipelines.bronze.landing import BronzeLanding, LandingResult, TopicResult
 from pipelines.bronze.tables import (
+    BRONZE_LAYOUT,
     BRONZE_SCHEMA,
     CHECKPOINT_SCHEMA,
     CHECKPOINT_TABLE,
@@ -30,6 +31,7 @@ from pipelines.bronze.tables import (
 )
 
 __all__ = [
+    "BRONZE_LAYOUT",
     "BRONZE_SCHEMA",
     "CHECKPOINT_SCHEMA",
     "CHECKPOINT_TABLE",

@@ -13,10 +13,11 @@ order (batch ``N + 1`` is written only once batch ``N``'s checkpoint is committe
    ``sfcdc_checkpoints`` with the transaction ``(sfcdc.checkpoint:<topic>, N)``;
 3. only then, for a ManagedSubscribe topic, is the replay id committed to the server.
 
-A keepalive batch has no events: it skips steps 0, 1 and 3's events and writes only its row
-(position: the keepalive's ``latest_replay_id``), so quiet topics advance their checkpoint. A
-replay gap (the server rejected the stored position and the corrupted-replay policy moved the
-subscription) writes only a row of kind ``replay_gap`` naming both positions.
+A keepalive batch has no events: it skips steps 0 and 1, writes its row (position: the
+keepalive's ``latest_replay_id``) and commits that position to a ManagedSubscribe server, so
+quiet topics advance their checkpoint. A replay gap (the server rejected the stored position
+and the corrupted-replay policy moved the subscription) writes only a row of kind
+``replay_gap`` naming both positions.
 
 Why a kill at any instant neither loses nor duplicates an event
 ----------------------------------------------------------------

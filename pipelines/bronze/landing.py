@@ -67,6 +67,7 @@ from ingest.errors import CheckpointError
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
 from pipelines.bronze.checkpoint import CheckpointRow, CheckpointStore, describe_position
 from pipelines.bronze.tables import (
+    BRONZE_LAYOUT,
     BRONZE_SCHEMA,
     BronzeTables,
     CheckpointKind,
@@ -713,6 +714,7 @@ class BronzeLanding:
                 txn=Txn(bronze_app_id(sealed.topic), sealed.batch_id),
                 metadata={"sfcdc.topic": sealed.topic, "sfcdc.kind": "events"},
                 evolve_schema=False,
+                layout=BRONZE_LAYOUT,
             )
             if result.skipped:
                 raise CheckpointError(
@@ -815,17 +817,24 @@ class BronzeLanding:
 
 
 def _arrow(sealed: _Sealed) -> pa.Table:
-    """The bronze rows of a batch, built column by column from the received values."""
+    """The bronze rows of a batch, built column by column from the received values; the
+    batch's lists are released as soon as their column is built."""
     batch = sealed.batch
     n = len(batch.replay_ids)
     received = np.repeat(
         np.asarray(batch.times, dtype=np.int64), np.asarray(batch.counts, dtype=np.int64)
     )
+    payloads = pa.array(batch.payloads, pa.binary())
+    batch.payloads = []
+    event_ids = pa.array(batch.event_ids, pa.string())
+    batch.event_ids = []
+    schema_ids = pa.array(batch.schema_ids, pa.string())
+    batch.schema_ids = []
     columns = [
         pa.array(batch.replay_ids, pa.binary()),
-        pa.array(batch.event_ids, pa.string()),
-        pa.array(batch.schema_ids, pa.string()),
-        pa.array(batch.payloads, pa.binary()),
+        event_ids,
+        schema_ids,
+        payloads,
         pa.array([sealed.topic] * n, pa.string()),
         pa.array(received, BRONZE_SCHEMA.field("received_at").type),
         pa.array(np.full(n, sealed.batch_id, dtype=np.int64)),

@@ -11,7 +11,8 @@ column          type        meaning
 ``payload``     binary      the Avro payload, untouched (nothing is decoded in bronze)
 ``topic``       string      the topic it was received on
 ``received_at`` timestamp   when the client received the server response holding it
-``batch_id``    bigint      landing batch of the topic (1, 2, ...; increasing)
+``batch_id``    bigint      landing batch of the topic: increasing, with gaps where a batch
+                            only moved the checkpoint (keepalive, replay gap)
 ``batch_seq``   int         position in the batch: ``(batch_id, batch_seq)`` is stream order
 ==============  ==========  =========================================================
 
@@ -31,13 +32,14 @@ import pyarrow as pa
 
 from ingest.errors import ConfigError
 from pipelines.engines.arrow import arrow_schema_to_spark
-from pipelines.engines.base import TableRef
+from pipelines.engines.base import TableRef, WriteLayout
 from pipelines.spec import TopicSpec
 
 if TYPE_CHECKING:
     from pipelines.engines.base import LakeEngine
 
 __all__ = [
+    "BRONZE_LAYOUT",
     "BRONZE_SCHEMA",
     "CHECKPOINT_SCHEMA",
     "CHECKPOINT_TABLE",
@@ -71,6 +73,14 @@ BRONZE_SCHEMA = pa.schema(
         pa.field("batch_id", pa.int64(), nullable=False),
         pa.field("batch_seq", pa.int32(), nullable=False),
     ]
+)
+
+# Ids and payloads are unique per event, so dictionaries would be built only to be dropped; no
+# reader filters on payloads; row groups of 16k events bound what the writer buffers.
+BRONZE_LAYOUT = WriteLayout(
+    distinct=("replay_id", "event_id", "payload", "batch_seq"),
+    unindexed=("payload",),
+    row_group_rows=16_384,
 )
 
 CHECKPOINT_SCHEMA = pa.schema(

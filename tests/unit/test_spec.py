@@ -74,7 +74,7 @@ def test_minimal_conf_gets_defaults_and_derived_names(tmp_path: Path) -> None:
     assert conf.pipeline.lake.engine == "auto"
     assert conf.pipeline.lake.location == str((tmp_path / "lake").resolve())
     assert conf.pipeline.defaults.batching.max_events == 50_000
-    assert conf.pipeline.defaults.batching.max_bytes == 64 * 1024 * 1024
+    assert conf.pipeline.defaults.batching.max_bytes == 16 * 1024 * 1024
     assert conf.pipeline.defaults.batching.max_age_seconds == 5.0
     assert conf.pipeline.ingest.num_requested == 100
     (account,) = conf.objects
@@ -992,3 +992,11 @@ def test_managed_subscription_is_per_topic(tmp_path: Path) -> None:
     ]
     bad = write_conf(tmp_path / "bad", objects={"account": ACCOUNT + "managed_subscription: 9x\n"})
     assert "managed_subscription: must be a developer name" in only_problem(bad)
+
+
+def test_batches_are_at_most_a_gibibyte(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, "defaults: {batching: {max_bytes: 2GiB}}\n")
+    assert only_problem(conf) == (
+        "conf/pipeline.yml: defaults.batching.max_bytes: must be at most 1073741824 "
+        "(got 2147483648)"
+    )

@@ -274,3 +274,38 @@ def test_managed_subscription_commits_only_after_delta(emulator: Emulator, tmp_p
     more = fill(emulator, 30, ORDERS, start=400)
     land(load_conf(conf_dir), once=True)
     assert [rid for rid, _ in landed(conf_dir, ORDERS)] == orders + more
+
+
+def test_progress_lines_and_periodic_maintenance(
+    emulator: Emulator, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fill(emulator, 300, ORDERS)
+    conf_dir = write_conf(
+        tmp_path,
+        emulator,
+        objects={"order": ORDER_OBJECT},
+        batching="{max_events: 50, max_bytes: 1MiB, max_age_seconds: 0.2}",
+        ingest={"progress_interval_seconds": 0.05, "maintain_every_commits": 2},
+    )
+    with caplog.at_level(logging.INFO, logger="pipelines"):
+        land(load_conf(conf_dir), once=True)
+    assert landed(conf_dir, ORDERS) == expected(emulator, ORDERS)
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("progress ")]
+    assert progress, "no progress line"
+    assert all(f"progress {ORDERS}: " in line and "events/s" in line for line in progress)
+    assert any("pending at the server" in line and "last replay id" in line for line in progress)
+    # Compactions and log checkpoints ran between commits; contents are unchanged by them.
+    engine = LocalEngine(None, location=tmp_path / "lake")
+    operations = {h.operation for h in engine.history(TableRef("bronze", "order_shipped__e"))}
+    assert "OPTIMIZE" in operations
+    log_dir = engine.path(TableRef("bronze", "order_shipped__e")) / "_delta_log"
+    assert list(log_dir.glob("*.checkpoint.parquet"))
+    assert list(
+        (engine.path(TableRef("bronze", "sfcdc_checkpoints")) / "_delta_log").glob(
+            "*.checkpoint.parquet"
+        )
+    )
+    # A later run still resumes exactly: the transactions survive compaction and checkpoints.
+    fill(emulator, 20, ORDERS, start=300)
+    land(load_conf(conf_dir), once=True)
+    assert landed(conf_dir, ORDERS) == expected(emulator, ORDERS)
