@@ -42,6 +42,7 @@ from pipelines.spec_fields import (
 )
 
 __all__ = [
+    "DEFAULT_SEQUENCE_BY",
     "IDENTIFIER_PATTERN",
     "TOPIC_FORMATS",
     "TOPIC_PATTERN",
@@ -49,16 +50,19 @@ __all__ = [
     "BatchingSpec",
     "ByteSize",
     "ClientCredentialsAuth",
+    "CompoundFields",
     "Conf",
     "ConnectionSpec",
     "Credential",
     "DefaultsSpec",
+    "DeleteMode",
     "EmulatorMode",
     "EmulatorSpec",
     "EmulatorTls",
     "EmulatorWorkload",
     "EngineName",
     "EnvRef",
+    "GoldSpec",
     "IngestSpec",
     "JwtBearerAuth",
     "LakeSpec",
@@ -73,9 +77,11 @@ __all__ = [
     "RetrySpec",
     "SalesforceSpec",
     "SalesforceTls",
+    "Scd2Spec",
     "SchemasSpec",
     "ScopeRef",
     "SecretRef",
+    "SilverSpec",
     "SoapLoginAuth",
     "Source",
     "StaticTokenAuth",
@@ -102,6 +108,8 @@ EngineName = Literal["auto", "local", "spark"]
 ReplayStart = Literal["earliest", "latest"]
 OnCorrupted = Literal["fail", "earliest", "latest"]
 ObjectKind = Literal["change_events", "platform_event"]
+CompoundFields = Literal["struct", "flattened"]
+DeleteMode = Literal["soft", "hard"]
 _LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
 TopicKind = Literal[
     "change_events", "change_event_channel", "platform_event", "platform_event_channel"
@@ -671,6 +679,92 @@ class BatchingSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SilverSpec:
+    """How an object's silver table is shaped."""
+
+    compound_fields: CompoundFields = field(
+        default="struct",
+        metadata=meta(
+            "Compound fields (Address, Location, PersonName): struct keeps one STRUCT column "
+            "per field (BillingAddress.City), flattened makes one column per child "
+            "(BillingAddress_City)."
+        ),
+    )
+    max_rows_per_commit: int = field(
+        default=1_000_000,
+        metadata=meta(
+            "Bronze rows decoded per silver commit: a larger backlog is processed in several "
+            "commits, each recording the bronze version it reached (objects sharing a topic "
+            "use the smallest of their values).",
+            minimum=1000,
+        ),
+    )
+    max_bytes_per_commit: Annotated[int, ByteSize] = field(
+        default=512 * 1024**2,
+        metadata=meta(
+            "Bronze payload bytes decoded per silver commit, as landing recorded them: the "
+            "bound that keeps wide objects' commits in memory (a byte count or a size such as "
+            "'512MiB'; objects sharing a topic use the smallest).",
+            minimum=1024**2,
+        ),
+    )
+
+
+_COLUMN_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# The order of Salesforce's own replication guidance: commit time, then commit number, then
+# the transaction and the change's place in it. Stream order is always added as the last
+# tie-break.
+DEFAULT_SEQUENCE_BY: tuple[str, ...] = (
+    "_cdc_commit_timestamp",
+    "_cdc_commit_number",
+    "_cdc_transaction_key",
+    "_cdc_sequence_number",
+    "_cdc_bronze_batch_id",
+    "_cdc_bronze_batch_seq",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scd2Spec:
+    """SCD2 history of an object's gold table: one row per version of each record."""
+
+    enabled: bool = field(
+        default=False,
+        metadata=meta("Keep a history table `<gold table>_history` with one row per version."),
+    )
+    track: tuple[str, ...] | Literal["all"] = field(
+        default="all",
+        metadata=meta(
+            "Columns whose change starts a new version: a list of gold column names, or `all` "
+            "(every body column).",
+            pattern=_COLUMN_PATTERN,
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class GoldSpec:
+    """How an object's gold table is folded and merged."""
+
+    deletes: DeleteMode = field(
+        default="soft",
+        metadata=meta(
+            "soft keeps a deleted record's row, with `_cdc_is_deleted` true and its values; "
+            "hard removes the row and remembers the delete in `<gold table>_tombstones`."
+        ),
+    )
+    sequence_by: tuple[str, ...] = field(
+        default=DEFAULT_SEQUENCE_BY,
+        metadata=meta(
+            "Silver columns that order a record's changes; the bronze batch id and position "
+            "are always added as the final tie-break. Changing it needs a rebuilt gold table.",
+            pattern=_COLUMN_PATTERN,
+        ),
+    )
+    scd2: Scd2Spec = field(default_factory=Scd2Spec, metadata=meta("SCD2 history table."))
+
+
+@dataclass(frozen=True, kw_only=True)
 class DefaultsSpec:
     """Settings applied to every object unless its own file overrides them."""
 
@@ -678,6 +772,8 @@ class DefaultsSpec:
         default_factory=ReplaySpec, metadata=meta("Replay start and recovery.")
     )
     batching: BatchingSpec = field(default_factory=BatchingSpec, metadata=meta("Bronze batching."))
+    silver: SilverSpec = field(default_factory=SilverSpec, metadata=meta("Silver table shape."))
+    gold: GoldSpec = field(default_factory=GoldSpec, metadata=meta("Gold fold and MERGE."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -826,6 +922,14 @@ class ObjectSpec:
     batching: BatchingSpec = field(
         default_factory=BatchingSpec,
         metadata=meta("Overrides of defaults.batching.", inherits="defaults.batching"),
+    )
+    silver: SilverSpec = field(
+        default_factory=SilverSpec,
+        metadata=meta("Overrides of defaults.silver.", inherits="defaults.silver"),
+    )
+    gold: GoldSpec = field(
+        default_factory=GoldSpec,
+        metadata=meta("Overrides of defaults.gold.", inherits="defaults.gold"),
     )
     tables: TablesSpec = field(default_factory=TablesSpec, metadata=meta("Table names."))
     managed_subscription: str | None = field(
@@ -1197,7 +1301,12 @@ def _load_object(
         ctx.add("", "is empty; an object file needs at least 'object' and 'kind'")
         return None
     # Sections the file leaves out, and keys a section leaves out, come from the defaults.
-    inherited = {"replay": defaults.replay, "batching": defaults.batching}
+    inherited = {
+        "replay": defaults.replay,
+        "batching": defaults.batching,
+        "silver": defaults.silver,
+        "gold": defaults.gold,
+    }
     spec = parse_model(ObjectSpec, data, "", ctx, inherited)
     if spec is INVALID:
         return None

@@ -9,9 +9,11 @@ walks the same metadata to publish the JSON Schema, so the two cannot drift apar
 Supported field types: nested models, ``Literal`` options, ``bool``/``int``/``float``/``str``,
 ``X | None``, secret references (:data:`ingest.auth.SecretRef`: the
 :class:`~ingest.auth.EnvRef` and :class:`~ingest.auth.ScopeRef` that connecting resolves),
-strings-or-references (:data:`Credential`), sizes (``Annotated[int, ByteSize]``) and unions
-of models told apart by their ``type`` key. A model may define
-``_problems(self) -> list[tuple[str, str]]`` for rules spanning several of its keys.
+strings-or-references (:data:`Credential`), sizes (``Annotated[int, ByteSize]``), lists of
+strings (``tuple[str, ...]``: non-empty, no duplicates), a list of strings or one of some
+words (``tuple[str, ...] | Literal["all"]``) and unions of models told apart by their
+``type`` key. A model may define ``_problems(self) -> list[tuple[str, str]]`` for rules
+spanning several of its keys.
 """
 
 from __future__ import annotations
@@ -205,13 +207,21 @@ def _union_args(tp: Any) -> tuple[Any, ...] | None:
     return None
 
 
+def _is_str_tuple(tp: Any) -> bool:
+    return get_origin(tp) is tuple and get_args(tp) == (str, ...)
+
+
 def type_kind(tp: Any) -> str:
     """How a model type is written in YAML: one of dataclass, auth, secret, credential,
-    optional, literal, bytesize, bool, int, float, str."""
+    optional, literal, bytesize, strlist, strlist_or_literal, bool, int, float, str."""
     if get_origin(tp) is Annotated:
         return "bytesize" if ByteSize in get_args(tp)[1:] else type_kind(get_args(tp)[0])
+    if _is_str_tuple(tp):
+        return "strlist"
     args = _union_args(tp)
     if args is not None:
+        if len(args) == 2 and _is_str_tuple(args[0]) and get_origin(args[1]) is Literal:
+            return "strlist_or_literal"
         members = set(args)
         if members == _SECRET_MEMBERS:
             return "secret"
@@ -277,6 +287,17 @@ def parse_value(
         shown = repr(value) if isinstance(value, str) else show(value)
         ctx.add(path, f"must be one of {listed} (got {shown})")
         return INVALID
+    if kind == "strlist":
+        return _parse_strings(value, path, ctx, meta)
+    if kind == "strlist_or_literal":
+        words = get_args(get_args(tp)[1])
+        if isinstance(value, str):
+            if value in words:
+                return value
+            listed = ", ".join(repr(w) for w in words)
+            ctx.add(path, f"must be a list of strings or one of {listed} (got {value!r})")
+            return INVALID
+        return _parse_strings(value, path, ctx, meta)
     if kind == "bytesize":
         try:
             parsed: Any = parse_byte_size(value)
@@ -297,6 +318,27 @@ def parse_value(
         return _check_string(value, path, ctx, meta)
     ctx.add(path, f"must be {_KIND_NAMES[kind]} (got {show(value)})")
     return INVALID
+
+
+def _parse_strings(value: Any, path: str, ctx: Problems, meta: Mapping[str, Any]) -> Any:
+    if not isinstance(value, list) or not value:
+        ctx.add(path, f"must be a non-empty list of strings (got {show(value)})")
+        return INVALID
+    out: list[str] = []
+    ok = True
+    for i, item in enumerate(value):
+        sub = f"{path}[{i}]"
+        if not isinstance(item, str) or not item:
+            ctx.add(sub, f"must be a non-empty string (got {show(item)})")
+            ok = False
+        elif item in out:
+            ctx.add(sub, f"{item!r} is listed twice")
+            ok = False
+        elif _check_string(item, sub, ctx, meta) is INVALID:
+            ok = False
+        else:
+            out.append(item)
+    return tuple(out) if ok else INVALID
 
 
 def _number(value: float) -> str:

@@ -80,7 +80,16 @@ def _json_default(f: dataclasses.Field[Any]) -> Any:
         return dataclasses.MISSING
     if f.default is None or isinstance(f.default, bool | int | float | str):
         return f.default
+    if isinstance(f.default, tuple) and all(isinstance(v, str) for v in f.default):
+        return list(f.default)
     return dataclasses.MISSING
+
+
+def _strings_schema(meta: Mapping[str, Any]) -> dict[str, Any]:
+    item: dict[str, Any] = {"type": "string", "minLength": 1}
+    if meta.get("pattern") is not None:
+        item["pattern"] = meta["pattern"]
+    return {"type": "array", "items": item, "minItems": 1, "uniqueItems": True}
 
 
 def _type_schema(tp: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,6 +111,11 @@ def _type_schema(tp: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
         }
     if kind == "literal":
         return {"type": "string", "enum": list(get_args(tp))}
+    if kind == "strlist":
+        return _strings_schema(meta)
+    if kind == "strlist_or_literal":
+        words = list(get_args(get_args(tp)[1]))
+        return {"oneOf": [_strings_schema(meta), {"type": "string", "enum": words}]}
     if kind == "bytesize":
         low, high = meta.get("minimum"), meta.get("maximum")
         number: dict[str, Any] = {"type": "integer"}
@@ -257,6 +271,11 @@ def _type_text(tp: Any, meta: Mapping[str, Any]) -> str:
         return " \\| ".join(f"`{o}`" for o in get_args(tp))
     if kind == "bytesize":
         return "size (bytes or e.g. `64MiB`)"
+    if kind == "strlist":
+        return "list of strings"
+    if kind == "strlist_or_literal":
+        words = " \\| ".join(f"`{w}`" for w in get_args(get_args(tp)[1]))
+        return f"list of strings \\| {words}"
     text = {"bool": "boolean", "int": "integer", "float": "number", "str": "string"}[kind]
     bounds = []
     if meta.get("minimum") is not None:
@@ -281,6 +300,8 @@ def _default_text(f: dataclasses.Field[Any]) -> str:
             return f"`{str(value).lower()}`"
         if isinstance(value, int) and value >= 1024**2 and value % 1024**2 == 0:
             return f"`{value // 1024**2}MiB`"
+        if isinstance(value, tuple):
+            return "`[" + ", ".join(str(v) for v in value) + "]`"
         return f"`{value}`" if value != "" else '`""`'
     if f.default_factory is not dataclasses.MISSING:
         return ""
@@ -301,7 +322,9 @@ def key_docs(root: type, file: str) -> Iterator[KeyDoc]:
                 continue
             yield doc
             if type_kind(inner) == "dataclass":
-                yield from walk(inner, path, variant, f.metadata.get("inherits"))
+                # A section inside an inheriting section inherits key by key too.
+                nested = f.metadata.get("inherits") or (f"{inherits}.{key}" if inherits else None)
+                yield from walk(inner, path, variant, nested)
             elif type_kind(inner) == "auth":
                 options = list(discriminated(inner))
                 yield KeyDoc(

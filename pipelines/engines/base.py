@@ -231,9 +231,12 @@ class LakeEngine(Protocol):
         """The table (at ``version``, default latest) as a DataFrame."""
         ...
 
-    def read_appends(self, table: TableRef, *, after_version: int | None) -> TableChanges:
+    def read_appends(
+        self, table: TableRef, *, after_version: int | None, until_version: int | None = None
+    ) -> TableChanges:
         """Rows added (data-changing adds) by the commits after ``after_version`` (``None``:
-        all rows) up to the current version. Compactions add nothing."""
+        all rows) up to ``until_version`` (``None``: the current version), inclusive.
+        Compactions add nothing."""
         ...
 
     def txn_version(self, table: TableRef, app_id: str) -> int | None:

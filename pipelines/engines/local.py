@@ -563,16 +563,15 @@ class LocalEngine:
             # pandas, half a second of start-up for a landing process that never uses it.
             return _read_parquet(dt.file_uris(), schema, names, conditions)
 
-    def read_appends(self, table: TableRef, *, after_version: int | None) -> TableChanges:
+    def read_appends(
+        self, table: TableRef, *, after_version: int | None, until_version: int | None = None
+    ) -> TableChanges:
         dt = self._require(table)
-        current = dt.version()
+        current = _until(table, dt.version(), after_version, until_version)
+        if current != dt.version():
+            dt = self._require(table, current)
         if after_version is None:
             return TableChanges(table, self._dataframe(dt, table, dt.file_uris()), 0, current)
-        if after_version > current:
-            raise LakeError(
-                f"{table} is at version {current}, before the requested after_version "
-                f"{after_version}; was the table dropped and re-created?"
-            )
         if after_version == current:
             return TableChanges(table, self._dataframe(dt, table, []), None, current)
         files, reason = self._added_files(table, after_version + 1, current)
@@ -773,6 +772,28 @@ class LocalEngine:
                 glob = _escape_glob(directory) + "/{" + ",".join(map(_escape_glob, chunk)) + "}"
                 selects.append(f"SELECT {columns} FROM parquet.{quote_identifier(glob)}")
         return "\nUNION ALL\n".join(selects)
+
+
+def _until(
+    table: TableRef, current: int, after_version: int | None, until_version: int | None
+) -> int:
+    """The last version ``read_appends`` reads, checked against the table's versions."""
+    if after_version is not None and after_version > current:
+        raise LakeError(
+            f"{table} is at version {current}, before the requested after_version "
+            f"{after_version}; was the table dropped and re-created?"
+        )
+    if until_version is None:
+        return current
+    if until_version > current or until_version < 0:
+        raise LakeError(
+            f"{table} has versions 0..{current}; cannot read appends up to version {until_version}"
+        )
+    if after_version is not None and until_version < after_version:
+        raise LakeError(
+            f"{table}: until_version {until_version} is before after_version {after_version}"
+        )
+    return until_version
 
 
 def _read_parquet(

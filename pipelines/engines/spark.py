@@ -597,19 +597,30 @@ class SparkEngine:
         except Exception as exc:  # py4j and pyspark raise many types; keep the cause
             raise LakeError(f"reading {self.qualified_name(table)} failed: {exc}") from exc
 
-    def read_appends(self, table: TableRef, *, after_version: int | None) -> TableChanges:
-        current = self._require(table)
+    def read_appends(
+        self, table: TableRef, *, after_version: int | None, until_version: int | None = None
+    ) -> TableChanges:
+        latest = self._require(table)
         qualified = self.qualified_name(table)
-        if after_version is None:
-            return TableChanges(table, self.read(table, version=current), 0, current)
-        if after_version > current:
+        if after_version is not None and after_version > latest:
             raise LakeError(
-                f"{qualified} is at version {current}, before the requested after_version "
+                f"{qualified} is at version {latest}, before the requested after_version "
                 f"{after_version}; was the table dropped and re-created?"
             )
+        current = latest if until_version is None else until_version
+        if current > latest or current < 0:
+            raise LakeError(
+                f"{qualified} has versions 0..{latest}; cannot read appends up to version {current}"
+            )
+        if after_version is not None and current < after_version:
+            raise LakeError(
+                f"{qualified}: until_version {current} is before after_version {after_version}"
+            )
+        if after_version is None:
+            return TableChanges(table, self.read(table, version=current), 0, current)
         if after_version == current:
             return TableChanges(table, self.read(table, version=current).limit(0), None, current)
-        reason = self._incremental_obstacle(table, after_version + 1, current)
+        reason = self._incremental_obstacle(table, after_version + 1, current, latest)
         if reason is not None:
             _log.warning(
                 "%s: cannot read the rows added after version %d incrementally (%s); reading "
@@ -633,10 +644,16 @@ class SparkEngine:
         )
         return TableChanges(table, df, after_version + 1, current)
 
-    def _incremental_obstacle(self, table: TableRef, first: int, last: int) -> str | None:
+    def _incremental_obstacle(
+        self, table: TableRef, first: int, last: int, latest: int
+    ) -> str | None:
         if self.properties(table).get(CDF_PROPERTY, "false").lower() != "true":
             return f"{CDF_PROPERTY} is off; ensure_table turns it on"
-        rows = self._history_rows(table, last - first + 1)
+        rows = [
+            r
+            for r in self._history_rows(table, latest - first + 1)
+            if first <= int(r["version"]) <= last
+        ]
         versions = {int(r["version"]) for r in rows}
         if not set(range(first, last + 1)) <= versions:
             return "part of the range is no longer in the table history"

@@ -299,6 +299,28 @@ def test_read_appends_across_commits_and_compaction(engine: LocalEngine) -> None
         engine.read_appends(BRONZE, after_version=6)
 
 
+def test_read_appends_up_to_a_version(engine: LocalEngine) -> None:
+    for i in range(4):
+        engine.append(BRONZE, events(i * 2, 2), txn=Txn("b", i))  # versions 0..3
+    middle = engine.read_appends(BRONZE, after_version=0, until_version=2)
+    assert (middle.start_version, middle.end_version, middle.full_read) == (1, 2, False)
+    assert ids(middle.df) == ["e2", "e3", "e4", "e5"]
+    first = engine.read_appends(BRONZE, after_version=None, until_version=1)
+    assert first.end_version == 1 and ids(first.df) == ["e0", "e1", "e2", "e3"]
+    same = engine.read_appends(BRONZE, after_version=2, until_version=2)
+    assert same.start_version is None and same.df.count() == 0
+    with pytest.raises(LakeError, match="cannot read appends up to version 4"):
+        engine.read_appends(BRONZE, after_version=0, until_version=4)
+    with pytest.raises(LakeError, match="until_version 1 is before after_version 2"):
+        engine.read_appends(BRONZE, after_version=2, until_version=1)
+
+    # A range that cannot be read incrementally falls back to the table at until_version.
+    engine.overwrite(BRONZE, events(10, 1))  # version 4
+    engine.append(BRONZE, events(11, 1))  # version 5
+    fallback = engine.read_appends(BRONZE, after_version=3, until_version=4)
+    assert fallback.full_read and fallback.end_version == 4 and ids(fallback.df) == ["e10"]
+
+
 def test_read_appends_falls_back_when_rows_were_rewritten_or_the_log_cleaned(
     engine: LocalEngine, caplog: pytest.LogCaptureFixture
 ) -> None:

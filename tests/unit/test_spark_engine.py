@@ -509,6 +509,24 @@ def test_read_appends_uses_the_change_data_feed(engine: SparkEngine, spark: Fake
         engine.read_appends(BRONZE, after_version=9)
 
 
+def test_read_appends_up_to_a_version(engine: SparkEngine, spark: FakeSpark) -> None:
+    engine.ensure_table(BRONZE, SCHEMA)
+    for version in (1, 2, 3):
+        engine.append(BRONZE, FakeDataFrame(spark, SCHEMA, 1), txn=Txn("b", version))  # type: ignore[arg-type]
+    changes = engine.read_appends(BRONZE, after_version=0, until_version=2)
+    assert (changes.start_version, changes.end_version, changes.full_read) == (1, 2, False)
+    _, options = spark.reads[-1]
+    assert (options["startingVersion"], options["endingVersion"]) == ("1", "2")
+    with pytest.raises(LakeError, match="cannot read appends up to version 7"):
+        engine.read_appends(BRONZE, after_version=0, until_version=7)
+    with pytest.raises(LakeError, match="until_version 1 is before after_version 2"):
+        engine.read_appends(BRONZE, after_version=2, until_version=1)
+    # A rewrite after the range does not stop the range from being read incrementally.
+    spark.tables["main.bronze.sf_account_change_event"].commit("DELETE")
+    assert not engine.read_appends(BRONZE, after_version=1, until_version=3).full_read
+    assert engine.read_appends(BRONZE, after_version=1).full_read
+
+
 def test_read_appends_falls_back_to_a_full_read(
     engine: SparkEngine, spark: FakeSpark, caplog: pytest.LogCaptureFixture
 ) -> None:

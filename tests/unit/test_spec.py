@@ -170,6 +170,33 @@ def test_object_overrides_merge_key_by_key_with_the_pipeline_defaults(tmp_path: 
     assert contact.batching.max_events == 1000
 
 
+def test_silver_compound_fields_default_to_struct_and_objects_override_them(
+    tmp_path: Path,
+) -> None:
+    conf = load_conf(
+        write_conf(
+            tmp_path,
+            "defaults: {silver: {compound_fields: flattened, max_rows_per_commit: 2000}}\n",
+            {
+                "account": ACCOUNT + "silver: {compound_fields: struct}\n",
+                "contact": "object: Contact\nkind: change_events\n",
+            },
+        )
+    )
+    assert conf.object("Account").silver.compound_fields == "struct"
+    assert conf.object("Contact").silver.compound_fields == "flattened"
+    assert conf.object("Account").silver.max_rows_per_commit == 2000
+    assert ObjectSpec(api_name="Lead", kind="change_events").silver.compound_fields == "struct"
+
+
+def test_silver_compound_fields_must_be_struct_or_flattened(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, objects={"account": ACCOUNT + "silver: {compound_fields: flat}\n"})
+    assert only_problem(conf) == (
+        "conf/objects/account.yml: silver.compound_fields: must be one of 'struct', 'flattened' "
+        "(got 'flat')"
+    )
+
+
 def test_explicit_names_and_shared_channel(tmp_path: Path) -> None:
     conf = load_conf(
         write_conf(
@@ -449,8 +476,8 @@ def test_unknown_top_level_keys_list_the_valid_ones(tmp_path: Path) -> None:
     conf = write_conf(tmp_path, objects={"account": ACCOUNT + "tabels: {gold: x}\n"})
     assert only_problem(conf) == (
         "conf/objects/account.yml: tabels: unknown key; valid keys are 'batching', 'enabled', "
-        "'kind', 'managed_subscription', 'object', 'replay', 'tables', 'topic' (did you mean "
-        "'tables'?)"
+        "'gold', 'kind', 'managed_subscription', 'object', 'replay', 'silver', 'tables', 'topic' "
+        "(did you mean 'tables'?)"
     )
 
 

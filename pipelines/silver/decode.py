@@ -1,0 +1,514 @@
+"""Decoding bronze payloads inside Spark tasks (``mapInArrow``).
+
+:func:`decode_function` returns the function ``DataFrame.mapInArrow`` runs over bronze rows
+(``batch_id, batch_seq, event_id, replay_id, schema_id, payload``) of one object;
+:func:`decoded_schema` is the schema of what it yields: per bronze row, the bronze
+coordinates, the CDC header and the object's fields as
+:meth:`~pipelines.silver.columns.SilverLayout.raw_columns` (dates and times still epoch
+milliseconds: Spark converts them in :mod:`pipelines.silver.transforms`). A row that cannot
+be decoded carries ``_cdc_error`` (the reason), ``_cdc_error_kind`` and its payload instead,
+for the quarantine: a corrupt or truncated payload, a bitmap that points past the schema, a
+header naming another object, a schema that does not parse.
+
+The job hands each object's decoder only the bronze rows whose schema id is one of that
+object's schemas, so on a channel carrying several objects every row is still decoded once.
+
+What travels with the function (:class:`DecodePlan`) is small and picklable: the object's
+layout and the registry's schema JSON of its versions. In each Python worker the schemas are
+parsed and their decoders generated once per schema id (a module-level
+:class:`~ingest.decoding.DecoderCache`, reused by every task of that worker), and each Arrow
+batch is decoded column-wise with :meth:`~ingest.decoding.EventDecoder.decode_batch`: no dict
+per row, one ``pyarrow.array`` call per column.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
+
+from ingest.decoding import DecodedBatch, DecoderCache, EventDecoder
+from ingest.errors import DecodeError
+from ingest.schema import EventSchema, FieldInfo
+from pipelines.silver.columns import FieldLayout, LeafKind, SilverLayout, leaf_kind
+
+__all__ = [
+    "BRONZE_COLUMNS",
+    "DECODED_HEADER",
+    "DecodePlan",
+    "ErrorKind",
+    "decode_batches",
+    "decode_function",
+    "decoded_schema",
+]
+
+ErrorKind = Literal[
+    "unknown_schema", "invalid_schema", "corrupt_payload", "bad_bitmap", "wrong_entity"
+]
+
+# The bronze columns the decoder reads, in this order.
+BRONZE_COLUMNS = ("batch_id", "batch_seq", "event_id", "replay_id", "schema_id", "payload")
+
+_STRINGS = T.ArrayType(T.StringType())
+# Columns of every decoded row, whatever its object.
+DECODED_HEADER: tuple[tuple[str, T.DataType], ...] = (
+    ("_cdc_bronze_batch_id", T.LongType()),
+    ("_cdc_bronze_batch_seq", T.IntegerType()),
+    ("_cdc_event_id", T.StringType()),
+    ("_cdc_replay_id", T.BinaryType()),
+    ("_cdc_schema_id", T.StringType()),
+    ("_cdc_entity", T.StringType()),
+    ("_cdc_error", T.StringType()),
+    ("_cdc_error_kind", T.StringType()),
+    ("_cdc_payload", T.BinaryType()),
+    ("_cdc_record_ids", _STRINGS),
+    ("_cdc_change_type", T.StringType()),
+    ("_cdc_change_origin", T.StringType()),
+    ("_cdc_transaction_key", T.StringType()),
+    ("_cdc_sequence_number", T.IntegerType()),
+    ("_cdc_commit_timestamp", T.LongType()),
+    ("_cdc_commit_number", T.LongType()),
+    ("_cdc_commit_user", T.StringType()),
+    ("_cdc_changed_fields", _STRINGS),
+    ("_cdc_nulled_fields", _STRINGS),
+    ("_cdc_diff_fields", _STRINGS),
+)
+_PASS_THROUGH = 5  # the first columns come straight from bronze
+# ChangeEventHeader fields -> decoded columns (recordIds and the bitmaps are handled apart).
+_HEADER_SCALARS = (
+    ("changeType", "_cdc_change_type"),
+    ("changeOrigin", "_cdc_change_origin"),
+    ("transactionKey", "_cdc_transaction_key"),
+    ("sequenceNumber", "_cdc_sequence_number"),
+    ("commitTimestamp", "_cdc_commit_timestamp"),
+    ("commitNumber", "_cdc_commit_number"),
+    ("commitUser", "_cdc_commit_user"),
+)
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """Everything a Spark task needs to decode one object's bronze rows.
+
+    ``layout``: the object's silver columns. ``schemas``: schema id -> JSON of every
+    registry schema of the object (the job feeds the decoder only rows with one of these
+    ids). ``registry``: the registry table's name, for messages.
+    """
+
+    layout: SilverLayout
+    schemas: Mapping[str, str]
+    registry: str = "the schema registry"
+
+
+def decoded_schema(plan: DecodePlan) -> T.StructType:
+    """The schema of the rows :func:`decode_function` yields: bronze coordinates, error
+    columns, the CDC header and the object's :meth:`~SilverLayout.raw_columns`."""
+    columns = (*DECODED_HEADER, *plan.layout.raw_columns())
+    return T.StructType([T.StructField(n, t) for n, t in columns])
+
+
+def decode_function(
+    plan: DecodePlan,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function decoding bronze rows according to ``plan``."""
+    return partial(decode_batches, plan)
+
+
+# ----------------------------------------------------------------------- in the worker
+
+_SCHEMA_JSON: dict[str, str] = {}
+_SCHEMA_LOCK = threading.Lock()
+
+
+def _registry_json(schema_id: str) -> str | None:
+    return _SCHEMA_JSON.get(schema_id)
+
+
+# One per Python worker process, shared by its tasks: a schema is parsed and its decoder
+# generated once per worker, however many tasks and runs use it. Schema ids are fingerprints
+# of the schema, so a cached id can never come to mean another schema.
+_DECODERS = DecoderCache(_registry_json)
+_BUILDERS: dict[tuple[str, SilverLayout], _Builder] = {}
+_MAX_BUILDERS = 256
+
+
+def decode_batches(plan: DecodePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Decode bronze Arrow batches into batches of :func:`decoded_schema` (see the module
+    docstring). Used through :func:`decode_function`."""
+    with _SCHEMA_LOCK:
+        _SCHEMA_JSON.update(plan.schemas)
+    out_schema = to_arrow_schema(decoded_schema(plan), timezone="UTC")
+    for batch in batches:
+        # Decoding creates millions of small acyclic objects (strings, floats); the cyclic
+        # collector would walk all of them again and again and find nothing.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            yield from _decode_batch(plan, out_schema, batch)
+        finally:
+            if enabled:
+                gc.enable()
+
+
+def _decode_batch(
+    plan: DecodePlan, out_schema: pa.Schema, batch: pa.RecordBatch
+) -> Iterator[pa.RecordBatch]:
+    if batch.num_rows == 0:
+        return
+    missing = [c for c in BRONZE_COLUMNS if c not in batch.schema.names]
+    if missing:
+        raise DecodeError(
+            f"the decoder reads bronze columns {', '.join(BRONZE_COLUMNS)}; the input lacks "
+            f"{', '.join(missing)} (got {', '.join(batch.schema.names)})"
+        )
+    bronze = pa.RecordBatch.from_arrays(
+        [batch.column(c) for c in BRONZE_COLUMNS], names=list(BRONZE_COLUMNS)
+    )
+    ids = bronze.column(4)
+    unique = pc.unique(ids).to_pylist()
+    if len(unique) == 1:
+        groups: list[tuple[Any, pa.RecordBatch]] = [(unique[0], bronze)]
+    else:
+        groups = []
+        for sid in unique:
+            mask = pc.is_null(ids) if sid is None else pc.equal(ids, sid)
+            groups.append((sid, bronze.filter(mask)))
+    for sid, rows in groups:
+        yield from _decode_group(plan, out_schema, sid, rows)
+
+
+class _Out:
+    """Columns of an output batch, filled by name; the rest become nulls."""
+
+    def __init__(self, schema: pa.Schema, bronze: pa.RecordBatch) -> None:
+        self.schema = schema
+        self.n = bronze.num_rows
+        self.columns: dict[str, pa.Array] = {
+            name: bronze.column(i).cast(schema.field(name).type)
+            for i, (name, _) in enumerate(DECODED_HEADER[:_PASS_THROUGH])
+        }
+
+    def batch(self) -> pa.RecordBatch:
+        arrays = []
+        for f in self.schema:
+            array = self.columns.get(f.name)
+            arrays.append(pa.nulls(self.n, f.type) if array is None else array)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _failed(
+    schema: pa.Schema,
+    bronze: pa.RecordBatch,
+    kinds: ErrorKind | Sequence[ErrorKind],
+    reasons: str | Sequence[str],
+    entity: str | None = None,
+) -> pa.RecordBatch:
+    out = _Out(schema, bronze)
+    n = bronze.num_rows
+    text = [reasons] * n if isinstance(reasons, str) else list(reasons)
+    kind_text = [kinds] * n if isinstance(kinds, str) else list(kinds)
+    out.columns["_cdc_error"] = pa.array(text, pa.string())
+    out.columns["_cdc_error_kind"] = pa.array(kind_text, pa.string())
+    out.columns["_cdc_payload"] = bronze.column(5)
+    if entity is not None:
+        out.columns["_cdc_entity"] = pa.array([entity] * n, pa.string())
+    return out.batch()
+
+
+def _decode_group(
+    plan: DecodePlan, schema: pa.Schema, sid: Any, bronze: pa.RecordBatch
+) -> Iterator[pa.RecordBatch]:
+    layout = plan.layout
+    if not sid:
+        yield _failed(schema, bronze, "unknown_schema", "the bronze row has no schema id")
+        return
+    if sid not in plan.schemas:
+        yield _failed(
+            schema,
+            bronze,
+            "unknown_schema",
+            f"schema id {sid!r} is not a {layout.entity} schema in {plan.registry}",
+        )
+        return
+    try:
+        event_schema, decoder = _DECODERS.get(sid)
+    except DecodeError as exc:
+        yield _failed(schema, bronze, "invalid_schema", str(exc), layout.entity)
+        return
+    yield from _builder(sid, layout, event_schema, decoder).build(schema, bronze)
+
+
+def _builder(
+    sid: str, layout: SilverLayout, schema: EventSchema, decoder: EventDecoder
+) -> _Builder:
+    key = (sid, layout)
+    builder = _BUILDERS.get(key)
+    if builder is None:
+        if len(_BUILDERS) >= _MAX_BUILDERS:
+            _BUILDERS.clear()
+        builder = _BUILDERS[key] = _Builder(layout, schema, decoder)
+    return builder
+
+
+def _text(kind: LeafKind) -> Callable[[Any], str]:
+    """A value of ``kind`` as text, for a column another schema version made STRING."""
+    if kind == "boolean":
+        return lambda v: "true" if v else "false"
+    if kind == "date":
+        return _iso_date
+    if kind == "timestamp":
+        return _iso_timestamp
+    if kind == "time":
+        return _time_of_day
+    if kind == "string":
+        return str
+    if kind == "binary":
+        return lambda v: bytes(v).hex()
+    return lambda v: v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+
+
+def _iso_date(ms: int) -> str:
+    import datetime as dt
+
+    return (dt.date(1970, 1, 1) + dt.timedelta(days=ms // 86_400_000)).isoformat()
+
+
+def _iso_timestamp(ms: int) -> str:
+    import datetime as dt
+
+    moment = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _time_of_day(ms: int) -> str:
+    seconds, milli = divmod(ms, 1000)
+    minutes, sec = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    return f"{hours:02d}:{minute:02d}:{sec:02d}.{milli:03d}"
+
+
+def _source_kind(info: FieldInfo) -> LeafKind | None:
+    """The leaf kind a schema version writes for a field (None for a record)."""
+    return None if info.children else leaf_kind(info)
+
+
+def _arrow(t: T.DataType) -> pa.DataType:
+    arrow_type: pa.DataType = to_arrow_type(t, timezone="UTC")
+    return arrow_type
+
+
+_Column = Callable[[list[Any], int], pa.Array]
+# How BitmapExpander's messages begin (decode_batch reports errors as text).
+_BITMAP_ERRORS = ("bitmap ", "a bitmap ")
+
+
+class _Builder:
+    """Turns one schema version's decoded columns into one object's struct column.
+
+    Built once per (schema id, layout) in a worker: for each column of the layout, a
+    function from the version's decoded values (or nothing, when the version lacks the
+    field) to an Arrow array of the column's type.
+    """
+
+    def __init__(self, layout: SilverLayout, schema: EventSchema, decoder: EventDecoder) -> None:
+        self.layout = layout
+        self.schema = schema
+        self.decoder = decoder
+        self.entity = layout.entity
+        self.names = [name for name, _ in layout.raw_columns()]
+        by_name = {f.name: f for f in schema.fields}
+        self.columns: list[tuple[str | None, _Column]] = []
+        raw = dict(layout.raw_columns())
+        for f in layout.fields:
+            self.columns.extend(self._plan(f, by_name.get(f.name), raw))
+
+    @staticmethod
+    def _plan(
+        f: FieldLayout, info: FieldInfo | None, raw: Mapping[str, T.DataType]
+    ) -> list[tuple[str | None, _Column]]:
+        if f.shape == "switchable":
+            value_type = _arrow(raw[f.name])
+            record_type = _arrow(raw[f.person_column])
+            if info is None:
+                return [(None, _nulls(value_type)), (None, _nulls(record_type))]
+            if info.kind == "switchable_name":
+                return [
+                    (info.name, _branch_value(value_type, f.kind)),
+                    (info.name, _branch_record(record_type, f, info)),
+                ]
+            if info.children:  # an older version with only the record
+                return [(None, _nulls(value_type)), (info.name, _records(record_type, f, info))]
+            value = _leaf(value_type, f.kind, leaf_kind(info))
+            return [(info.name, value), (None, _nulls(record_type))]
+        arrow_type = _arrow(raw[f.name])
+        if info is None:
+            return [(None, _nulls(arrow_type))]
+        if f.shape == "struct":
+            if not info.children:
+                return [(info.name, _nulls(arrow_type))]
+            return [(info.name, _records(arrow_type, f, info))]
+        source = _source_kind(info)
+        if source is None or info.kind == "switchable_name":
+            return [(info.name, _leaf(arrow_type, f.kind, "json"))]
+        return [(info.name, _leaf(arrow_type, f.kind, source))]
+
+    def build(self, schema: pa.Schema, bronze: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        payloads = bronze.column(5).to_pylist()
+        decoded = self.decoder.decode_batch(payloads)
+        out_rows = decoded.row_index
+        entity = self.entity
+        kinds: list[tuple[int, ErrorKind, str]] = [
+            (i, "bad_bitmap" if reason.startswith(_BITMAP_ERRORS) else "corrupt_payload", reason)
+            for i, reason in decoded.errors
+        ]
+        if self.schema.is_change_event and len(decoded):
+            names = decoded.header["entityName"]
+            wrong = [k for k, name in enumerate(names) if name != entity]
+            if wrong:
+                bad = set(wrong)
+                for k in wrong:
+                    kinds.append(
+                        (
+                            out_rows[k],
+                            "wrong_entity",
+                            f"schema {self.schema.schema_id} is a {entity} schema but the "
+                            f"event's ChangeEventHeader.entityName is {names[k]!r}",
+                        )
+                    )
+                decoded = _drop(decoded, bad)
+                out_rows = decoded.row_index
+        if out_rows:
+            yield self._good(schema, bronze, decoded, out_rows)
+        if kinds:
+            kinds.sort()
+            failed = bronze.take(pa.array([i for i, _, _ in kinds], pa.int64()))
+            yield _failed(
+                schema, failed, [k for _, k, _ in kinds], [r for _, _, r in kinds], entity
+            )
+
+    def _good(
+        self,
+        schema: pa.Schema,
+        bronze: pa.RecordBatch,
+        decoded: DecodedBatch,
+        rows: list[int],
+    ) -> pa.RecordBatch:
+        n = len(rows)
+        if n != bronze.num_rows:
+            bronze = bronze.take(pa.array(rows, pa.int64()))
+        out = _Out(schema, bronze)
+        out.columns["_cdc_entity"] = pa.array([self.entity] * n, pa.string())
+        header = decoded.header
+        if header:
+            out.columns["_cdc_record_ids"] = pa.array(header["recordIds"], _arrow(_STRINGS))
+            for field_name, target in _HEADER_SCALARS:
+                out.columns[target] = pa.array(header[field_name], schema.field(target).type)
+            out.columns["_cdc_changed_fields"] = _name_lists(decoded.changed)
+            out.columns["_cdc_nulled_fields"] = _name_lists(decoded.nulled)
+            out.columns["_cdc_diff_fields"] = _name_lists(decoded.diffed)
+        values = decoded.columns
+        for column, (source, build) in zip(self.names, self.columns, strict=True):
+            out.columns[column] = build(values[source] if source is not None else [], n)
+        return out.batch()
+
+
+def _drop(decoded: DecodedBatch, bad: set[int]) -> DecodedBatch:
+    keep = [k for k in range(len(decoded)) if k not in bad]
+
+    def pick(column: list[Any]) -> list[Any]:
+        return [column[k] for k in keep]
+
+    return DecodedBatch(
+        schema_id=decoded.schema_id,
+        header={name: pick(col) for name, col in decoded.header.items()},
+        columns={name: pick(col) for name, col in decoded.columns.items()},
+        changed=pick(decoded.changed),
+        nulled=pick(decoded.nulled),
+        diffed=pick(decoded.diffed),
+        row_index=pick(decoded.row_index),
+        errors=decoded.errors,
+    )
+
+
+def _name_lists(values: list[tuple[str, ...]]) -> pa.Array:
+    """Expanded bitmaps as list<string>. A stream repeats a handful of distinct bitmaps, so
+    each distinct one is converted once and the column gathered from them."""
+    index: dict[tuple[str, ...], int] = {}
+    positions = [index.setdefault(v, len(index)) for v in values]
+    distinct = pa.array(list(index), pa.list_(pa.string()))
+    return distinct.take(pa.array(positions, pa.int32()))
+
+
+def _nulls(arrow_type: pa.DataType) -> _Column:
+    return lambda _values, n: pa.nulls(n, arrow_type)
+
+
+def _leaf(arrow_type: pa.DataType, target: LeafKind, source: LeafKind) -> _Column:
+    if target == source or (
+        target not in ("string", "json") and source not in ("string", "json", "boolean", "binary")
+    ):
+        # Same kind, or a lossless widening Arrow does on its own (int -> long -> double;
+        # a date's epoch ms as a timestamp's).
+        return lambda values, _n: pa.array(values, arrow_type)
+    text = _text(source)
+    return lambda values, _n: pa.array([None if v is None else text(v) for v in values], arrow_type)
+
+
+def _branch_value(arrow_type: pa.DataType, target: LeafKind) -> _Column:
+    text = _text("json")
+
+    def build(values: list[Any], _n: int) -> pa.Array:
+        if target == "string":
+            return pa.array([v if v.__class__ is str else None for v in values], arrow_type)
+        return pa.array(
+            [None if v is None or v.__class__ is dict else text(v) for v in values], arrow_type
+        )
+
+    return build
+
+
+def _converting_children(f: FieldLayout, info: FieldInfo) -> dict[str, Callable[[Any], str]]:
+    """Children whose values this version writes in another kind than the column's."""
+    out: dict[str, Callable[[Any], str]] = {}
+    for c in info.children:
+        target = f.child(c.name).kind
+        source: LeafKind = "json" if c.children else leaf_kind(c)
+        if target in ("string", "json") and source not in ("string", "json"):
+            out[c.name] = _text(source)
+    return out
+
+
+def _records(arrow_type: pa.DataType, f: FieldLayout, info: FieldInfo) -> _Column:
+    convert = _converting_children(f, info)
+    if not convert:
+        # A dict per value, missing children become nulls: pyarrow does it in C++.
+        return lambda values, _n: pa.array(values, arrow_type)
+
+    def build(values: list[Any], _n: int) -> pa.Array:
+        fixed = [
+            None
+            if v is None
+            else {k: (convert[k](x) if k in convert and x is not None else x) for k, x in v.items()}
+            for v in values
+        ]
+        return pa.array(fixed, arrow_type)
+
+    return build
+
+
+def _branch_record(arrow_type: pa.DataType, f: FieldLayout, info: FieldInfo) -> _Column:
+    records = _records(arrow_type, f, info)
+
+    def build(values: list[Any], n: int) -> pa.Array:
+        return records([v if v.__class__ is dict else None for v in values], n)
+
+    return build

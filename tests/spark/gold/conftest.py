@@ -1,0 +1,249 @@
+"""Silver-shaped DataFrames for the gold fold tests, built row by row.
+
+The object is Account-like: a plain text field, a long text field (diffs), an integer, a
+datetime, a date, an Address compound and Account's switchable ``Name`` (``Name`` string +
+``Name_PersonName`` struct), in struct or flattened form, laid out by silver's own
+:class:`~pipelines.silver.columns.SilverLayout` so field names land where silver puts them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+import ingest.emulator as emulator_schemas
+from pipelines.gold.fold import (
+    FoldPlan,
+    fold_changes,
+    fold_plan,
+    gold_changes,
+    wildcard_changes,
+)
+from pipelines.silver.columns import FieldLayout, LeafLayout, SilverLayout
+
+T0 = datetime(2025, 3, 1, 9, 0, 0, tzinfo=timezone.utc)
+RUN_AT = datetime(2025, 3, 2, 0, 0, 0, tzinfo=timezone.utc)
+
+ADDRESS = ("Street", "City", "PostalCode", "Country")
+PERSON = ("Salutation", "FirstName", "LastName")
+
+
+def layout(compounds: str = "struct", *, extra: Iterable[FieldLayout] = ()) -> SilverLayout:
+    fields = (
+        FieldLayout("Name", "switchable", "string", tuple(LeafLayout(c, "string") for c in PERSON)),
+        FieldLayout("Phone", "leaf", "string"),
+        FieldLayout("Description", "leaf", "string"),
+        FieldLayout(
+            "BillingAddress", "struct", "string", tuple(LeafLayout(c, "string") for c in ADDRESS)
+        ),
+        FieldLayout("NumberOfEmployees", "leaf", "int"),
+        FieldLayout("LastModifiedDate", "leaf", "timestamp"),
+        FieldLayout("SLAExpirationDate__c", "leaf", "date"),
+        *extra,
+    )
+    return SilverLayout("Account", True, fields, compounds)  # type: ignore[arg-type]
+
+
+def account_schema_json(*, extra: Iterable[tuple[str, str, str]] = ()) -> str:
+    """An AccountChangeEvent schema whose silver layout is :func:`layout` (``extra``: more
+    ``(name, avro type, doc)`` fields at the end, as a later schema version adds them)."""
+    shipped = Path(emulator_schemas.__file__).parent / "schemas" / "AccountChangeEvent.avsc"
+    header = json.loads(shipped.read_text(encoding="utf-8"))["fields"][0]
+
+    def opt(name: str, avro: Any, doc: str | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": name, "type": ["null", avro], "default": None}
+        if doc:
+            out["doc"] = doc
+        return out
+
+    person = {
+        "type": "record",
+        "name": "Switchable_PersonName",
+        "fields": [opt(c, "string", None) for c in PERSON],
+    }
+    address = {
+        "type": "record",
+        "name": "Address",
+        "fields": [opt(c, "string", None) for c in ADDRESS],
+    }
+    fields = [
+        header,
+        {
+            "name": "Name",
+            "type": ["null", "string", person],
+            "doc": "Data:Switchable_PersonName",
+            "default": None,
+        },
+        opt("Phone", "string", "Data:Phone"),
+        opt("Description", "string", "Data:StringPlusClob"),
+        opt("BillingAddress", address, "Data:Address"),
+        opt("NumberOfEmployees", "int", "Data:Integer"),
+        opt("LastModifiedDate", "long", "Data:DateTime"),
+        opt("SLAExpirationDate__c", "long", "Data:DateOnly:00N5g00000Q7dRb"),
+        *(opt(n, t, d) for n, t, d in extra),
+    ]
+    return json.dumps(
+        {
+            "type": "record",
+            "name": "AccountChangeEvent",
+            "namespace": "com.sforce.eventbus",
+            "fields": fields,
+        }
+    )
+
+
+def plan(
+    compounds: str = "struct", *, extra: Iterable[FieldLayout] = (), **options: Any
+) -> FoldPlan:
+    options.setdefault("partitions", 1)
+    return fold_plan(layout(compounds, extra=extra), processed_at=RUN_AT, **options)
+
+
+_counter = itertools.count(1)
+_OPTIONS = ("diff", "event", "commit_number", "tx", "seq", "batch", "batch_seq", "wildcard")
+
+
+@dataclass
+class Silver:
+    """Silver rows of one object, in the order they are added (stream order by default)."""
+
+    compounds: str = "struct"
+    extra: tuple[FieldLayout, ...] = ()
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    batch: int = 1
+
+    @property
+    def schema(self) -> T.StructType:
+        return layout(self.compounds, extra=self.extra).silver_schema()
+
+    def add(
+        self,
+        record_id: str | None,
+        change_type: str,
+        at: float,
+        *,
+        changed: Iterable[str] = (),
+        nulled: Iterable[str] = (),
+        diff: Iterable[str] = (),
+        event: str | None = None,
+        commit_number: int | None = None,
+        tx: str | None = None,
+        seq: int = 1,
+        batch: int | None = None,
+        batch_seq: int | None = None,
+        wildcard: bool = False,
+        record_count: int = 1,
+        **values: Any,
+    ) -> dict[str, Any]:
+        n = next(_counter)
+        row: dict[str, Any] = dict.fromkeys(self.schema.names)
+        row.update(
+            {
+                "Id": record_id,
+                "_cdc_change_type": change_type,
+                "_cdc_entity": "Account",
+                "_cdc_commit_timestamp": T0 + timedelta(seconds=at),
+                "_cdc_commit_number": commit_number if commit_number is not None else 10**15 + n,
+                "_cdc_transaction_key": tx or f"tx-{n:06d}",
+                "_cdc_sequence_number": seq,
+                "_cdc_commit_user": "005000000000001AAA",
+                "_cdc_change_origin": "",
+                "_cdc_event_id": event or f"ev-{n:06d}",
+                "_cdc_replay_id": n.to_bytes(10, "big"),
+                "_cdc_schema_id": "schema-1",
+                "_cdc_changed_fields": list(changed),
+                "_cdc_nulled_fields": list(nulled),
+                "_cdc_diff_fields": list(diff),
+                "_cdc_record_count": record_count,
+                "_cdc_is_wildcard": wildcard,
+                "_cdc_bronze_batch_id": batch if batch is not None else self.batch,
+                "_cdc_bronze_batch_seq": batch_seq if batch_seq is not None else n,
+            }
+        )
+        unknown = set(values) - set(row)
+        assert not unknown, f"no silver columns {unknown}"
+        row.update(values)
+        self.rows.append(row)
+        return row
+
+    def create(self, record_id: str, at: float, **values: Any) -> dict[str, Any]:
+        full = {"Name": f"Company {record_id}", "Phone": "555-0100", "NumberOfEmployees": 10}
+        full.update(values)
+        return self.add(record_id, "CREATE", at, **full)
+
+    def update(
+        self,
+        record_id: str,
+        at: float,
+        *,
+        changed: Iterable[str] | None = None,
+        nulled: Iterable[str] | None = None,
+        **values: Any,
+    ) -> dict[str, Any]:
+        """An UPDATE of the given column values; unless given, ``changed`` lists the values'
+        columns and ``nulled`` those set to None."""
+        options = {k: values.pop(k) for k in _OPTIONS if k in values}
+        if changed is None:
+            changed = list(values)
+        if nulled is None:
+            nulled = [k for k, v in values.items() if v is None]
+        return self.add(
+            record_id, "UPDATE", at, changed=changed, nulled=nulled, **options, **values
+        )
+
+    def df(self, spark: SparkSession, rows: Iterable[Mapping[str, Any]] | None = None) -> DataFrame:
+        schema = self.schema
+        data = [
+            tuple(r.get(n) for n in schema.names) for r in (self.rows if rows is None else rows)
+        ]
+        return spark.createDataFrame(data, schema)
+
+    def next_batch(self) -> Silver:
+        return replace(self, rows=[], batch=self.batch + 1)
+
+
+def fold(
+    spark: SparkSession,
+    silver: Silver,
+    *,
+    gold: DataFrame | None = None,
+    tombstones: DataFrame | None = None,
+    the_plan: FoldPlan | None = None,
+    rows: Iterable[Mapping[str, Any]] | None = None,
+) -> DataFrame:
+    p = the_plan or plan(silver.compounds, extra=silver.extra)
+    chosen = list(silver.rows if rows is None else rows)
+    changes = silver.df(spark, chosen)
+    # Collecting the wildcard changes is a Spark job: only when there are some.
+    has_wildcards = any(r.get("_cdc_is_wildcard") for r in chosen)
+    wildcards = wildcard_changes(changes) if has_wildcards else ()
+    folded = fold_changes(changes, gold, plan=p, tombstones=tombstones, wildcards=wildcards)
+    # Computed once: tests look at the result several ways.
+    return folded.localCheckpoint()
+
+
+def gold_of(spark: SparkSession, silver: Silver, **kwargs: Any) -> DataFrame:
+    """The gold rows after folding ``silver`` (what the MERGE would upsert), computed once."""
+    return gold_changes(fold(spark, silver, **kwargs))
+
+
+def by_id(df: DataFrame) -> dict[str, dict[str, Any]]:
+    return {r["Id"]: r.asDict(recursive=True) for r in df.collect()}
+
+
+def day(y: int, m: int, d: int) -> date:
+    return date(y, m, d)
+
+
+@pytest.fixture
+def silver() -> Silver:
+    return Silver()

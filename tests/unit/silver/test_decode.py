@@ -1,0 +1,233 @@
+"""The mapInArrow decoding function, called directly on Arrow batches (no JVM)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from pipelines.silver import decode
+from pipelines.silver.columns import build_layout
+from pipelines.silver.decode import BRONZE_COLUMNS, DecodePlan, decode_batches, decoded_schema
+from tests.unit.silver.support import (
+    ACCOUNT_V1,
+    ACCOUNT_V2,
+    CONTACT,
+    ORDER_SHIPPED,
+    bronze_batch,
+    change_event,
+    encode,
+)
+
+ADDRESS = {"Street": "1 Market St", "City": "San Francisco", "PostalCode": "94105"}
+DAY = 86_400_000
+
+
+def plan_for(*schemas: Any, compounds: str = "struct") -> DecodePlan:
+    layout = build_layout(schemas[0].entity_name, list(schemas), compounds=compounds)  # type: ignore[arg-type]
+    return DecodePlan(layout, {s.schema_id: s.json for s in schemas}, registry="bronze.schemas")
+
+
+def run(plan: DecodePlan, events: list[tuple[str, bytes]], **options: Any) -> list[dict[str, Any]]:
+    table = bronze_batch(events, **options)
+    batches = list(decode_batches(plan, iter(table.select(list(BRONZE_COLUMNS)).to_batches())))
+    expected = to_arrow_schema(decoded_schema(plan), timezone="UTC")
+    for batch in batches:
+        assert batch.schema.equals(expected), batch.schema
+    rows = pa.Table.from_batches(batches, schema=expected).to_pylist()
+    return sorted(rows, key=lambda r: r["_cdc_bronze_batch_seq"])
+
+
+def test_decodes_header_fields_and_bitmaps() -> None:
+    s = ACCOUNT_V1
+    payload = change_event(
+        s,
+        "UPDATE",
+        ["001000000000001AAA"],
+        {"Phone": "+1 555 0100", "BillingAddress": {"City": "Paris"}, "LastModifiedDate": 1},
+        changed=["Phone", "Description", "BillingAddress.City", "LastModifiedDate"],
+        nulled=["Description"],
+        commit_number=2**62 + 3,
+    )
+    (row,) = run(plan_for(s), [(s.schema_id, payload)], batch_id=7, first_seq=3)
+    assert row["_cdc_error"] is None and row["_cdc_payload"] is None
+    assert row["_cdc_entity"] == "Account"
+    assert row["_cdc_record_ids"] == ["001000000000001AAA"]
+    assert row["_cdc_change_type"] == "UPDATE"
+    assert row["_cdc_commit_number"] == 2**62 + 3  # exact, beyond 2**53
+    assert row["_cdc_commit_timestamp"] == 1_735_689_600_000
+    assert row["_cdc_sequence_number"] == 1
+    assert row["_cdc_changed_fields"] == [
+        "BillingAddress.City",
+        "Phone",
+        "Description",
+        "LastModifiedDate",
+    ]
+    assert row["_cdc_nulled_fields"] == ["Description"]
+    assert row["_cdc_diff_fields"] == []
+    assert (row["_cdc_bronze_batch_id"], row["_cdc_bronze_batch_seq"]) == (7, 3)
+    assert row["_cdc_event_id"] == "evt-7-3"
+    assert row["Phone"] == "+1 555 0100"
+    assert row["BillingAddress"] == {
+        "Street": None,
+        "City": "Paris",
+        "PostalCode": None,
+        "Latitude": None,
+        "Longitude": None,
+    }
+    assert row["Description"] is None and row["Name"] is None
+
+
+def test_each_event_decodes_with_its_own_schema_version() -> None:
+    # v2 inserts Tier__c before Phone: the same bit means another field in each version.
+    v1 = change_event(ACCOUNT_V1, "UPDATE", ["001A"], {"Phone": "1"}, changed=["Phone"])
+    v2 = change_event(
+        ACCOUNT_V2, "UPDATE", ["001B"], {"Tier__c": "Gold", "Phone": "2"}, changed=["Tier__c"]
+    )
+    assert ACCOUNT_V1.field("Phone").index == ACCOUNT_V2.field("Tier__c").index
+    rows = run(
+        plan_for(ACCOUNT_V1, ACCOUNT_V2),
+        [(ACCOUNT_V1.schema_id, v1), (ACCOUNT_V2.schema_id, v2)],
+    )
+    assert [r["_cdc_changed_fields"] for r in rows] == [["Phone"], ["Tier__c"]]
+    assert [(r["Phone"], r["Tier__c"]) for r in rows] == [("1", None), ("2", "Gold")]
+    assert rows[0]["ShippingAddress"] is None  # a v2 field, absent from v1
+
+
+def test_switchable_name_keeps_both_branches() -> None:
+    s = ACCOUNT_V1
+    business = change_event(s, "CREATE", ["001A"], {"Name": "Acme Ltd"})
+    person = change_event(
+        s, "CREATE", ["001B"], {"Name": {"FirstName": "Ada", "LastName": "Lovelace"}}
+    )
+    rows = run(plan_for(s), [(s.schema_id, business), (s.schema_id, person)])
+    assert (rows[0]["Name"], rows[0]["Name_PersonName"]) == ("Acme Ltd", None)
+    assert rows[1]["Name"] is None
+    assert rows[1]["Name_PersonName"] == {
+        "Salutation": None,
+        "FirstName": "Ada",
+        "LastName": "Lovelace",
+    }
+
+
+def test_multi_record_wildcard_and_overflow_ids_are_kept_as_arrays() -> None:
+    s = ACCOUNT_V1
+    events = [
+        (s.schema_id, change_event(s, "DELETE", ["001A", "001B", "001C"])),
+        (s.schema_id, change_event(s, "UPDATE", ["001*"], changed=["IsActive__c"])),
+        (s.schema_id, change_event(s, "GAP_OVERFLOW", [])),
+    ]
+    rows = run(plan_for(s), events)
+    assert [r["_cdc_record_ids"] for r in rows] == [["001A", "001B", "001C"], ["001*"], []]
+    assert [r["_cdc_change_type"] for r in rows] == ["DELETE", "UPDATE", "GAP_OVERFLOW"]
+
+
+def test_dates_and_times_stay_epoch_milliseconds() -> None:
+    s = ACCOUNT_V1
+    values = {"SLA_Date__c": 20_000 * DAY, "Open_At__c": 8 * 3_600_000 + 1, "LastModifiedDate": 5}
+    (row,) = run(plan_for(s), [(s.schema_id, change_event(s, "CREATE", ["001A"], values))])
+    assert (row["SLA_Date__c"], row["Open_At__c"], row["LastModifiedDate"]) == (
+        20_000 * DAY,
+        8 * 3_600_000 + 1,
+        5,
+    )
+
+
+def test_platform_events_have_no_header() -> None:
+    s = ORDER_SHIPPED
+    payload = encode(
+        s,
+        {"CreatedDate": 1_735_689_600_123, "CreatedById": "005A", "Weight__c": 1.5},
+    )
+    (row,) = run(plan_for(s), [(s.schema_id, payload)], topic="/event/Order_Shipped__e")
+    assert row["_cdc_entity"] == "Order_Shipped__e" and row["_cdc_error"] is None
+    assert row["_cdc_record_ids"] is None and row["_cdc_change_type"] is None
+    assert (row["CreatedDate"], row["CreatedById"], row["Weight__c"]) == (
+        1_735_689_600_123,
+        "005A",
+        1.5,
+    )
+
+
+def test_undecodable_rows_carry_reason_and_payload_while_the_rest_decodes() -> None:
+    s = ACCOUNT_V1
+    good = change_event(s, "CREATE", ["001A"], {"Phone": "1"})
+    truncated = good[:-3]
+    past_schema = change_event(s, "UPDATE", ["001B"], changed=["Phone"])
+    # Rewrite the changedFields bitmap to name field 12 of an 11-field schema (0..10).
+    assert len(ACCOUNT_V1.fields) == 11
+    bad_bitmap = past_schema.replace(b"\x080x08", b"\x0c0x1000")
+    assert bad_bitmap != past_schema
+    other = change_event(CONTACT, "CREATE", ["003A"], {"LastName": "X"})
+    events = [
+        (s.schema_id, good),
+        (s.schema_id, truncated),
+        (s.schema_id, bad_bitmap),
+        (s.schema_id, other),  # a Contact payload written under an Account schema id
+        ("unknown-id", good),
+        (s.schema_id, b"\xff" * 5),
+    ]
+    rows = run(plan_for(s), events)
+    assert rows[0]["_cdc_error"] is None and rows[0]["Phone"] == "1"
+    kinds = [(r["_cdc_error_kind"], r["_cdc_bronze_batch_seq"]) for r in rows[1:]]
+    assert kinds == [
+        ("corrupt_payload", 1),
+        ("bad_bitmap", 2),
+        ("corrupt_payload", 3),
+        ("unknown_schema", 4),
+        ("corrupt_payload", 5),
+    ]
+    for row, (_, payload) in zip(rows[1:], events[1:], strict=True):
+        assert row["_cdc_payload"] == payload
+        assert row["_cdc_event_id"] and row["_cdc_replay_id"]
+        assert row["Phone"] is None and row["_cdc_record_ids"] is None
+    assert "truncated" in rows[1]["_cdc_error"]
+    assert "bit 12 is past the last field" in rows[2]["_cdc_error"]
+    assert "'unknown-id' is not a Account schema in bronze.schemas" in rows[4]["_cdc_error"]
+
+
+def test_a_header_naming_another_object_is_quarantined() -> None:
+    s = ACCOUNT_V1
+    good = change_event(s, "CREATE", ["001A"])
+    wrong = good.replace(b"\x0eAccount", b"\x0eContact", 1)
+    rows = run(plan_for(s), [(s.schema_id, good), (s.schema_id, wrong)])
+    assert rows[0]["_cdc_error"] is None
+    assert rows[1]["_cdc_error_kind"] == "wrong_entity"
+    assert "entityName is 'Contact'" in rows[1]["_cdc_error"]
+
+
+def test_a_field_that_changed_type_is_written_as_text() -> None:
+    from tests.unit.silver.support import HEADER, change_schema, opt
+
+    head = {"name": "ChangeEventHeader", "type": HEADER, "doc": "Data:ComplexValueType"}
+    v1 = change_schema("Widget__c", [head, opt("Flag__c", "boolean", "Data:Boolean")])
+    v2 = change_schema("Widget__c", [head, opt("Flag__c", "string", "Data:DynamicEnum")])
+    rows = run(
+        plan_for(v1, v2),
+        [
+            (v1.schema_id, change_event(v1, "CREATE", ["a01A"], {"Flag__c": True})),
+            (v2.schema_id, change_event(v2, "CREATE", ["a01B"], {"Flag__c": "Maybe"})),
+        ],
+    )
+    assert [r["Flag__c"] for r in rows] == ["true", "Maybe"]
+
+
+def test_decoders_are_built_once_per_worker() -> None:
+    s = ACCOUNT_V1
+    plan = plan_for(s)
+    run(plan, [(s.schema_id, change_event(s, "CREATE", ["001A"]))])
+    _schema, decoder = decode._DECODERS.get(s.schema_id)
+    run(plan_for(s), [(s.schema_id, change_event(s, "CREATE", ["001B"]))])
+    assert decode._DECODERS.get(s.schema_id)[1] is decoder
+    assert decoder.specialised
+
+
+def test_a_batch_without_the_bronze_columns_is_refused() -> None:
+    s = ACCOUNT_V1
+    table = bronze_batch([(s.schema_id, change_event(s, "CREATE", ["001A"]))]).drop_columns(
+        ["batch_seq"]
+    )
+    with pytest.raises(Exception, match="lacks batch_seq"):
+        list(decode_batches(plan_for(s), iter(table.to_batches())))
