@@ -7,7 +7,9 @@ anything else is a platform event. :func:`object_yaml` renders the file from a p
 GetSchema); :func:`onboard` does both, writes the file and loads the whole ``conf/`` again, so
 a file that would clash with another object (same table, same topic) is refused and removed.
 
-The onboarding notebook calls :func:`onboard`; on a laptop::
+The onboarding notebook prints :func:`object_yaml` of :func:`fetch_schema` (files written in a
+Databricks workspace are replaced by the next bundle deploy: the file belongs in the
+repository); on a laptop :func:`onboard` writes it::
 
     python -c "from pathlib import Path; from pipelines.onboard import onboard; \\
         print(onboard(Path('conf'), '/data/Invoice__ChangeEvent'))"

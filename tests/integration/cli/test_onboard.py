@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.errors import ConfigError
+from ingest.errors import ConfigError, SfcdcError
 from pipelines.onboard import onboard
 from pipelines.spec import load_conf
 
@@ -62,3 +62,10 @@ def test_a_file_that_breaks_the_configuration_is_removed(conf_dir: Path) -> None
 def test_a_channel_has_no_schema_to_onboard_from(conf_dir: Path) -> None:
     with pytest.raises(ConfigError, match="channel of several objects"):
         onboard(conf_dir, "/data/ChangeEvents")
+
+
+def test_a_topic_the_org_does_not_have_writes_nothing(conf_dir: Path) -> None:
+    before = sorted(p.name for p in (conf_dir / "objects").iterdir())
+    with pytest.raises(SfcdcError, match="topic does not exist"):
+        onboard(conf_dir, "/data/CaseChangeEvent")
+    assert sorted(p.name for p in (conf_dir / "objects").iterdir()) == before
