@@ -19,8 +19,9 @@ The models double as the source of the published JSON Schema (``pipelines.spec_s
 
 from __future__ import annotations
 
+import copy
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -97,6 +98,7 @@ __all__ = [
     "load_object",
     "load_pipeline",
     "parse_byte_size",
+    "parse_override",
     "parse_topic",
     "snake_case",
 ]
@@ -1281,11 +1283,64 @@ def _display(path: Path, conf_dir: Path) -> str:
         return str(path)
 
 
-def _load_pipeline(path: Path, ctx: Problems) -> PipelineSpec | None:
+def parse_override(text: str) -> tuple[str, Any]:
+    """``lake.catalog=main`` as ``("lake.catalog", "main")``: a ``pipeline.yml`` key path and a
+    value read as YAML (``50`` is a number, ``null`` is null, ``'{env: NAME}'`` a mapping).
+
+    Jobs pass what differs between deployments (catalog, schemas, engine, source) this way,
+    so ``conf/`` stays the same in every environment."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    parts = key.split(".")
+    if not sep or not key or not all(_OVERRIDE_KEY_RE.fullmatch(p) for p in parts):
+        shown = key if sep else text
+        raise ConfigError(
+            f"--set expects KEY=VALUE with a dotted pipeline.yml key such as "
+            f"lake.catalog=main (got {shown!r}{'' if sep else ' without ='})"
+        )
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        # The value is not echoed: it may be meant for a secret key.
+        raise ConfigError(f"--set {key}: the value is not valid YAML") from None
+    return key, value
+
+
+_OVERRIDE_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _apply_overrides(data: Any, overrides: Sequence[tuple[str, Any]], ctx: Problems) -> Any:
+    if not overrides:
+        return data
+    if not isinstance(data, dict):
+        # The file itself is not a mapping; parse_model reports that.
+        return data
+    merged = copy.deepcopy(data)
+    for key, value in overrides:
+        node = merged
+        parts = key.split(".")
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                where = ".".join(parts[: depth + 1])
+                ctx.add(key, f"--set cannot set a key inside {where}, which is not a mapping")
+                break
+            node = child
+        else:
+            node[parts[-1]] = value
+    return merged
+
+
+def _load_pipeline(
+    path: Path, ctx: Problems, overrides: Sequence[tuple[str, Any]] = ()
+) -> PipelineSpec | None:
     data = _read_yaml(path, ctx)
     if data is INVALID:
         return None
-    spec = parse_model(PipelineSpec, {} if data is _EMPTY else data, "", ctx)
+    data = _apply_overrides({} if data is _EMPTY else data, overrides, ctx)
+    spec = parse_model(PipelineSpec, data, "", ctx)
     if spec is INVALID:
         return None
     return spec  # type: ignore[no-any-return]
@@ -1340,11 +1395,13 @@ def _object_files(objects_dir: Path) -> list[Path]:
     return sorted(p for p in files if not p.name.startswith((".", "_")))
 
 
-def load_conf(conf_dir: Path) -> Conf:
+def load_conf(conf_dir: Path, *, overrides: Sequence[tuple[str, Any]] = ()) -> Conf:
     """Load ``conf_dir/pipeline.yml`` and every ``conf_dir/objects/*.yml``.
 
     Defaults are applied and derived names filled in; relative paths (lake location, CA
-    files, emulator state) are resolved against ``conf_dir``'s parent. Raises one
+    files, emulator state) are resolved against ``conf_dir``'s parent. ``overrides`` (key
+    path, value) pairs from :func:`parse_override` replace keys of ``pipeline.yml`` before it
+    is validated, so they are checked like the file's own keys. Raises one
     :class:`ConfigError` listing every problem in every file.
     """
     conf_dir = Path(conf_dir)
@@ -1357,8 +1414,11 @@ def load_conf(conf_dir: Path) -> Conf:
             f"{pipeline_path} is missing: every deployment needs a pipeline.yml "
             "(connection, lake, defaults, ingest)"
         )
-    pipe_ctx = Problems(_display(pipeline_path, conf_dir))
-    pipeline = _load_pipeline(pipeline_path, pipe_ctx)
+    shown = _display(pipeline_path, conf_dir)
+    if overrides:
+        shown += f" (with --set {', '.join(key for key, _ in overrides)})"
+    pipe_ctx = Problems(shown)
+    pipeline = _load_pipeline(pipeline_path, pipe_ctx, overrides)
     if pipeline is not None:
         pipeline = resolve_paths(pipeline, conf_dir.resolve().parent)
     problems.extend(pipe_ctx.problems)

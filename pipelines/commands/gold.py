@@ -13,14 +13,13 @@ diffs that cannot be rebuilt, overflows, replay gaps) are listed in ``gold.sfcdc
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
+from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.commands.silver import _names, _session
 from pipelines.engines import make_engine
 from pipelines.gold.job import GoldResult, run_gold
 from pipelines.gold.resync import RESYNC_TABLE
-from pipelines.spec import load_conf
 
 __all__ = ["register", "run", "summary"]
 
@@ -32,9 +31,7 @@ def register(subparsers: Any) -> None:
         help="fold new silver rows into the gold tables (MERGE)",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    parser.add_argument(
-        "--conf", type=Path, default=Path("conf"), help="configuration directory (default: conf)"
-    )
+    add_conf_options(parser)
     parser.add_argument(
         "--objects",
         nargs="+",
@@ -77,7 +74,7 @@ def summary(result: GoldResult) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the gold job for the parsed arguments."""
-    conf = load_conf(args.conf)
+    conf = conf_from_args(args)
     objects = [name for group in args.objects for name in group] if args.objects else None
     engine = make_engine(conf.pipeline.lake, _session(conf))
     result = run_gold(engine, conf, objects=objects)

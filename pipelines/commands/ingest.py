@@ -24,15 +24,15 @@ import os
 import signal
 import threading
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from ingest.errors import ConfigError, ReplayIdError
 from pipelines.bronze import BronzeLanding, LandingResult
+from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.connect import connect, secret_resolver
 from pipelines.engines import LakeEngine, LocalEngine, make_engine
-from pipelines.spec import Conf, LakeSpec, TopicSpec, load_conf
+from pipelines.spec import Conf, LakeSpec, TopicSpec
 
 __all__ = ["lake_engine", "land", "register", "select_topics"]
 
@@ -46,9 +46,7 @@ def register(subparsers: Any) -> None:
         help="land Pub/Sub API events in bronze Delta tables, exactly once",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    parser.add_argument(
-        "--conf", type=Path, default=Path("conf"), help="configuration directory (default: conf)"
-    )
+    add_conf_options(parser)
     until = parser.add_mutually_exclusive_group()
     until.add_argument(
         "--once",
@@ -191,7 +189,7 @@ def land(
 
 
 def run(args: argparse.Namespace) -> int:
-    conf = load_conf(args.conf)
+    conf = conf_from_args(args)
     result = land(conf, objects=args.objects, once=args.once, seconds=args.seconds)
     print(f"sfcdc ingest: stopped after {result.seconds:.1f} s ({result.stopped})")
     for t in result.topics:

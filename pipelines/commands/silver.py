@@ -13,12 +13,12 @@ the reason.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.engines import make_engine
 from pipelines.silver.job import QUARANTINE_TABLE, SilverResult, run_silver
-from pipelines.spec import Conf, load_conf
+from pipelines.spec import Conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,9 +41,7 @@ def register(subparsers: Any) -> None:
             "it again without new bronze rows changes nothing."
         ),
     )
-    parser.add_argument(
-        "--conf", type=Path, default=Path("conf"), help="configuration directory (default: conf)"
-    )
+    add_conf_options(parser)
     parser.add_argument(
         "--objects",
         nargs="+",
@@ -93,7 +91,7 @@ def summary(result: SilverResult) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the silver job for the parsed arguments."""
-    conf = load_conf(args.conf)
+    conf = conf_from_args(args)
     objects = [name for group in args.objects for name in group] if args.objects else None
     engine = make_engine(conf.pipeline.lake, _session(conf))
     result = run_silver(engine, conf, objects=objects)

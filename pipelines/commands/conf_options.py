@@ -1,0 +1,48 @@
+"""The options every command that reads ``conf/`` shares: ``--conf DIR`` and ``--set KEY=VALUE``.
+
+``--set`` replaces a key of ``pipeline.yml`` for one run (repeatable), which is how a job says
+what differs between deployments without a second copy of ``conf/``::
+
+    sfcdc gold --conf conf/ --set lake.engine=spark --set lake.catalog=main \\
+        --set lake.schemas.gold=sales_gold
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ingest.errors import ConfigError
+from pipelines.spec import Conf, load_conf, parse_override
+
+__all__ = ["add_conf_options", "conf_from_args"]
+
+
+def _override(text: str) -> tuple[str, Any]:
+    try:
+        return parse_override(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_conf_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--conf`` and the repeatable ``--set`` to a subcommand's parser."""
+    parser.add_argument(
+        "--conf", type=Path, default=Path("conf"), help="configuration directory (default: conf)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        type=_override,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="replace a pipeline.yml key for this run, e.g. lake.catalog=main (repeatable; the "
+        "value is read as YAML and validated like the file)",
+    )
+
+
+def conf_from_args(args: argparse.Namespace) -> Conf:
+    """The configuration the parsed ``--conf`` and ``--set`` options describe."""
+    return load_conf(args.conf, overrides=tuple(getattr(args, "overrides", ())))

@@ -1,0 +1,382 @@
+"""The Databricks asset bundle, checked without the Databricks CLI.
+
+Every job of every target loads into Databricks' own typed models (``databricks-bundles``,
+which rejects unknown keys); every ``${var.*}`` is defined; every file a job names exists; the
+wheel's entry point is a script of this project; and every wheel task's parameters, with the
+target's variables substituted, are accepted by the ``sfcdc`` parser and give a ``conf/`` that
+loads.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import importlib
+import re
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from databricks.bundles.jobs import Job
+
+from ingest.auth import EnvRef
+from pipelines.cli import build_parser
+from pipelines.commands.conf_options import conf_from_args
+from pipelines.connect import secret_resolver
+
+ROOT = Path(__file__).resolve().parents[2]
+BUNDLE = ROOT / "databricks.yml"
+RESOURCES = ROOT / "resources"
+VAR_RE = re.compile(r"\$\{var\.([A-Za-z0-9_]+)\}")
+# What the Databricks CLI fills in at deploy time, with the values a deployment would have.
+WORKSPACE = {
+    "${workspace.file_path}": "/Workspace/Users/jane.doe@example.com/.bundle/sfcdc/dev/files",
+    "${workspace.current_user.short_name}": "jane_doe",
+    "${bundle.name}": "sfcdc",
+}
+
+
+def _load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+BUNDLE_DOC = _load(BUNDLE)
+TARGETS = sorted(BUNDLE_DOC["targets"])
+
+
+def _resource_files() -> list[Path]:
+    return sorted(RESOURCES.glob("*.yml"))
+
+
+def _jobs() -> dict[str, tuple[Path, dict[str, Any]]]:
+    jobs: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for path in _resource_files():
+        for key, job in _load(path)["resources"].get("jobs", {}).items():
+            assert key not in jobs, f"job {key} defined in {jobs[key][0]} and {path}"
+            jobs[key] = (path, job)
+    return jobs
+
+
+JOBS = _jobs()
+
+
+def _merge(base: Any, override: Any) -> Any:
+    """A target's resource override applied the way the bundle CLI does: mappings merge key by
+    key, and list items with the same ``task_key`` / ``job_cluster_key`` merge with each other."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = dict(base)
+        for key, value in override.items():
+            merged[key] = _merge(base[key], value) if key in base else copy.deepcopy(value)
+        return merged
+    if isinstance(base, list) and isinstance(override, list):
+        keyed = ("task_key", "job_cluster_key", "environment_key")
+        merged_list = copy.deepcopy(base)
+        for item in override:
+            key = next((k for k in keyed if isinstance(item, dict) and k in item), None)
+            match = next(
+                (i for i, b in enumerate(merged_list) if key and b.get(key) == item[key]), None
+            )
+            if match is None:
+                merged_list.append(copy.deepcopy(item))
+            else:
+                merged_list[match] = _merge(merged_list[match], item)
+        return merged_list
+    return copy.deepcopy(override)
+
+
+def _target_job(target: str, key: str) -> dict[str, Any]:
+    _, job = JOBS[key]
+    override = BUNDLE_DOC["targets"][target].get("resources", {}).get("jobs", {}).get(key, {})
+    merged: dict[str, Any] = _merge(job, override)
+    return merged
+
+
+def _variables(target: str) -> dict[str, str]:
+    values = {name: spec.get("default") for name, spec in BUNDLE_DOC["variables"].items()}
+    values.update(BUNDLE_DOC["targets"][target].get("variables", {}))
+    return {name: str(value) for name, value in values.items()}
+
+
+def _substitute(value: Any, variables: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _substitute(v, variables) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, variables) for v in value]
+    if not isinstance(value, str):
+        return value
+    for _ in range(5):  # variables may refer to workspace values and to each other
+        for ref, real in WORKSPACE.items():
+            value = value.replace(ref, real)
+        value = VAR_RE.sub(lambda m: variables[m.group(1)], value)
+    assert "${" not in value, f"unresolved reference in {value!r}"
+    return value
+
+
+def _strings(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in _strings(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return [node] if isinstance(node, str) else []
+
+
+def _wheel_tasks() -> list[tuple[str, str, str, dict[str, Any]]]:
+    return [
+        (target, key, task["task_key"], task)
+        for target in TARGETS
+        for key in sorted(JOBS)
+        for task in _target_job(target, key)["tasks"]
+        if "python_wheel_task" in task
+    ]
+
+
+def _registered_commands() -> set[str]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return set(sub.choices)  # type: ignore[arg-type]
+
+
+def _salesforce_example() -> str:
+    """The commented ``salesforce:`` example of conf/pipeline.yml, uncommented."""
+    text = (ROOT / "conf" / "pipeline.yml").read_text()
+    block = re.search(r"  # salesforce:\n(?:  #   .*\n)+", text)
+    assert block, "conf/pipeline.yml lost its commented salesforce example"
+    return "\n".join(line.replace("  # ", "  ", 1) for line in block.group(0).splitlines())
+
+
+def _conf_for(variables: dict[str, str], tmp_path: Path) -> Path:
+    """The repository's conf/, with the salesforce section filled in as docs/databricks.md
+    says when the target reads a real org."""
+    if variables["source"] != "salesforce":
+        return ROOT / "conf"
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    text = (conf / "pipeline.yml").read_text()
+    (conf / "pipeline.yml").write_text(
+        text.replace("connection:\n", "connection:\n" + _salesforce_example() + "\n", 1)
+    )
+    return conf
+
+
+# ---------------------------------------------------------------------------------- layout
+
+
+def test_the_bundle_has_a_name_dev_and_prod_targets_and_includes_every_resource_file() -> None:
+    assert BUNDLE_DOC["bundle"]["name"] == "sfcdc"
+    assert BUNDLE_DOC["targets"]["dev"]["mode"] == "development"
+    assert BUNDLE_DOC["targets"]["dev"]["default"] is True
+    assert BUNDLE_DOC["targets"]["prod"]["mode"] == "production"
+    assert "run_as" in BUNDLE_DOC["targets"]["prod"]
+    files = [p.relative_to(ROOT).as_posix() for p in _resource_files()]
+    assert files, "no resources/*.yml"
+    for name in files:
+        assert any(fnmatch.fnmatch(name, g) for g in BUNDLE_DOC["include"]), name
+        assert name.endswith(".job.yml"), f"{name}: one file per job, named <job>.job.yml"
+    assert {"sfcdc_ingest", "sfcdc_silver_gold"} <= set(JOBS)
+
+
+def test_every_resource_file_holds_one_job_named_after_it() -> None:
+    for path in _resource_files():
+        jobs = _load(path)["resources"]["jobs"]
+        assert list(jobs) == [path.name.removesuffix(".job.yml")], path
+
+
+def test_every_variable_referenced_is_defined_and_every_defined_one_is_used() -> None:
+    defined = set(BUNDLE_DOC["variables"])
+    texts = [BUNDLE.read_text(), *(p.read_text() for p in _resource_files())]
+    used = {m for text in texts for m in VAR_RE.findall(text)}
+    assert used - defined == set(), f"undefined variables: {sorted(used - defined)}"
+    assert defined - used == set(), f"variables nothing uses: {sorted(defined - used)}"
+    for target in TARGETS:
+        overridden = set(BUNDLE_DOC["targets"][target].get("variables", {}))
+        assert overridden <= defined, f"{target} sets undefined variables"
+    for name, spec in BUNDLE_DOC["variables"].items():
+        assert spec.get("description"), f"variable {name} has no description"
+
+
+# ------------------------------------------------------------------------- typed models
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("key", sorted(JOBS))
+def test_every_job_of_every_target_loads_into_the_databricks_job_model(
+    target: str, key: str
+) -> None:
+    job = Job.from_dict(_target_job(target, key))  # type: ignore[arg-type]
+    assert job.name
+    assert job.tasks, f"{key} has no tasks"
+    clusters = {c.job_cluster_key for c in job.job_clusters}
+    for task in job.tasks:
+        assert task.job_cluster_key in clusters, f"{key}.{task.task_key}: unknown job cluster"
+        assert [lib.whl for lib in task.libraries] == ["../dist/*.whl"]
+
+
+def test_the_model_rejects_a_misspelt_key() -> None:
+    # What the checks above rely on: an unknown key is an error, not ignored.
+    _, job = JOBS["sfcdc_ingest"]
+    broken = copy.deepcopy(job)
+    broken["tasks"][0]["python_wheel_task"]["entry_piont"] = "sfcdc"
+    with pytest.raises(ValueError, match="entry_piont"):
+        Job.from_dict(broken)
+
+
+def test_ingest_is_continuous_and_silver_gold_scheduled_with_gold_after_silver() -> None:
+    ingest = Job.from_dict(_target_job("prod", "sfcdc_ingest"))  # type: ignore[arg-type]
+    assert ingest.continuous is not None
+    assert ingest.max_concurrent_runs == 1
+    assert [t.python_wheel_task.parameters[0] for t in ingest.tasks] == ["ingest"]  # type: ignore[union-attr]
+    transform = Job.from_dict(_target_job("prod", "sfcdc_silver_gold"))  # type: ignore[arg-type]
+    assert transform.schedule is not None
+    tasks = {t.task_key: t for t in transform.tasks}
+    assert tasks["silver"].python_wheel_task.parameters[0] == "silver"  # type: ignore[union-attr]
+    assert tasks["gold"].python_wheel_task.parameters[0] == "gold"  # type: ignore[union-attr]
+    assert [d.task_key for d in tasks["gold"].depends_on] == ["silver"]
+
+
+# ---------------------------------------------------------------------- referenced files
+
+
+def test_the_wheel_artifact_builds_this_project_into_the_directory_jobs_install_from() -> None:
+    (artifact,) = BUNDLE_DOC["artifacts"].values()
+    assert artifact["type"] == "whl"
+    assert (ROOT / artifact["path"] / "pyproject.toml").is_file()
+    assert "--wheel-dir dist" in artifact["build"]
+    for path, job in JOBS.values():
+        for task in job["tasks"]:
+            for lib in task.get("libraries", []):
+                resolved = (path.parent / lib["whl"]).parent.resolve()
+                assert resolved == (ROOT / artifact["path"] / "dist").resolve()
+
+
+def test_the_entry_point_is_a_script_of_this_project() -> None:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from 3.11")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for _target, key, task_key, task in _wheel_tasks():
+        wheel = task["python_wheel_task"]
+        assert wheel["package_name"] == project["name"], f"{key}.{task_key}"
+        target = project["scripts"][wheel["entry_point"]]
+        module, _, function = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), function))
+
+
+def test_every_notebook_a_job_runs_exists_and_declares_the_parameters_it_is_given() -> None:
+    for path, job in JOBS.values():
+        for task in job["tasks"]:
+            if "notebook_task" not in task:
+                continue
+            notebook = (path.parent / task["notebook_task"]["notebook_path"]).resolve()
+            assert notebook.is_file(), f"{path.name}: {notebook} does not exist"
+            widgets = set(re.findall(r'dbutils\.widgets\.text\("([^"]+)"', notebook.read_text()))
+            given = set(task["notebook_task"].get("base_parameters", {}))
+            given |= {p["name"] for p in job.get("parameters", [])}
+            assert given <= widgets, f"{notebook.name} has no widget for {given - widgets}"
+
+
+def test_the_conf_dir_is_the_synced_conf_directory() -> None:
+    default = BUNDLE_DOC["variables"]["conf_dir"]["default"]
+    assert default == "${workspace.file_path}/conf"
+    assert (ROOT / "conf" / "pipeline.yml").is_file()
+
+
+# ------------------------------------------------------------------------ task parameters
+
+
+def _task_id(case: tuple[str, str, str, dict[str, Any]]) -> str:
+    return f"{case[0]}-{case[1]}-{case[2]}"
+
+
+@pytest.mark.parametrize("case", _wheel_tasks(), ids=_task_id)
+def test_every_wheel_task_parses_and_loads_the_conf(
+    case: tuple[str, str, str, dict[str, Any]], tmp_path: Path
+) -> None:
+    target, key, task_key, task = case
+    variables = _substitute(_variables(target), _variables(target))
+    params = _substitute(task["python_wheel_task"]["parameters"], variables)
+    command = params[0]
+    if command not in _registered_commands():
+        pytest.skip(f"{key}.{task_key} runs `sfcdc {command}`, not a command on this branch yet")
+    # The synced conf/ is at the workspace file path; here it is the repository's conf/.
+    conf_dir = _conf_for(variables, tmp_path)
+    synced = WORKSPACE["${workspace.file_path}"] + "/conf"
+    params = [str(conf_dir) if p == synced else p for p in params]
+    args = build_parser().parse_args(params)
+    assert args.command == command
+    conf = conf_from_args(args)
+    assert conf.conf_dir == conf_dir
+    lake = conf.pipeline.lake
+    assert lake.engine == "spark"
+    assert lake.catalog == variables["catalog"]
+    assert (lake.schemas.bronze, lake.schemas.silver, lake.schemas.gold) == (
+        variables["bronze_schema"],
+        variables["silver_schema"],
+        variables["gold_schema"],
+    )
+
+
+def test_every_job_passes_the_same_lake_to_every_command() -> None:
+    lakes = set()
+    for _target, key, task_key, task in _wheel_tasks():
+        params = task["python_wheel_task"]["parameters"]
+        sets = tuple(sorted(p for p in params if p.startswith("lake.")))
+        assert params[params.index("--conf") + 1] == "${var.conf_dir}", f"{key}.{task_key}"
+        lakes.add(sets)
+    assert len(lakes) == 1, f"jobs disagree on the lake: {lakes}"
+
+
+# -------------------------------------------------------------------------------- secrets
+
+
+def test_prod_jobs_that_reach_salesforce_get_the_credentials_the_conf_names() -> None:
+    """The commented salesforce section of conf/pipeline.yml, filled in as docs/databricks.md
+    says, resolves every secret from the environment prod's clusters get from the scope."""
+    section = yaml.safe_load(textwrap.dedent(_salesforce_example()))
+    refs = [EnvRef(v["env"]) for v in section["salesforce"]["auth"].values() if isinstance(v, dict)]
+    assert refs, "the example names no secret"
+    for key in ("sfcdc_ingest", "sfcdc_resync", "sfcdc_onboard"):
+        job = _target_job("prod", key)
+        for cluster in job["job_clusters"]:
+            env = cluster["new_cluster"].get("spark_env_vars", {})
+            for value in env.values():
+                assert re.fullmatch(r"\{\{secrets/\$\{var\.secret_scope\}/[a-z-]+\}\}", value)
+            resolver = secret_resolver(environ=dict.fromkeys(env, "value-from-scope"))
+            for ref in refs:
+                assert resolver.resolve(ref).reveal() == "value-from-scope", (key, ref)
+    # dev reads the in-process emulator: no scope needed, none referenced.
+    for key in JOBS:
+        for cluster in _target_job("dev", key)["job_clusters"]:
+            assert "spark_env_vars" not in cluster["new_cluster"]
+
+
+def test_no_literal_secret_or_host_in_the_bundle() -> None:
+    for text in _strings(BUNDLE_DOC) + [s for _, j in JOBS.values() for s in _strings(j)]:
+        assert "token" not in text.lower() or "{{secrets/" in text, text
+    assert "host" not in BUNDLE.read_text().split("targets:")[1]
+
+
+# ------------------------------------------------------------------------------ notebooks
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.py"))
+
+
+def test_the_explore_onboard_and_resync_notebooks_exist() -> None:
+    assert {p.stem for p in NOTEBOOKS} >= {"explore", "onboard", "resync"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebooks_are_databricks_source_that_compiles(path: Path) -> None:
+    text = path.read_text()
+    assert text.startswith("# Databricks notebook source\n")
+    assert "\n# COMMAND ----------\n" in text
+    compile(text, str(path), "exec")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_what_notebooks_import_from_pipelines_exists(path: Path) -> None:
+    imports = re.findall(r"^from (pipelines[\w.]*) import ([\w, ]+)$", path.read_text(), re.M)
+    for module, names in imports:
+        loaded = importlib.import_module(module)
+        for name in (n.strip() for n in names.split(",")):
+            assert hasattr(loaded, name), f"{path.name}: {module}.{name} does not exist"

@@ -1,0 +1,32 @@
+"""``sfcdc-job``: the command's status becomes an exception a Databricks task fails on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipelines.jobs import main
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def test_a_failed_command_raises_system_exit_with_its_status(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["-q", "silver", "--conf", str(CONF), "--set", "lake.catalog=not-an-identifier"])
+    assert info.value.code == 2
+    assert "lake.catalog: must be a SQL identifier" in capsys.readouterr().err
+
+
+def test_a_missing_conf_dir_fails_the_task(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["-q", "gold", "--conf", str(tmp_path / "nowhere")])
+    assert info.value.code == 2
+
+
+def test_bad_arguments_fail_the_task_as_argparse_does() -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["ingest", "--conf"])
+    assert info.value.code == 2
