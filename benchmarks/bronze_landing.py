@@ -146,7 +146,7 @@ def measure_ceiling(info: dict[str, int], events: int) -> dict[str, float]:
             with MultiSubscription([sub]) as multi:
                 for item in multi:
                     if isinstance(item, EventBatch):
-                        got += len(item.events)
+                        got += len(item)
                         if got >= events:
                             break
             seconds = time.perf_counter() - started

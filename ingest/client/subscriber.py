@@ -372,7 +372,7 @@ class Subscription:
             for item in stream:
                 if isinstance(item, EventBatch):
                     self._got_events = True
-                    self._events += len(item.events)
+                    self._events += len(item)
                     self._batches += 1
                 elif isinstance(item, Keepalive):
                     self._keepalives += 1
