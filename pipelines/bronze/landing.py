@@ -671,8 +671,8 @@ class BronzeLanding:
                 landed, commits, last = t.events, t.commits, t.last_replay_id
             self._log.info(
                 "progress %s: %.0f events/s, %.2f MB/s received; %d buffered + %d pending at "
-                "the server, %d in the open batch; %d events in bronze after %d commits, last replay "
-                "id %s",
+                "the server, %d in the open batch; %d events in bronze after %d commits, last "
+                "replay id %s",
                 t.spec.topic,
                 (t.received - events) / seconds,
                 (t.received_bytes - nbytes) / seconds / 1e6,
