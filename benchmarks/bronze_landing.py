@@ -11,6 +11,10 @@ process of its own so that each reports its own peak memory:
   checkpoint commit per batch. Timed until the last event is committed in Delta (the last,
   partial batch is committed as soon as its events are received).
 
+Both rows also show CPU per event of the measured process and of the emulator serving it
+(they share the machine's cores), and the load average is printed: other work on the machine
+moves both rates.
+
 Target: landing >= 100,000 events/s sustained over >= 1,000,000 events. Payloads carry random
 printable text (1 KB each, none alike): close to the worst case for Parquet compression.
 
@@ -146,7 +150,7 @@ def measure_ceiling(info: dict[str, int], events: int) -> dict[str, float]:
             with MultiSubscription([sub]) as multi:
                 for item in multi:
                     if isinstance(item, EventBatch):
-                        got += len(item.events)
+                        got += len(item)
                         if got >= events:
                             break
             seconds = time.perf_counter() - started
@@ -197,7 +201,17 @@ def measure_landing(info: dict[str, int], events: int) -> dict[str, float]:
     }
 
 
-def _child(mode: str, info: dict[str, int], events: int) -> dict[str, float]:
+def _process_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of another process (Linux only), for the emulator's share."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _child(mode: str, info: dict[str, int], events: int, server: int) -> dict[str, float]:
+    before = _process_cpu(server)
     done = subprocess.run(
         [
             *(sys.executable, __file__, "--measure", mode),
@@ -209,7 +223,11 @@ def _child(mode: str, info: dict[str, int], events: int) -> dict[str, float]:
     )
     if done.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    after = _process_cpu(server)
+    if before is not None and after is not None:
+        result["server_cpu"] = after - before
+    return result
 
 
 def main() -> int:
@@ -244,8 +262,8 @@ def main() -> int:
         assert server.stdout is not None
         info = json.loads(server.stdout.readline())
         backlog = time.perf_counter() - prepared
-        ceiling = _child("ceiling", info, args.events)
-        landing = _child("landing", info, args.events)
+        ceiling = _child("ceiling", info, args.events, server.pid)
+        landing = _child("landing", info, args.events, server.pid)
     finally:
         if server.stdin is not None:
             server.stdin.close()
@@ -259,7 +277,7 @@ def main() -> int:
     )
     print(
         f"{'':24}{'events':>11}{'seconds':>9}{'events/s':>11}{'MB/s':>8}"
-        f"{'CPU us/event':>14}{'peak RSS MB':>13}"
+        f"{'CPU us/event':>14}{'peak RSS MB':>13}{'emulator CPU us/event':>23}"
     )
     for label, r in rows:
         rate = r["events"] / r["seconds"]
@@ -267,6 +285,7 @@ def main() -> int:
             f"{label:24}{r['events']:>11,.0f}{r['seconds']:>9.2f}{rate:>11,.0f}"
             f"{rate * args.size / 1e6:>8.1f}{r['cpu'] / r['events'] * 1e6:>14.1f}"
             f"{r['peak_rss_mb']:>13.0f}"
+            + (f"{r['server_cpu'] / r['events'] * 1e6:>23.1f}" if "server_cpu" in r else "")
         )
     ceiling_rate = ceiling["events"] / ceiling["seconds"]
     landing_rate = landing["events"] / landing["seconds"]

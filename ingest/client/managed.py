@@ -324,7 +324,7 @@ class ManagedSubscription:
             for item in stream:
                 if isinstance(item, EventBatch):
                     self._got_events = True
-                    self._events += len(item.events)
+                    self._events += len(item)
                     self._batches += 1
                 elif isinstance(item, Keepalive):
                     self._keepalives += 1

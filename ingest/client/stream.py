@@ -29,8 +29,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import FrozenInstanceError, dataclass, field
 from typing import Any, Generic, TypeVar
 
 import grpc
@@ -44,6 +44,7 @@ __all__ = [
     "MAX_REQUESTED",
     "CommitFailed",
     "EventBatch",
+    "EventColumns",
     "FlowWindow",
     "Item",
     "Keepalive",
@@ -73,16 +74,212 @@ class ReceivedEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class EventColumns:
+    """The events of one server response as parallel columns, in replay order: what a
+    consumer that stores events column by column (bronze landing) reads, without one
+    :class:`ReceivedEvent` per event."""
+
+    replay_ids: tuple[bytes, ...]
+    event_ids: tuple[str, ...]
+    schema_ids: tuple[str, ...]
+    payloads: tuple[bytes, ...] = field(repr=False)
+
+    def __post_init__(self) -> None:
+        sizes = {
+            len(self.replay_ids),
+            len(self.event_ids),
+            len(self.schema_ids),
+            len(self.payloads),
+        }
+        if len(sizes) != 1:
+            raise ValueError(
+                "EventColumns needs columns of one length (got replay_ids "
+                f"{len(self.replay_ids)}, event_ids {len(self.event_ids)}, schema_ids "
+                f"{len(self.schema_ids)}, payloads {len(self.payloads)})"
+            )
+
+    def __len__(self) -> int:
+        return len(self.replay_ids)
+
+    @classmethod
+    def of(cls, events: Sequence[ReceivedEvent]) -> EventColumns:
+        """The columns of ``events``."""
+        return cls(
+            tuple([e.replay_id.value for e in events]),
+            tuple([e.event_id for e in events]),
+            tuple([e.schema_id for e in events]),
+            tuple([e.payload for e in events]),
+        )
+
+    def events(self) -> tuple[ReceivedEvent, ...]:
+        """One :class:`ReceivedEvent` per row."""
+        new_replay_id = ReplayId.__new__
+        set_value = object.__setattr__
+        out = []
+        for rid, event_id, schema_id, payload in zip(
+            self.replay_ids, self.event_ids, self.schema_ids, self.payloads, strict=True
+        ):
+            # Bytes from the server or from a ReplayId already; skip re-validating them.
+            replay_id = new_replay_id(ReplayId)
+            set_value(replay_id, "value", rid)
+            out.append(ReceivedEvent(replay_id, event_id, schema_id, payload))
+        return tuple(out)
+
+
 class EventBatch:
     """The events of one server response. ``latest_replay_id`` is the stream position after
-    the batch; ``pending_num_requested`` is what the server still owes the stream."""
+    the batch; ``pending_num_requested`` is what the server still owes the stream.
+
+    The events are held in one of two forms and the other is derived on first use (and
+    kept): :attr:`events`, one :class:`ReceivedEvent` each, and :attr:`columns`, parallel
+    columns. The client builds batches from columns (:meth:`of_columns`), which costs no
+    object per event for consumers that read only the columns. Immutable.
+    """
+
+    __slots__ = (
+        "_columns",
+        "_events",
+        "latest_replay_id",
+        "pending_num_requested",
+        "received_at",
+        "rpc_id",
+        "topic",
+    )
+    __match_args__ = (
+        "topic",
+        "events",
+        "latest_replay_id",
+        "rpc_id",
+        "received_at",
+        "pending_num_requested",
+    )
 
     topic: str
-    events: tuple[ReceivedEvent, ...]
     latest_replay_id: ReplayId
     rpc_id: str
     received_at: float
-    pending_num_requested: int = 0
+    pending_num_requested: int
+    _events: tuple[ReceivedEvent, ...] | None
+    _columns: EventColumns | None
+
+    # Positional like the dataclass it replaced, so existing callers keep working.
+    def __init__(  # noqa: PLR0917
+        self,
+        topic: str,
+        events: tuple[ReceivedEvent, ...],
+        latest_replay_id: ReplayId,
+        rpc_id: str,
+        received_at: float,
+        pending_num_requested: int = 0,
+    ) -> None:
+        self._init(topic, latest_replay_id, rpc_id, received_at, pending_num_requested)
+        _set(self, "_events", events)
+        _set(self, "_columns", None)
+
+    @classmethod
+    def of_columns(
+        cls,
+        topic: str,
+        columns: EventColumns,
+        *,
+        latest_replay_id: ReplayId,
+        rpc_id: str,
+        received_at: float,
+        pending_num_requested: int = 0,
+    ) -> EventBatch:
+        """A batch holding ``columns``; :attr:`events` is built only if asked for."""
+        batch = cls.__new__(cls)
+        batch._init(topic, latest_replay_id, rpc_id, received_at, pending_num_requested)
+        _set(batch, "_events", None)
+        _set(batch, "_columns", columns)
+        return batch
+
+    def _init(
+        self,
+        topic: str,
+        latest_replay_id: ReplayId,
+        rpc_id: str,
+        received_at: float,
+        pending_num_requested: int,
+    ) -> None:
+        _set(self, "topic", topic)
+        _set(self, "latest_replay_id", latest_replay_id)
+        _set(self, "rpc_id", rpc_id)
+        _set(self, "received_at", received_at)
+        _set(self, "pending_num_requested", pending_num_requested)
+
+    @property
+    def events(self) -> tuple[ReceivedEvent, ...]:
+        """The events, one :class:`ReceivedEvent` each, in replay order."""
+        events = self._events
+        if events is None:
+            assert self._columns is not None
+            events = self._columns.events()
+            _set(self, "_events", events)
+        return events
+
+    @property
+    def columns(self) -> EventColumns:
+        """The events as parallel columns, in replay order."""
+        columns = self._columns
+        if columns is None:
+            assert self._events is not None
+            columns = EventColumns.of(self._events)
+            _set(self, "_columns", columns)
+        return columns
+
+    def __len__(self) -> int:
+        columns = self._columns
+        return len(columns) if columns is not None else len(self.events)
+
+    def _key(self) -> tuple[Any, ...]:
+        return (
+            self.topic,
+            self.columns,
+            self.latest_replay_id,
+            self.rpc_id,
+            self.received_at,
+            self.pending_num_requested,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, EventBatch)
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            EventBatch,
+            (
+                self.topic,
+                self.events,
+                self.latest_replay_id,
+                self.rpc_id,
+                self.received_at,
+                self.pending_num_requested,
+            ),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"EventBatch(topic={self.topic!r}, events=<{len(self)} events>, "
+            f"latest_replay_id={self.latest_replay_id!r}, rpc_id={self.rpc_id!r}, "
+            f"received_at={self.received_at!r}, "
+            f"pending_num_requested={self.pending_num_requested!r})"
+        )
+
+
+_set = object.__setattr__
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +443,35 @@ class FlowWindow:
             return self.outstanding == 0
 
 
+def _byte_size(response: Any) -> int:
+    return int(response.ByteSize())
+
+
+class _SizedParser:
+    """A gRPC response deserializer that keeps the wire size of the message it parsed last.
+
+    Flow control counts the bytes of every response; asking the parsed message for its size
+    walks every event again, while the wire size is known for free when parsing. gRPC parses
+    a stream's responses one at a time, each just before the reader receives it, so
+    :meth:`size_of` right after receiving a response reads that response's size.
+    """
+
+    __slots__ = ("_last", "_parse")
+
+    def __init__(self, parse: Callable[[bytes], Any]) -> None:
+        self._parse = parse
+        self._last = -1
+
+    def __call__(self, data: bytes) -> Any:
+        self._last = len(data)
+        return self._parse(data)
+
+    def size_of(self, response: Any) -> int:
+        """The wire size of ``response``, the message parsed last (measured if unknown)."""
+        size, self._last = self._last, -1
+        return size if size >= 0 else _byte_size(response)
+
+
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
@@ -282,8 +508,10 @@ class _Stream(Generic[Req, Resp]):
         logger: logging.Logger,
         inspect: Callable[[Resp], list[Any]] | None = None,
         clock: Callable[[], float] = time.time,
+        size_of: Callable[[Any], int] | None = None,
     ) -> None:
         self._name = name
+        self._size_of = size_of if size_of is not None else _byte_size
         self._fetch_request = fetch_request
         self._convert = convert
         self._inspect = inspect
@@ -345,12 +573,13 @@ class _Stream(Generic[Req, Resp]):
         window = self._window
         inspect = self._inspect
         clock = self._clock
+        size_of = self._size_of
         try:
             for response in self._call:
                 self.responses += 1
                 self._last_traffic = time.monotonic()
                 events = len(response.events)
-                size = response.ByteSize() if events else 0
+                size = size_of(response) if events else 0
                 # Count before handing over, so the consumer's take never precedes it.
                 more = window.received(events, response.pending_num_requested, size)
                 if more:
@@ -358,7 +587,7 @@ class _Stream(Generic[Req, Resp]):
                 if inspect is not None:
                     for item in inspect(response):
                         items.put(item)
-                items.put((response, clock()))
+                items.put((response, clock(), size))
             if not self._closing.is_set():
                 failure = classify_status("OK", description="the server ended the stream")
         except grpc.RpcError as exc:
@@ -383,10 +612,10 @@ class _Stream(Generic[Req, Resp]):
             if not isinstance(entry, tuple):
                 yield entry  # an item made by inspect
                 continue
-            response, received_at = entry
+            response, received_at, size = entry
             events = len(response.events)
             if events:
-                self.top_up(window.taken(events, response.ByteSize()))
+                self.top_up(window.taken(events, size))
             yield from convert(response, received_at)
 
     def close(self) -> None:

@@ -37,17 +37,18 @@ from ingest.client.stream import (
     DEFAULT_BUFFER_EVENTS,
     MAX_REQUESTED,
     EventBatch,
+    EventColumns,
     FlowWindow,
     Item,
     Keepalive,
-    ReceivedEvent,
     ReplayGap,
     Resubscribed,
     StreamStats,
+    _SizedParser,
     _Stream,
 )
 from ingest.errors import AuthUnavailableError, PermanentError, ReplayIdError, TransientError
-from ingest.pubsub import pb2, pb2_grpc
+from ingest.pubsub import pb2
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
 
 __all__ = ["CorruptedReplayPolicy", "Subscription", "fetch_request"]
@@ -56,6 +57,7 @@ CorruptedReplayPolicy = Literal["fail", "earliest", "latest"]
 
 _log = logging.getLogger(__name__)
 _DEFAULT_IDLE_FETCH_AFTER = 30.0
+_SUBSCRIBE = "/eventbus.v1.PubSub/Subscribe"
 
 
 def fetch_request(topic: str, start: StartPosition, num_requested: int) -> pb2.FetchRequest:
@@ -83,7 +85,7 @@ def _convert_fetch(topic: str) -> Callable[[Any, float], list[Any]]:
     set_value = object.__setattr__
 
     def replay_id(value: bytes) -> ReplayId:
-        # The server's bytes are bytes already; skip re-validating them per event.
+        # The server's bytes are bytes already; skip re-validating them.
         rid = new_replay_id(ReplayId)
         set_value(rid, "value", value)
         return rid
@@ -92,23 +94,38 @@ def _convert_fetch(topic: str) -> Callable[[Any, float], list[Any]]:
         pending = response.pending_num_requested
         raw_events = response.events
         if raw_events:
-            events: list[ReceivedEvent] = []
-            append = events.append
+            # Columns in one pass, without an object per event: at 100 events per response
+            # and 100k events/s, per-event objects cost more than receiving them.
+            replay_ids: list[bytes] = []
+            event_ids: list[str] = []
+            schema_ids: list[str] = []
+            payloads: list[bytes] = []
             for e in raw_events:
+                replay_ids.append(e.replay_id)
                 event = e.event
-                rid = e.replay_id
-                if not rid:
-                    raise PermanentError(
-                        f"{topic}: the server sent event {event.id} without a replay id; "
-                        "the stream cannot be resumed past it"
-                    )
-                append(ReceivedEvent(replay_id(rid), event.id, event.schema_id, event.payload))
-            latest = (
-                replay_id(response.latest_replay_id)
-                if response.latest_replay_id
-                else events[-1].replay_id
+                event_ids.append(event.id)
+                schema_ids.append(event.schema_id)
+                payloads.append(event.payload)
+            if not all(replay_ids):
+                missing = replay_ids.index(b"")
+                raise PermanentError(
+                    f"{topic}: the server sent event {event_ids[missing]} without a replay "
+                    "id; the stream cannot be resumed past it"
+                )
+            latest = response.latest_replay_id or replay_ids[-1]
+            columns = EventColumns(
+                tuple(replay_ids), tuple(event_ids), tuple(schema_ids), tuple(payloads)
             )
-            return [EventBatch(topic, tuple(events), latest, response.rpc_id, received_at, pending)]
+            return [
+                EventBatch.of_columns(
+                    topic,
+                    columns,
+                    latest_replay_id=replay_id(latest),
+                    rpc_id=response.rpc_id,
+                    received_at=received_at,
+                    pending_num_requested=pending,
+                )
+            ]
         if not response.latest_replay_id:
             # A keepalive without a position carries nothing to checkpoint.
             return []
@@ -162,7 +179,7 @@ class Subscription:
         if idle_fetch_after <= 0:
             raise ValueError(f"idle_fetch_after must be > 0 seconds (got {idle_fetch_after})")
         self.topic = topic
-        self._stub = pb2_grpc.PubSubStub(channel)
+        self._channel = channel
         self._start: StartPosition = start if start is not None else Latest()
         self._durable = durable_position
         self._on_corrupted = on_corrupted
@@ -266,9 +283,16 @@ class Subscription:
 
     def _open(self, position: StartPosition) -> _Stream[Any, Any]:
         topic = self.topic
+        parser = _SizedParser(pb2.FetchResponse.FromString)
+        call = self._channel.stream_stream(
+            _SUBSCRIBE,
+            request_serializer=pb2.FetchRequest.SerializeToString,
+            response_deserializer=parser,
+        )
         return _Stream(
             name=topic,
-            call=self._stub.Subscribe,
+            call=call,
+            size_of=parser.size_of,
             first_request=lambda n: fetch_request(topic, position, n),
             fetch_request=lambda n: pb2.FetchRequest(num_requested=n),
             convert=_convert_fetch(topic),
@@ -348,7 +372,7 @@ class Subscription:
             for item in stream:
                 if isinstance(item, EventBatch):
                     self._got_events = True
-                    self._events += len(item.events)
+                    self._events += len(item)
                     self._batches += 1
                 elif isinstance(item, Keepalive):
                     self._keepalives += 1

@@ -53,10 +53,10 @@ from ingest.auth import TokenManager
 from ingest.client import (
     CommitFailed,
     EventBatch,
+    EventColumns,
     Keepalive,
     ManagedSubscription,
     MultiSubscription,
-    ReceivedEvent,
     ReplayGap,
     Resubscribed,
     RetryPolicy,
@@ -89,6 +89,7 @@ _TICK = 0.05  # how often ages, progress and stop requests are checked (seconds)
 _WAIT = 0.1  # poll interval of waits that must notice a failed committer
 _MICROS = 1_000_000
 _REMEMBERED_POSITIONS = 10_000
+_NO_EVENTS = EventColumns((), (), (), ())
 
 
 @dataclass(frozen=True)
@@ -462,7 +463,7 @@ class BronzeLanding:
 
     def _handle(self, item: Any) -> None:
         if isinstance(item, EventBatch):
-            self._add(self._topics[item.topic], item.events, item.received_at)
+            self._add(self._topics[item.topic], item.columns, item.received_at)
         elif isinstance(item, Keepalive):
             t = self._topics[item.topic]
             t.open.position = item.latest_replay_id
@@ -482,54 +483,73 @@ class BronzeLanding:
                 item.error,
             )
 
-    def _add(self, t: _Topic, events: Sequence[ReceivedEvent], received_at: float) -> None:
+    def _add(self, t: _Topic, columns: EventColumns, received_at: float) -> None:
         if t.skip:
-            events = self._skip_redelivered(t, events)
+            columns = self._skip_redelivered(t, columns)
         t.drained = False
         limits = t.spec.batching
         stamp = int(received_at * _MICROS)
-        while events:
+        # Whole columns are appended at once: the client hands them over without an object
+        # per event, and landing keeps it that way.
+        replay_ids, event_ids, schema_ids, payloads = (
+            columns.replay_ids,
+            columns.event_ids,
+            columns.schema_ids,
+            columns.payloads,
+        )
+        while replay_ids:
             ob = t.open
             room = limits.max_events - len(ob.replay_ids)
-            part = events if len(events) <= room else events[:room]
-            events = events[len(part) :]
-            payloads = [e.payload for e in part]
-            nbytes = sum(map(len, payloads))
-            ob.replay_ids.extend([e.replay_id.value for e in part])
-            ob.event_ids.extend([e.event_id for e in part])
-            ob.schema_ids.extend([e.schema_id for e in part])
-            ob.payloads.extend(payloads)
+            if len(replay_ids) > room:
+                part, replay_ids = replay_ids[:room], replay_ids[room:]
+                ids, event_ids = event_ids[:room], event_ids[room:]
+                sids, schema_ids = schema_ids[:room], schema_ids[room:]
+                data, payloads = payloads[:room], payloads[room:]
+            else:
+                part, ids, sids, data = replay_ids, event_ids, schema_ids, payloads
+                replay_ids = ()
+            count = len(part)
+            nbytes = sum(map(len, data))
+            ob.replay_ids.extend(part)
+            ob.event_ids.extend(ids)
+            ob.schema_ids.extend(sids)
+            ob.payloads.extend(data)
             ob.times.append(stamp)
-            ob.counts.append(len(part))
+            ob.counts.append(count)
             ob.nbytes += nbytes
-            ob.position = part[-1].replay_id
+            ob.position = ReplayId(part[-1])
             if ob.opened_at is None:
                 ob.opened_at = self._monotonic()
-            t.received += len(part)
+            t.received += count
             t.received_bytes += nbytes
             if len(ob.replay_ids) >= limits.max_events or ob.nbytes >= limits.max_bytes:
                 self._seal(t)
 
-    def _skip_redelivered(
-        self, t: _Topic, events: Sequence[ReceivedEvent]
-    ) -> Sequence[ReceivedEvent]:
+    def _skip_redelivered(self, t: _Topic, columns: EventColumns) -> EventColumns:
         # Delivery is in stream order, so the first event bronze does not hold ends the run
         # of redelivered ones.
         skip = t.skip
-        for i, event in enumerate(events):
-            if event.replay_id.value not in skip:
+        for i, rid in enumerate(columns.replay_ids):
+            if rid not in skip:
                 t.skipped += i
                 self._log.info(
                     "%s: skipped %d events the managed subscription delivered again (already "
                     "in bronze); landing resumes at %s",
                     t.spec.topic,
                     t.skipped,
-                    event.replay_id.hex(),
+                    rid.hex(),
                 )
                 t.skip = set()
-                return events[i:]
-        t.skipped += len(events)
-        return ()
+                if i == 0:
+                    return columns
+                return EventColumns(
+                    columns.replay_ids[i:],
+                    columns.event_ids[i:],
+                    columns.schema_ids[i:],
+                    columns.payloads[i:],
+                )
+        t.skipped += len(columns)
+        return _NO_EVENTS
 
     def _resubscribed(self, t: _Topic, item: Resubscribed) -> None:
         t.drained = False
@@ -651,8 +671,8 @@ class BronzeLanding:
                 landed, commits, last = t.events, t.commits, t.last_replay_id
             self._log.info(
                 "progress %s: %.0f events/s, %.2f MB/s received; %d buffered + %d pending at "
-                "the server, %d in the open batch; %d events landed in %d commits, last replay "
-                "id %s",
+                "the server, %d in the open batch; %d events in bronze after %d commits, last "
+                "replay id %s",
                 t.spec.topic,
                 (t.received - events) / seconds,
                 (t.received_bytes - nbytes) / seconds / 1e6,
