@@ -47,6 +47,11 @@ already a snapshot keeps its key (its ``k`` part has not changed, since no event
 after it). The snapshot MERGE itself replaces the row unconditionally: it runs after gold
 caught up, as the only gold writer (one gold run per lake at a time).
 
+One more case: the same event delivered twice lands in two bronze batches, and the stream order
+(batch, position) ends every key, so the second copy of the change behind ``k`` has a key above
+``k + "~snapshot"``. Gold recognises it by its event id (``_cdc_last_event_id``), which the
+snapshot row therefore keeps from the row it replaces.
+
 What this cannot make exact, and flags instead of guessing: a gap event or a diff committed
 while the snapshot was read and delivered afterwards flags the record again (the values are
 right, but gold cannot prove it); the next ``sfcdc resync`` clears it.
@@ -476,7 +481,9 @@ def _control(
         LAST_COMMIT_TS: at,
         LAST_COMMIT_NUMBER: None,
         LAST_REPLAY_ID: replay,
-        LAST_EVENT_ID: None,
+        # Kept, so that the event applied last, delivered again in a later bronze batch (its
+        # key is then greater), is still recognised as already reflected.
+        LAST_EVENT_ID: (existing or {}).get(LAST_EVENT_ID),
         ORDER_KEY: snapshot_key(
             (existing or {}).get(ORDER_KEY), (existing or {}).get(LAST_CHANGE_TYPE)
         ),
