@@ -52,9 +52,10 @@ One more case: the same event delivered twice lands in two bronze batches, and t
 ``k + "~snapshot"``. Gold recognises it by its event id (``_cdc_last_event_id``), which the
 snapshot row therefore keeps from the row it replaces.
 
-What this cannot make exact, and flags instead of guessing: a gap event or a diff committed
-while the snapshot was read and delivered afterwards flags the record again (the values are
-right, but gold cannot prove it); the next ``sfcdc resync`` clears it.
+What this cannot prove, it flags instead of guessing: a change committed while the snapshot
+was read may not fit the snapshot when it arrives (a diff whose base already changed, an
+UPDATE of a record the snapshot saw deleted, a gap event). The values are right, but gold
+cannot vouch for them; the next ``sfcdc resync`` re-reads those records.
 """
 
 from __future__ import annotations
