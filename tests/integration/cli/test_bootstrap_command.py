@@ -46,7 +46,7 @@ def test_bootstrap_then_stream_equals_the_truth(
     spark: SparkSession, emulator: Emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     workload = Workload(emulator.catalogue, seed=73, mix=MIX)
-    emulator.append(list(workload.events(800)))
+    emulator.append(list(workload.events(500)))
     emulator.rest.attach(workload.truth)
     assert workload.truth.deleted("Account"), "the history should hold deleted accounts"
     conf_dir = write_conf(tmp_path, emulator, OBJECTS, start="latest")
@@ -68,7 +68,7 @@ def test_bootstrap_then_stream_equals_the_truth(
     )
 
     # The org keeps changing; the stream continues from the recorded positions.
-    emulator.append(list(workload.events(300)))
+    emulator.append(list(workload.events(200)))
     for command in (["ingest", "--once"], ["silver"], ["gold"]):
         assert main(["-q", *command, "--conf", str(conf_dir)]) == 0
     print(assert_gold_equals_truth(engine, conf, workload.truth))

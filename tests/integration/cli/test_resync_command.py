@@ -42,7 +42,7 @@ def test_resync_makes_gold_equal_to_the_truth(
     spark: SparkSession, emulator: Emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     workload = Workload(emulator.catalogue, seed=41, mix=MIX)
-    emulator.append(list(workload.events(1500)))
+    emulator.append(list(workload.events(900)))
     emulator.rest.attach(workload.truth)
     truth = workload.truth
     for entity in OBJECTS.values():
