@@ -23,7 +23,7 @@ from tests.integration.rest.oracle import assert_gold_equals_truth, write_conf
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-OBJECTS = {"account": "Account", "contact": "Contact"}
+OBJECTS = {"account": "Account"}
 # No gap events, overflows or wildcards: what the stream brings after the bootstrap is exact,
 # and records it does not touch keep their snapshot rows.
 MIX = WorkloadMix(
@@ -31,7 +31,7 @@ MIX = WorkloadMix(
     gap=0.0,
     overflow=0.0,
     wildcard=0.0,
-    entity_weights={"Account": 1.0, "Contact": 1.0},
+    entity_weights={"Account": 1.0},
 )
 
 
