@@ -90,8 +90,9 @@ from pipelines.gold.columns import (
     UPDATED_AT,
     body_fields,
     gold_schema,
+    tombstone_schema,
 )
-from pipelines.gold.job import gold_table, run_gold
+from pipelines.gold.job import gold_table, run_gold, tombstone_table
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE
 from pipelines.silver.columns import FieldLayout, LeafKind, SilverLayout
 from pipelines.silver.job import REGISTRY_TABLE, read_registry, run_silver, silver_layout
@@ -419,6 +420,9 @@ def refresh_from_rest(
         out.append(row)
     hard = obj.gold.deletes == "hard"
     if hard:
+        # Tombstones first, as the gold job writes them: a crash before the gold MERGE leaves
+        # a tombstone newer than its gold row, which the fold takes as the truth.
+        _write_tombstones(engine, obj, out)
         out = [r for r in out if not r[DELETED] or r[ID] in current]
     metrics = None
     if out:
@@ -490,6 +494,28 @@ def _control(
         ),
         UPDATED_AT: at,
     }
+
+
+def _write_tombstones(engine: LakeEngine, obj: ObjectSpec, rows: Sequence[dict[str, Any]]) -> None:
+    """Hard deletes: a deleted record's snapshot becomes its tombstone (so a late change
+    cannot bring it back), and a record the snapshot found live loses its tombstone."""
+    table = tombstone_table(obj)
+    schema = tombstone_schema()
+    arrow = spark_schema_to_arrow(schema)
+    names = schema.fieldNames()
+    deleted = [{n: r.get(n) for n in names} for r in rows if r[DELETED]]
+    live = [{n: r.get(n) for n in names} for r in rows if not r[DELETED]]
+    if deleted:
+        engine.ensure_table(table, schema)
+        engine.merge(table, pa.Table.from_pylist(deleted, schema=arrow), on=[ID])
+    if live and engine.exists(table):
+        engine.merge(
+            table,
+            pa.Table.from_pylist(live, schema=arrow),
+            on=[ID],
+            delete_condition="true",
+            insert=False,
+        )
 
 
 def _open_resync_rows(engine: LakeEngine, obj: ObjectSpec) -> list[dict[str, Any]]:
