@@ -60,6 +60,7 @@ cannot vouch for them; the next ``sfcdc resync`` re-reads those records.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -99,6 +100,7 @@ from pipelines.silver.job import REGISTRY_TABLE, read_registry, run_silver, silv
 from pipelines.spec import Conf, ObjectSpec
 
 __all__ = [
+    "CHUNK_ROWS",
     "ID_CHUNK",
     "SNAPSHOT_CHANGE_TYPE",
     "SNAPSHOT_MARK",
@@ -118,6 +120,8 @@ _log = logging.getLogger(__name__)
 
 SNAPSHOT_CHANGE_TYPE = "SNAPSHOT"
 SNAPSHOT_MARK = "~snapshot"
+# Records per snapshot MERGE: bounds the memory a bootstrap of a large object needs.
+CHUNK_ROWS = 50_000
 # Ids per WHERE Id IN (...) query: keeps the GET URL far below Salesforce's 16,384 characters.
 ID_CHUNK = 200
 
@@ -366,12 +370,19 @@ def refresh_from_rest(
     ids: Sequence[str] | None,
     position: Checkpoint | None = None,
     registry_table: TableRef = REGISTRY_TABLE,
+    chunk_rows: int = CHUNK_ROWS,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     clock: Callable[[], float] = time.perf_counter,
 ) -> SnapshotResult:
     """Steps 3 to 5 of the module docstring for ``obj``: read the whole object (``ids``
     ``None``) or those records, MERGE them into gold as snapshot rows, and resolve the open
-    re-sync rows that were detected before the read began."""
+    re-sync rows that were detected before the read began.
+
+    Records are written ``chunk_rows`` at a time (one MERGE each), so memory stays bounded
+    whatever the object's size; a run that stops half way can simply run again.
+    """
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1 (got {chunk_rows})")
     started = clock()
     at = now()
     registry = read_registry(engine, registry_table)
@@ -390,55 +401,39 @@ def refresh_from_rest(
     assert schema is not None
     open_rows = _open_resync_rows(engine, obj)
 
-    records: list[dict[str, Any]] = []
-    if ids is None:
-        records.extend(rest.query_all(snapshot_soql(layout, infos)))
-    else:
-        for chunk in _chunks(list(dict.fromkeys(ids)), ID_CHUNK):
-            records.extend(rest.query_all(snapshot_soql(layout, infos, chunk)))
-    rows = {r[ID]: r for r in (rest_row(layout, infos, rec) for rec in records)}
-    deleted_ids = {rec["Id"] for rec in records if rec.get("IsDeleted")}
-
-    where: list[Any] = [] if ids is None else [(ID, "in", list(ids))]
-    current: dict[str, dict[str, Any]] = {}
-    if ids is None or ids:
-        current = {r[ID]: r for r in engine.read_arrow(gold, where=where).to_pylist()}
-    replay = position.replay_id.value if position and position.replay_id else None
-    out = []
-    for record_id, body in rows.items():
-        existing = current.get(record_id)
-        row = dict.fromkeys(schema.fieldNames())
-        row.update(body)
-        is_deleted = record_id in deleted_ids
-        row.update(_control(existing, is_deleted=is_deleted, at=at, replay=replay))
-        out.append(row)
-    vanished = [r for rid, r in current.items() if rid not in rows and not r.get(DELETED)]
-    for existing in vanished:
-        # Not even in the recycle bin: Salesforce no longer has the record.
-        row = dict(existing)
-        row.update(_control(existing, is_deleted=True, at=at, replay=replay))
-        out.append(row)
-    hard = obj.gold.deletes == "hard"
-    if hard:
-        # Tombstones first, as the gold job writes them: a crash before the gold MERGE leaves
-        # a tombstone newer than its gold row, which the fold takes as the truth.
-        _write_tombstones(engine, obj, out)
-        out = [r for r in out if not r[DELETED] or r[ID] in current]
-    metrics = None
-    if out:
-        table = pa.Table.from_pylist(out, schema=spark_schema_to_arrow(schema))
-        metrics = engine.merge(
-            gold,
-            table,
-            on=[ID],
-            delete_condition=f"source.{DELETED} = true" if hard else None,
-            metadata={"sfcdc.snapshot": f"{mode} {at.isoformat()}"},
+    wanted = list(dict.fromkeys(ids)) if ids is not None else None
+    write = _SnapshotWriter(
+        engine, obj, gold, spark_schema_to_arrow(schema), at=at, mode=mode, position=position
+    )
+    seen: set[str] = set()
+    for batch in _batched(_read(rest, layout, infos, wanted), chunk_rows):
+        batch_rows = [rest_row(layout, infos, rec) for rec in batch]
+        deleted_ids = {rec["Id"] for rec in batch if rec.get("IsDeleted")}
+        batch_ids = [r[ID] for r in batch_rows]
+        seen.update(batch_ids)
+        current = _gold_rows(engine, gold, batch_ids)
+        write(
+            [(body, current.get(body[ID]), body[ID] in deleted_ids, False) for body in batch_rows],
+            current,
         )
-    covered = set(rows) | {r[ID] for r in vanished} | set(ids or ())
+    # Live gold rows the read did not return: not even in the recycle bin, so Salesforce no
+    # longer has the record.
+    if wanted is None:
+        live = engine.read_arrow(gold, columns=[ID, DELETED]).to_pylist()
+        missing = [r[ID] for r in live if not r[DELETED] and r[ID] not in seen]
+    else:
+        missing = [i for i in wanted if i not in seen]
+    vanished: list[str] = []
+    for chunk in _chunks(missing, chunk_rows):
+        current = _gold_rows(engine, gold, chunk)
+        gone = [r for r in current.values() if not r.get(DELETED)]
+        vanished.extend(r[ID] for r in gone)
+        write([(r, r, True, True) for r in gone], current)
+    covered = seen | set(vanished) | set(wanted or ())
     resolved = _resolve(
         engine,
         open_rows,
-        lambda r: ids is None or r["record_id"] in covered,
+        lambda r: wanted is None or r["record_id"] in covered,
         at=at,
         by=f"{mode} snapshot {at.isoformat()}",
     )
@@ -447,12 +442,12 @@ def refresh_from_rest(
         mode=mode,
         table=gold,
         full=ids is None,
-        requested=len(ids) if ids is not None else len(rows),
-        read=len(rows),
-        deleted_read=len(deleted_ids),
+        requested=len(wanted) if wanted is not None else len(seen),
+        read=len(seen),
+        deleted_read=write.deleted_read,
         marked_deleted=len(vanished),
         resolved=resolved,
-        merge=metrics,
+        merge=write.metrics,
         position=_describe(position) if position is not None else None,
         duration_s=clock() - started,
     )
@@ -469,6 +464,102 @@ def refresh_from_rest(
         result.duration_s,
     )
     return result
+
+
+def _read(
+    rest: RecordReader,
+    layout: SilverLayout,
+    infos: Mapping[str, FieldInfo],
+    ids: Sequence[str] | None,
+) -> Iterator[dict[str, Any]]:
+    if ids is None:
+        yield from rest.query_all(snapshot_soql(layout, infos))
+        return
+    for chunk in _chunks(ids, ID_CHUNK):
+        yield from rest.query_all(snapshot_soql(layout, infos, chunk))
+
+
+def _batched(records: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    for record in records:
+        batch.append(record)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _gold_rows(engine: LakeEngine, gold: TableRef, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    if not ids:
+        return {}
+    return {r[ID]: r for r in engine.read_arrow(gold, where=[(ID, "in", list(ids))]).to_pylist()}
+
+
+class _SnapshotWriter:
+    """MERGEs snapshot rows into gold (and tombstones, with hard deletes), chunk by chunk."""
+
+    def __init__(
+        self,
+        engine: LakeEngine,
+        obj: ObjectSpec,
+        gold: TableRef,
+        schema: pa.Schema,
+        *,
+        at: datetime,
+        mode: Mode,
+        position: Checkpoint | None,
+    ) -> None:
+        self.engine = engine
+        self.obj = obj
+        self.gold = gold
+        self.schema = schema
+        self.at = at
+        self.mode = mode
+        self.replay = position.replay_id.value if position and position.replay_id else None
+        self.metrics: MergeMetrics | None = None
+        self.deleted_read = 0
+
+    def __call__(
+        self,
+        entries: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None, bool, bool]],
+        current: Mapping[str, Mapping[str, Any]],
+    ) -> None:
+        """``entries`` are ``(body, existing gold row, deleted, vanished)``."""
+        out = []
+        for body, existing, is_deleted, vanished in entries:
+            row: dict[str, Any] = dict.fromkeys(self.schema.names)
+            row.update(body)
+            row.update(_control(existing, is_deleted=is_deleted, at=self.at, replay=self.replay))
+            out.append(row)
+            self.deleted_read += int(is_deleted and not vanished)
+        hard = self.obj.gold.deletes == "hard"
+        if hard:
+            # Tombstones first, as the gold job writes them: a crash before the gold MERGE
+            # leaves a tombstone newer than its gold row, which the fold takes as the truth.
+            _write_tombstones(self.engine, self.obj, out)
+            out = [r for r in out if not r[DELETED] or r[ID] in current]
+        if not out:
+            return
+        metrics = self.engine.merge(
+            self.gold,
+            pa.Table.from_pylist(out, schema=self.schema),
+            on=[ID],
+            delete_condition=f"source.{DELETED} = true" if hard else None,
+            metadata={"sfcdc.snapshot": f"{self.mode} {self.at.isoformat()}"},
+        )
+        self.metrics = metrics if self.metrics is None else _add(self.metrics, metrics)
+
+
+def _add(a: MergeMetrics, b: MergeMetrics) -> MergeMetrics:
+    return dataclasses.replace(
+        b,
+        inserted=a.inserted + b.inserted,
+        updated=a.updated + b.updated,
+        deleted=a.deleted + b.deleted,
+        source_rows=a.source_rows + b.source_rows,
+        duration_s=a.duration_s + b.duration_s,
+    )
 
 
 def _control(

@@ -146,13 +146,23 @@ def test_a_full_snapshot_with_soft_deletes(org: tuple[Emulator, Workload], tmp_p
     conf = _conf(tmp_path, "soft")
     engine = _lake(emulator, conf)
     with _rest(emulator) as rest:
+        # Small chunks: several MERGEs, as for an object of millions of records.
         result = refresh_from_rest(
-            engine, conf, conf.objects[0], rest=rest, mode="resync", ids=None, now=lambda: AT
+            engine,
+            conf,
+            conf.objects[0],
+            rest=rest,
+            mode="resync",
+            ids=None,
+            chunk_rows=40,
+            now=lambda: AT,
         )
     truth = workload.truth
     assert result.full and result.read == len(truth.records("Account"))
     assert result.deleted_read == len(truth.deleted("Account")) > 0
     assert result.marked_deleted == 1 and result.resolved == 2
+    assert result.merge is not None
+    assert (result.merge.inserted, result.merge.updated) == (result.read, 1)
     gold = {r["Id"]: r for r in engine.read_arrow(TableRef("gold", "account")).to_pylist()}
     assert set(gold) == set(truth.records("Account")) | {GONE}
     gone = gold[GONE]
@@ -186,7 +196,8 @@ def test_a_record_level_read_with_hard_deletes(
             conf.objects[0],
             rest=rest,
             mode="resync",
-            ids=[*live, *deleted, GONE],
+            ids=[*live, *deleted, GONE, live[0]],
+            chunk_rows=2,
             now=lambda: AT,
         )
     assert not result.full and result.requested == 6 and result.read == 5
