@@ -199,7 +199,14 @@ def _ensure_schema(
     events all predate the subscription): gold's columns come from it."""
     if silver_layout(obj, read_registry(engine)).fields or fetch_schema is None:
         return
-    schema = fetch_schema(obj.topic)
+    try:
+        schema = fetch_schema(obj.topic)
+    except ValueError as exc:
+        # A multi-entity channel has no schema of its own: only its events name theirs.
+        raise ConfigError(
+            f"bootstrap of {obj.api_name}: no schema of its events is registered and {obj.topic} "
+            f"cannot give one ({exc}); land at least one of its events with `sfcdc ingest` first"
+        ) from exc
     store = CheckpointStore(engine, bronze_tables(conf.topics()))
     store.register_schemas(obj.topic, {schema.schema_id: schema.json})
     _log.info("bootstrap: registered %s's current schema %s", obj.topic, schema.schema_id)
