@@ -66,7 +66,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pyarrow as pa
 
@@ -87,17 +87,32 @@ from pipelines.gold.columns import (
     LAST_REPLAY_ID,
     NEEDS_RESYNC,
     ORDER_KEY,
+    RESERVED_PREFIX,
     RESYNC_REASON,
     UPDATED_AT,
     body_fields,
     gold_schema,
     tombstone_schema,
 )
-from pipelines.gold.job import gold_table, run_gold, tombstone_table
+from pipelines.gold.job import gold_table, history_table, run_gold, tombstone_table
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE
+from pipelines.gold.scd2 import (
+    HISTORY_KEYS,
+    SCD_CHANGE_TYPE,
+    SCD_EVENT_ID,
+    SCD_IS_CURRENT,
+    SCD_IS_DELETED,
+    SCD_ORDER_KEY,
+    SCD_VALID_FROM,
+    SCD_VALID_TO,
+    history_schema,
+)
 from pipelines.silver.columns import FieldLayout, LeafKind, SilverLayout
 from pipelines.silver.job import REGISTRY_TABLE, read_registry, run_silver, silver_layout
 from pipelines.spec import Conf, ObjectSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import types as T
 
 __all__ = [
     "CHUNK_ROWS",
@@ -540,6 +555,8 @@ class _SnapshotWriter:
             row.update(_control(existing, is_deleted=is_deleted, at=self.at, replay=self.replay))
             out.append(row)
             self.deleted_read += int(is_deleted and not vanished)
+        if self.obj.gold.scd2.enabled:
+            self._history(out)
         hard = self.obj.gold.deletes == "hard"
         if hard:
             # Tombstones first, as the gold job writes them: a crash before the gold MERGE
@@ -556,6 +573,68 @@ class _SnapshotWriter:
             metadata={"sfcdc.snapshot": f"{self.mode} {self.at.isoformat()}"},
         )
         self.metrics = metrics if self.metrics is None else _add(self.metrics, metrics)
+
+    def _history(self, rows: Sequence[dict[str, Any]]) -> None:
+        """SCD2: a snapshot that changes a tracked column or the deleted flag starts a version
+        (``_scd_change_type = 'SNAPSHOT'``, keyed by the snapshot's order key, so it sorts
+        after the versions of the changes it reflects) and closes the current one."""
+        engine, obj = self.engine, self.obj
+        table = history_table(obj)
+        gold_fields = {f.name: f for f in _arrow_fields(self.schema)}
+        track = obj.gold.scd2.track
+        names = [
+            n
+            for n in (track if track != "all" else gold_fields)
+            if n in gold_fields and n != ID and not n.startswith(RESERVED_PREFIX)
+        ]
+        schema = history_schema([gold_fields[n] for n in names])
+        engine.ensure_table(table, schema)
+        ids = [r[ID] for r in rows]
+        current = (
+            {
+                r[ID]: r
+                for r in engine.read_arrow(
+                    table, where=[(ID, "in", ids), (SCD_IS_CURRENT, "=", True)]
+                ).to_pylist()
+            }
+            if ids
+            else {}
+        )
+        changes = []
+        for row in rows:
+            state = (*(row.get(n) for n in names), row[DELETED])
+            now = current.get(row[ID])
+            if now is not None and (*(now.get(n) for n in names), now[SCD_IS_DELETED]) == state:
+                continue
+            version = {ID: row[ID], **{n: row.get(n) for n in names}}
+            version.update(
+                {
+                    SCD_VALID_FROM: self.at,
+                    SCD_VALID_TO: None,
+                    SCD_IS_CURRENT: True,
+                    SCD_IS_DELETED: row[DELETED],
+                    SCD_CHANGE_TYPE: SNAPSHOT_CHANGE_TYPE,
+                    SCD_ORDER_KEY: row[ORDER_KEY],
+                    SCD_EVENT_ID: None,
+                }
+            )
+            changes.append(version)
+            # A snapshot over a snapshot with no change in between shares its key: the
+            # version is corrected in place rather than closed.
+            if now is not None and now[SCD_ORDER_KEY] != row[ORDER_KEY]:
+                changes.append({**now, SCD_VALID_TO: self.at, SCD_IS_CURRENT: False})
+        if changes:
+            engine.merge(
+                table,
+                pa.Table.from_pylist(changes, schema=spark_schema_to_arrow(schema)),
+                on=list(HISTORY_KEYS),
+            )
+
+
+def _arrow_fields(schema: pa.Schema) -> list[T.StructField]:
+    from pipelines.engines.arrow import arrow_schema_to_spark
+
+    return list(arrow_schema_to_spark(schema).fields)
 
 
 def _add(a: MergeMetrics, b: MergeMetrics) -> MergeMetrics:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import types as T
 
 from ingest.auth import ClientCredentials, Secret, TokenManager
 from ingest.client import TlsSettings
@@ -25,8 +26,9 @@ from pipelines.bronze.tables import bronze_tables
 from pipelines.engines import LocalEngine, TableRef
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.gold.columns import gold_schema
-from pipelines.gold.job import tombstone_table
+from pipelines.gold.job import history_table, tombstone_table
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE, resync_row
+from pipelines.gold.scd2 import history_schema
 from pipelines.silver.job import read_registry, silver_layout
 from pipelines.spec import Conf, load_conf
 from tests.integration.gold.test_oracle import expected_row
@@ -48,7 +50,7 @@ def org() -> Iterator[tuple[Emulator, Workload]]:
         yield emulator, workload
 
 
-def _conf(root: Path, deletes: str) -> Conf:
+def _conf(root: Path, deletes: str, extra: str = "") -> Conf:
     conf = root / "conf"
     (conf / "objects").mkdir(parents=True)
     (conf / "pipeline.yml").write_text(
@@ -61,7 +63,7 @@ def _conf(root: Path, deletes: str) -> Conf:
         )
     )
     (conf / "objects" / "account.yml").write_text(
-        f"object: Account\nkind: change_events\ngold: {{deletes: {deletes}}}\n"
+        f"object: Account\nkind: change_events\ngold: {{deletes: {deletes}{extra}}}\n"
     )
     return load_conf(conf)
 
@@ -210,3 +212,50 @@ def test_a_record_level_read_with_hard_deletes(
     stones = engine.read_arrow(tombstone_table(conf.objects[0])).to_pylist()
     assert {r["Id"] for r in stones} == {*deleted, GONE}
     assert all(r["_cdc_is_deleted"] and r["_cdc_last_change_type"] == "SNAPSHOT" for r in stones)
+
+
+def test_snapshots_start_scd2_versions_only_when_tracked_values_change(
+    org: tuple[Emulator, Workload], tmp_path: Path
+) -> None:
+    emulator, workload = org
+    conf = _conf(tmp_path, "soft", ", scd2: {enabled: true, track: [Phone]}")
+    engine = _lake(emulator, conf)
+    history = history_table(conf.objects[0])
+    schema = history_schema([T.StructField("Phone", T.StringType())])
+    engine.append(
+        history,
+        pa.Table.from_pylist(
+            [
+                {
+                    "Id": GONE,
+                    "Phone": "+33 1",
+                    "_scd_valid_from": datetime(2026, 1, 1, tzinfo=timezone.utc),
+                    "_scd_valid_to": None,
+                    "_scd_is_current": True,
+                    "_scd_is_deleted": False,
+                    "_scd_change_type": "GAP_UPDATE",
+                    "_scd_order_key": "1abc",
+                    "_scd_event_id": "evt-9",
+                }
+            ],
+            schema=spark_schema_to_arrow(schema),
+        ),
+    )
+    for _ in range(2):  # the second snapshot finds nothing changed: no version
+        with _rest(emulator) as rest:
+            refresh_from_rest(
+                engine, conf, conf.objects[0], rest=rest, mode="resync", ids=None, now=lambda: AT
+            )
+        rows = engine.read_arrow(history).to_pylist()
+        truth = workload.truth
+        assert len(rows) == len(truth.records("Account")) + 2
+        versions = {(r["Id"], r["_scd_order_key"]): r for r in rows}
+        closed = versions[(GONE, "1abc")]
+        assert not closed["_scd_is_current"] and closed["_scd_valid_to"] == AT
+        current = versions[(GONE, "1abc~snapshot")]
+        assert current["_scd_is_current"] and current["_scd_is_deleted"]
+        assert current["_scd_change_type"] == "SNAPSHOT" and current["_scd_valid_from"] == AT
+        for record_id, values in truth.records("Account").items():
+            version = versions[(record_id, "")]
+            assert version["_scd_is_current"] and version["Phone"] == values["Phone"]
+            assert version["_scd_is_deleted"] == (record_id in truth.deleted("Account"))
