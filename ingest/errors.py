@@ -14,6 +14,8 @@
     ├── DecodeError            an event payload, bitmap or diff could not be decoded
     │   ├── BitmapError            a bitmap names a field the schema does not have
     │   └── DiffError              a diff-encoded value cannot be rebuilt or fails its SHA-256
+    ├── RestError              a REST API call failed (HTTP status, Salesforce errorCode)
+    │   └── RestUnavailableError   the server could not answer (5xx, network): retry later
     ├── CheckpointError        the replay checkpoint in Delta is inconsistent or unwritable
     └── LakeError              a Delta table operation failed (engine, commit conflict, schema)
 
@@ -36,6 +38,8 @@ __all__ = [
     "PermanentError",
     "PubSubError",
     "ReplayIdError",
+    "RestError",
+    "RestUnavailableError",
     "SfcdcError",
     "TransientError",
 ]
@@ -119,6 +123,23 @@ class BitmapError(DecodeError):
 
 class DiffError(DecodeError):
     """A diff-encoded text value cannot be reconstructed or does not match its SHA-256."""
+
+
+class RestError(SfcdcError):
+    """A call to Salesforce's REST API failed.
+
+    ``status`` is the HTTP status (0 when no response arrived) and ``error_code`` the
+    ``errorCode`` of Salesforce's error body (``"MALFORMED_QUERY"``, ``"INVALID_FIELD"``).
+    """
+
+    def __init__(self, message: str, *, status: int = 0, error_code: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_code = error_code
+
+
+class RestUnavailableError(RestError):
+    """The REST API could not answer (a server error or a network failure): retry later."""
 
 
 class CheckpointError(SfcdcError):

@@ -396,6 +396,8 @@ def _generate(
         return None, None
     workload = spec.workload
     generator = Workload(emulator.catalogue, seed=spec.seed)
+    # The emulator's REST query endpoint answers from what this workload generates.
+    emulator.rest.attach(generator.truth)
     rate = workload.events_per_second
     # Paced generation appends about a tenth of a second's worth at a time.
     size = _GENERATE_CHUNK if rate is None else max(1, min(_GENERATE_CHUNK, int(rate / 10)))

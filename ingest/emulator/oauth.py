@@ -12,6 +12,8 @@ Endpoints (plain HTTP, or HTTPS when the emulator runs with TLS):
     The identity of a bearer token.
 ``POST /services/Soap/u/<version>``
     The partner API ``login()`` call, answering ``serverUrl``, ``sessionId`` and ``userInfo``.
+``GET /services/data/vXX.X/query`` and ``/queryAll`` (with a bearer token)
+    SOQL queries answered from the ground truth (:mod:`ingest.emulator.rest`).
 
 Access tokens start with the 15-character org id and ``!``, like Salesforce's. The store keeps
 only SHA-256 digests of tokens, so neither memory dumps of the store nor its state file hold a
@@ -46,6 +48,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from ingest.emulator.faults import Faults
 from ingest.emulator.managed import salesforce_id_18
+from ingest.emulator.rest import RestApi
 
 __all__ = [
     "JWT_BEARER",
@@ -341,8 +344,10 @@ class OAuthServer:
         clock: Callable[[], float],
         ssl_context: ssl.SSLContext | None = None,
         faults: Faults,
+        rest: RestApi | None = None,
     ) -> None:
         self._tokens = tokens
+        self.rest = rest
         self._clients = {c.client_id: c for c in clients}
         self._clock = clock
         self._faults = faults
@@ -594,8 +599,27 @@ def _make_handler(server: OAuthServer) -> type[BaseHTTPRequestHandler]:
             path = urlsplit(self.path).path.rstrip("/")
             if path == "/services/oauth2/userinfo" or path.startswith("/id/"):
                 self._identity()
+            elif path.startswith("/services/data/") and server.rest is not None:
+                self._rest(path)
             else:
                 self._json(404, {"error": "not_found", "error_description": f"no {path}"})
+
+        def _rest(self, path: str) -> None:
+            assert server.rest is not None
+            scheme, _, token = self.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or server._tokens.check(token.strip()) is None:
+                self._json_list(
+                    HTTPStatus.UNAUTHORIZED,
+                    [{"message": "Session expired or invalid", "errorCode": "INVALID_SESSION_ID"}],
+                )
+                return
+            query = urlsplit(self.path).query
+            params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
+            answer = server.rest.get(path, params, dict(self.headers.items()))
+            self._json_list(answer.status, answer.body)
+
+        def _json_list(self, status: int, payload: Any) -> None:
+            self._send(status, json.dumps(payload), "application/json;charset=UTF-8")
 
         def _identity(self) -> None:
             identity = server.identity(self.headers.get("Authorization", ""))

@@ -33,6 +33,7 @@ from ingest.emulator.managed import (
     salesforce_id_18,
 )
 from ingest.emulator.oauth import OAuthClient, OAuthServer, Token, TokenStore
+from ingest.emulator.rest import RestApi
 from ingest.emulator.service import PubSubService, ResponseEncoding, ServiceSettings
 from ingest.emulator.tls import CA_CERT, SERVER_CERT, SERVER_KEY, TlsMaterial, ensure_tls
 from ingest.emulator.topics import Catalogue, EmittedEvent
@@ -177,6 +178,8 @@ class Emulator:
         self.config = config or EmulatorConfig()
         self.catalogue = catalogue
         self.faults = faults if faults is not None else Faults(self.config.faults)
+        # The REST query endpoint; it answers once a workload's ground truth is attached.
+        self.rest = RestApi(self.catalogue)
         self._clock = clock
         problems = [
             f"managed_subscriptions: {m.developer_name} names unknown topic {m.topic!r}"
@@ -251,6 +254,7 @@ class Emulator:
             clock=self._clock,
             ssl_context=ssl_context,
             faults=self.faults,
+            rest=self.rest,
         )
         self._http_port = self._oauth.port
         scheme = "https" if config.tls else "http"

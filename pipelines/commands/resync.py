@@ -1,0 +1,57 @@
+"""``sfcdc resync [<object>]``: re-read over the REST API what events could not reproduce.
+
+::
+
+    sfcdc resync [Account] [--conf conf/]
+
+For each object (default: every enabled change event object), silver and gold catch up with
+bronze, then the open rows of ``gold.sfcdc_resync`` decide what to read: the whole object after
+a GAP_OVERFLOW or a replay gap, otherwise the records gap events (and diffs that could not be
+rebuilt, changes of records gold never saw) named. The records are MERGEd into gold as
+snapshot rows with ``_cdc_needs_resync`` cleared, and the re-sync rows are marked resolved.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from pipelines.bootstrap import resync_objects
+from pipelines.commands.bootstrap import describe, open_rest
+from pipelines.commands.silver import _session
+from pipelines.engines import make_engine
+from pipelines.spec import load_conf
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``resync`` subcommand."""
+    parser = subparsers.add_parser(
+        "resync",
+        help="re-read over the REST API the records gold flags for re-sync",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument(
+        "object", nargs="?", default=None, help="API name of one object (default: all)"
+    )
+    parser.add_argument(
+        "--conf", type=Path, default=Path("conf"), help="configuration directory (default: conf)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Re-sync the objects the parsed arguments select."""
+    conf = load_conf(args.conf)
+    engine = make_engine(conf.pipeline.lake, _session(conf))
+    names = [args.object] if args.object else None
+    with open_rest(conf, names) as (_source, rest):
+        results = resync_objects(engine, conf, names, rest=rest)
+    for result in results:
+        for line in describe(result):
+            print(line)
+    if not results:
+        print("nothing to re-sync: no open rows in the re-sync table")
+    return 0
