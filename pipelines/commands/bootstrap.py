@@ -24,11 +24,12 @@ from ingest.client import SchemaCache, TlsSettings
 from ingest.rest import RestClient
 from pipelines.bootstrap import SnapshotResult, bootstrap_object
 from pipelines.bronze import BronzeLanding
+from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.commands.ingest import select_topics
 from pipelines.commands.silver import _session
 from pipelines.connect import Source, connect, secret_resolver
 from pipelines.engines import LakeEngine, make_engine
-from pipelines.spec import Conf, load_conf
+from pipelines.spec import Conf
 
 __all__ = ["describe", "open_rest", "register", "run"]
 
@@ -41,9 +42,7 @@ def register(subparsers: Any) -> None:
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     parser.add_argument("object", help="API name of a change event object (Account)")
-    parser.add_argument(
-        "--conf", type=Path, default=Path("conf"), help="configuration directory (default: conf)"
-    )
+    add_conf_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -101,7 +100,7 @@ def _land(engine: LakeEngine, conf: Conf, source: Source, name: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Bootstrap the object the parsed arguments name."""
-    conf = load_conf(args.conf)
+    conf = conf_from_args(args)
     engine = make_engine(conf.pipeline.lake, _session(conf))
     with open_rest(conf, [args.object]) as (source, rest):
         schemas = SchemaCache(source.channel, tokens=source.tokens)

@@ -14,14 +14,13 @@ snapshot rows with ``_cdc_needs_resync`` cleared, and the re-sync rows are marke
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from pipelines.bootstrap import resync_objects
 from pipelines.commands.bootstrap import describe, open_rest
+from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.commands.silver import _session
 from pipelines.engines import make_engine
-from pipelines.spec import load_conf
 
 __all__ = ["register", "run"]
 
@@ -36,15 +35,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "object", nargs="?", default=None, help="API name of one object (default: all)"
     )
-    parser.add_argument(
-        "--conf", type=Path, default=Path("conf"), help="configuration directory (default: conf)"
-    )
+    add_conf_options(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Re-sync the objects the parsed arguments select."""
-    conf = load_conf(args.conf)
+    conf = conf_from_args(args)
     engine = make_engine(conf.pipeline.lake, _session(conf))
     names = [args.object] if args.object else None
     with open_rest(conf, names) as (_source, rest):
