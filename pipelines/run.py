@@ -234,6 +234,10 @@ class Pipeline:
         gold = run_gold(engine, self.conf, objects=names)
         return PassResult(silver, gold, self._monotonic() - started)
 
+    def engine(self) -> LakeEngine:
+        """The engine silver and gold use (its Spark session is started on the first call)."""
+        return self._engine()
+
     # -----------------------------------------------------------------------------------------
 
     def _engine(self) -> LakeEngine:
