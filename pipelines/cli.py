@@ -14,7 +14,17 @@ from ingest.errors import SfcdcError
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 # Module names under pipelines.commands, in the order `sfcdc --help` lists them.
-COMMANDS: tuple[str, ...] = ("emulator", "ingest", "silver", "gold")
+COMMANDS: tuple[str, ...] = (
+    "emulator",
+    "ingest",
+    "silver",
+    "gold",
+    "run",
+    "demo",
+    "sql",
+    "status",
+    "validate",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
