@@ -1,0 +1,61 @@
+"""`sfcdc run`: once (drain the in-process emulator, then silver and gold) and continuous
+(landing in a thread, passes on an interval, a clean stop)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from pipelines import cli
+from tests.integration.cli.conftest import FilledLake, write_conf
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def test_run_once_lands_every_topic_then_fills_silver_and_gold(filled_lake: FilledLake) -> None:
+    assert filled_lake.code == 0, filled_lake.out
+    out = filled_lake.out
+    assert "stopped after" in out and "drained" in out
+    lake = filled_lake.lake
+    for table in ("account_change_event", "contact_change_event", "order_shipped__e"):
+        landed = DeltaTable(str(lake / "bronze" / table)).to_pyarrow_table(columns=["event_id"])
+        assert landed.num_rows > 0
+        assert f"bronze bronze.{table}: {landed.num_rows} events" in out
+        # Exactly once: no event id twice.
+        assert len(set(landed["event_id"].to_pylist())) == landed.num_rows
+    for obj, table in (("Account", "account"), ("Contact", "contact")):
+        silver = DeltaTable(str(lake / "silver" / table)).to_pyarrow_table(columns=["Id"])
+        gold = DeltaTable(str(lake / "gold" / table)).to_pyarrow_table(columns=["Id"])
+        assert f"silver {obj}: " in out and f"gold {obj}: " in out
+        # Gold holds one row per record silver has seen (deleted ones are kept, soft delete).
+        assert gold.num_rows == len(set(silver["Id"].to_pylist())) > 0
+    assert "platform events have no gold table: Order_Shipped__e" in out
+
+
+def test_run_continuous_stops_after_its_duration_with_a_last_pass(
+    spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = write_conf(tmp_path, events=200, platform_events=0)
+    code = cli.main(
+        ["-q", "run", "--conf", str(conf), "--continuous", "--interval", "0.5", "--for", "3"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "duration reached" in out
+    assert "silver/gold passes" in out
+    gold = DeltaTable(str(tmp_path / "lake" / "gold" / "account")).to_pyarrow_table(columns=["Id"])
+    assert gold.num_rows > 0
+    # Progress lines name each topic with its rate, lag and last replay id.
+    assert "/data/AccountChangeEvent: " in out and "events/s" in out and "last replay id" in out
+
+
+def test_run_with_an_unknown_object_names_the_configured_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = write_conf(tmp_path)
+    code = cli.main(["run", "--conf", str(conf), "--once", "--objects", "Acount"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "'Acount'" in err and "Account" in err and "Contact" in err
