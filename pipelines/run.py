@@ -178,8 +178,9 @@ class Pipeline:
         return RunResult(landing, passes, self._monotonic() - started, landing.stopped)
 
     def run_continuous(self, *, interval: float, duration: float | None = None) -> RunResult:
-        """Land continuously; run silver and gold every ``interval`` seconds until
-        :meth:`stop` (or for ``duration`` seconds), then a last pass."""
+        """Land continuously; run silver and gold at once and then every ``interval`` seconds
+        (back to back when a pass takes longer) until :meth:`stop` (or for ``duration``
+        seconds), then a last pass."""
         if interval <= 0:
             raise ValueError(f"interval must be > 0 seconds (got {interval})")
         started = self._monotonic()
@@ -203,10 +204,13 @@ class Pipeline:
         ready.wait()
         previous: LandingResult | None = None
         mark = self._monotonic()
+        # The first pass runs at once (it catches up with what bronze already holds); later
+        # ones start every `interval` seconds, or right away when a pass took longer.
+        next_pass = mark
         while not failure:
-            next_pass = mark + interval
             if self._stop.wait(max(0.0, next_pass - self._monotonic())):
                 break
+            next_pass = self._monotonic() + interval
             passes.append(self.run_pass())
             now = self._monotonic()
             landing = self._landing
