@@ -202,11 +202,11 @@ def run(args: argparse.Namespace) -> int:
             directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sfcdc-")))
         else:
             directory = args.dir
-        return _demo(directory.absolute(), events=args.events, seed=args.seed)
+        return _demo(directory.absolute(), events=args.events, seed=args.seed, temp=args.temp)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _demo(directory: Path, *, events: int, seed: int) -> int:
+def _demo(directory: Path, *, events: int, seed: int, temp: bool = False) -> int:
     started = time.monotonic()
     directory.mkdir(parents=True, exist_ok=True)
     for name in _OWNED:
@@ -244,8 +244,12 @@ def _demo(directory: Path, *, events: int, seed: int) -> int:
         print(example.sql)
         print(format_rows(shell.query(example.sql)))
     print()
-    print(f'Explore further:  sfcdc sql --conf {_shown(conf_dir)} "SELECT * FROM gold.account"')
-    print(f"Interactive:      sfcdc sql --conf {_shown(conf_dir)}")
+    if temp:
+        print("The lake was in a temporary directory and is removed now; without --temp it stays")
+        print("under .sfcdc/demo for `sfcdc sql --conf .sfcdc/demo/conf`.")
+    else:
+        print(f'Explore further:  sfcdc sql --conf {_shown(conf_dir)} "SELECT * FROM gold.account"')
+        print(f"Interactive:      sfcdc sql --conf {_shown(conf_dir)}")
     print(f"Done in {time.monotonic() - started:.1f} s.")
     return 0
 
