@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 
 from pipelines import cli
+from pipelines.commands.run import stop_on_signals
+from pipelines.commands.status import read_status
+from pipelines.engines import LocalEngine
+from pipelines.run import Pipeline
+from pipelines.spec import load_conf
 from tests.integration.cli.conftest import FilledLake, write_conf
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -59,3 +66,28 @@ def test_run_with_an_unknown_object_names_the_configured_ones(
     err = capsys.readouterr().err
     assert code == 2
     assert "'Acount'" in err and "Account" in err and "Contact" in err
+
+
+def test_sigterm_stops_a_continuous_run_cleanly_with_a_last_pass(
+    spark: object, tmp_path: Path
+) -> None:
+    conf = load_conf(write_conf(tmp_path, events=200, platform_events=0))
+    lines: list[str] = []
+
+    def report(line: str) -> None:
+        if not lines:
+            # The handler is installed: the run is inside stop_on_signals.
+            os.kill(os.getpid(), signal.SIGTERM)
+        lines.append(line)
+
+    pipeline = Pipeline(conf, report=report)
+    with stop_on_signals(pipeline.stop):
+        result = pipeline.run_continuous(interval=0.2)
+    assert result.stopped == "received SIGTERM"
+    assert len(result.passes) >= 2  # the pass that reported, then the last one
+    assert any(line.startswith("silver/gold pass: ") for line in lines)
+    # Everything the landing committed reached silver and gold.
+    status = read_status(LocalEngine.from_spec(conf.pipeline.lake, None), conf)
+    for obj in status.objects:
+        assert obj.bronze_lag == 0 and obj.silver_lag in (0, None), obj
+    assert sum(t.events_landed for t in status.topics) == result.landing.events > 0
