@@ -182,6 +182,22 @@ def summary(result: RunResult, shell: SqlShell, seconds: float) -> list[str]:
                 f"  {obj.object:<32} {counts[0]:>6} records -> {obj.table} ({counts[1]} "
                 f"deleted, {counts[2]} needing re-sync)"
             )
+    silver_tables = [str(o.silver_table) for p in result.passes for o in p.gold.objects]
+    if silver_tables:
+        union = "\nUNION ALL\n".join(
+            f"SELECT _cdc_change_type AS change, size(_cdc_diff_fields) > 0 AS diff FROM {t}"
+            for t in silver_tables
+        )
+        kinds = shell.query(
+            f"SELECT change, count(*) AS n, count_if(diff) AS diffs FROM ({union}) "
+            "GROUP BY change ORDER BY change"
+        ).rows
+        diffs = sum(row[2] for row in kinds)
+        lines.append(
+            "changes in silver: "
+            + ", ".join(f"{n} {change}" for change, n, _ in kinds)
+            + f"; {diffs} with long-text diffs"
+        )
     quarantined = result.quarantined
     open_resync = shell.query(
         "SELECT count(*) FROM gold.sfcdc_resync WHERE resolved_at IS NULL"

@@ -41,6 +41,10 @@ def test_demo_prints_the_summary_and_example_queries(
     deleted = sum(gold["_cdc_is_deleted"].to_pylist())
     assert re.search(rf"Account\s+{gold.num_rows} records -> gold.account \({deleted} deleted", out)
     assert "quarantined rows: 0; open re-sync rows: " in out
+    changes = re.search(r"changes in silver: (.*); (\d+) with long-text diffs", out)
+    assert changes is not None, out
+    for kind in ("CREATE", "UPDATE", "DELETE", "GAP_"):
+        assert kind in changes.group(1)
     for title in (
         "Top accounts by annual revenue",
         "Open opportunities by stage",
