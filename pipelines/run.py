@@ -207,19 +207,27 @@ class Pipeline:
         # The first pass runs at once (it catches up with what bronze already holds); later
         # ones start every `interval` seconds, or right away when a pass took longer.
         next_pass = mark
-        while not failure:
-            if self._stop.wait(max(0.0, next_pass - self._monotonic())):
-                break
-            next_pass = self._monotonic() + interval
-            passes.append(self.run_pass())
-            now = self._monotonic()
-            landing = self._landing
-            if landing is not None:
-                snapshot = landing.snapshot()
-                for line in progress_lines(snapshot, previous, now - mark, passes[-1]):
-                    self._report(line)
-                previous = snapshot
-            mark = now
+        try:
+            while not failure:
+                if self._stop.wait(max(0.0, next_pass - self._monotonic())):
+                    break
+                next_pass = self._monotonic() + interval
+                passes.append(self.run_pass())
+                now = self._monotonic()
+                landing = self._landing
+                if landing is not None:
+                    snapshot = landing.snapshot()
+                    for line in progress_lines(snapshot, previous, now - mark, passes[-1]):
+                        self._report(line)
+                    previous = snapshot
+                mark = now
+        except KeyboardInterrupt:
+            # A second signal: stop at once (the Delta checkpoints make that safe).
+            raise
+        except BaseException:
+            self.stop("a silver/gold pass failed")
+            thread.join()
+            raise
         thread.join()
         if failure:
             raise failure[0]

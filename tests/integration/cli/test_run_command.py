@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 
+from ingest.errors import ConfigError
 from pipelines import cli
 from pipelines.commands.run import stop_on_signals
 from pipelines.commands.status import read_status
@@ -91,3 +93,15 @@ def test_sigterm_stops_a_continuous_run_cleanly_with_a_last_pass(
     for obj in status.objects:
         assert obj.bronze_lag == 0 and obj.silver_lag in (0, None), obj
     assert sum(t.events_landed for t in status.topics) == result.landing.events > 0
+
+
+def test_a_failing_pass_stops_the_landing_and_is_raised(spark: object, tmp_path: Path) -> None:
+    conf_dir = write_conf(tmp_path, events=100, platform_events=0)
+    (conf_dir / "objects" / "account.yml").write_text(
+        "object: Account\nkind: change_events\ngold:\n  sequence_by: [No_Such_Column__c]\n"
+    )
+    pipeline = Pipeline(load_conf(conf_dir))
+    with pytest.raises(ConfigError, match="No_Such_Column__c"):
+        pipeline.run_continuous(interval=0.2)
+    # The landing thread was stopped and joined before the error surfaced.
+    assert not [t for t in threading.enumerate() if t.name == "sfcdc-landing"]
