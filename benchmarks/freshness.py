@@ -213,7 +213,8 @@ def run_phase(phase: Phase, rate: float, warmup: float, keep: Path | None) -> Fi
         time.sleep(phase.seconds)
         generated = finish()
         produced_for = time.time() - started
-        time.sleep(phase.interval + phase.max_age_seconds + 3)
+        # The last events' batches close; SIGTERM then brings the last silver/gold pass.
+        time.sleep(phase.max_age_seconds + 3)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=600)
     finally:
