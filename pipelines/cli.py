@@ -14,7 +14,19 @@ from ingest.errors import SfcdcError
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 # Module names under pipelines.commands, in the order `sfcdc --help` lists them.
-COMMANDS: tuple[str, ...] = ("emulator", "ingest", "silver", "gold", "bootstrap", "resync")
+COMMANDS: tuple[str, ...] = (
+    "demo",
+    "run",
+    "validate",
+    "status",
+    "sql",
+    "ingest",
+    "silver",
+    "gold",
+    "bootstrap",
+    "resync",
+    "emulator",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

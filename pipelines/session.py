@@ -7,6 +7,8 @@ partitions). Library code never creates a session itself: it receives one.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,6 +46,18 @@ LOCAL_SESSION_CONF: Mapping[str, str] = {
 }
 
 
+def _python_workers() -> dict[str, str]:
+    """Spark's Python workers must run this interpreter (the one sfcdc is installed in, even
+    when its virtualenv is not activated: ``python3`` on PATH may be another) and import this
+    copy of sfcdc (a checkout run with ``python -m`` is not on their path otherwise)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    return {
+        "spark.pyspark.python": sys.executable,
+        "spark.executorEnv.PYTHONPATH": os.pathsep.join([root, *paths]),
+    }
+
+
 def local_session(
     app_name: str = "sfcdc",
     *,
@@ -54,7 +68,7 @@ def local_session(
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
-    for key, value in {**LOCAL_SESSION_CONF, **(conf or {})}.items():
+    for key, value in {**LOCAL_SESSION_CONF, **_python_workers(), **(conf or {})}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

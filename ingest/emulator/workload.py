@@ -507,6 +507,11 @@ class Workload:
     byte produced. ``start_ms`` (epoch ms, whole seconds) is the first commit time; ``mix``
     weighs the transaction kinds (:class:`WorkloadMix`); ``org_id`` (15 or 18 chars, ``00D``)
     defaults to one derived from the seed, and every generated id shares its pod.
+
+    ``clock_ms`` (epoch milliseconds) makes each transaction's ``commitTimestamp`` the time it
+    is generated, to the millisecond, instead of a simulated clock of whole seconds. Salesforce
+    stamps whole seconds; measuring how long an event takes to reach the lake needs the real
+    moment, or the truncation dominates the figure. Events are then no longer reproducible.
     """
 
     def __init__(
@@ -517,6 +522,7 @@ class Workload:
         start_ms: int = DEFAULT_START_MS,
         mix: WorkloadMix | None = None,
         org_id: str | None = None,
+        clock_ms: Callable[[], int] | None = None,
     ) -> None:
         if not isinstance(catalogue, Catalogue):
             raise TypeError(f"catalogue must be a Catalogue (got {type(catalogue).__name__})")
@@ -539,6 +545,7 @@ class Workload:
         self._org_id = self._resolve_org_id(org_id)
         self._ids = IdFactory(self._rng, pod=self._org_id[3:5])
         self._now = start_ms
+        self._clock_ms = clock_ms
         self._commit_number = (1 << 60) + self._rng.randrange(1 << 50)
         self._values = ValueFactory(self._rng, start_ms=start_ms)
         self._users = tuple(self._ids.new("005") for _ in range(6))
@@ -596,7 +603,8 @@ class Workload:
 
     @property
     def now_ms(self) -> int:
-        """Commit time of the latest transaction (epoch ms, whole seconds)."""
+        """Commit time of the latest transaction (epoch ms; whole seconds without
+        ``clock_ms``)."""
         return self._now
 
     @property
@@ -877,7 +885,11 @@ class Workload:
         return self._weighted(weights)
 
     def _advance_clock(self) -> None:
-        self._now += 1000 * self._values.pick(_CLOCK_STEPS)
+        if self._clock_ms is not None:
+            # Never backwards: commit order and commit time must agree.
+            self._now = max(self._now, int(self._clock_ms()))
+        else:
+            self._now += 1000 * self._values.pick(_CLOCK_STEPS)
         self._commit_number += self._values.between(1, 50_000)
 
     def _begin(self, *, bulk: bool = False) -> _Tx:
@@ -1755,7 +1767,10 @@ class Workload:
         if schema is None:
             raise ValueError(f"platform event topic {topic.name} has no schema")
         entity = topic.entity or schema.entity_name
-        created = self._now + self._values.between(0, 999)
+        if self._clock_ms is not None:
+            created = self._now
+        else:
+            created = self._now + self._values.between(0, 999)
         datum: dict[str, Any] = {}
         for info in schema.fields:
             if info.name == "CreatedDate":

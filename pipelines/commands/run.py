@@ -1,0 +1,139 @@
+"""``sfcdc run``: ingest -> silver -> gold for every enabled object, in one command.
+
+::
+
+    sfcdc run [--conf conf/] --once                  # drain what is available, then stop
+    sfcdc run [--conf conf/] [--continuous] [--interval 10] [--objects Account,Contact]
+
+``--once`` lands what the source has (until a keepalive shows nothing pending on any topic),
+then runs silver and gold once. Continuous mode (the default) keeps landing in a background
+thread and runs silver and gold every ``--interval`` seconds, printing per-topic progress;
+SIGINT or SIGTERM stops it cleanly (open bronze batches committed, then a last silver and
+gold pass); a second signal stops it at once, which the Delta checkpoints make safe too.
+
+With ``connection.source: emulator`` in ``mode: in_process`` (the shipped ``conf/``) the
+emulator is started inside this process and seeded with the configured workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any
+
+from pipelines.commands.conf_options import add_conf_options, conf_from_args
+from pipelines.commands.gold import summary as gold_summary
+from pipelines.commands.ingest import _names, _positive_seconds
+from pipelines.commands.silver import summary as silver_summary
+from pipelines.run import Pipeline, RunResult
+
+__all__ = ["register", "run", "stop_on_signals", "summary"]
+
+
+def register(subparsers: Any) -> None:
+    """Add ``run`` to the ``sfcdc`` command."""
+    parser = subparsers.add_parser(
+        "run",
+        help="ingest -> silver -> gold for every enabled object (once or continuously)",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    add_conf_options(parser)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--once",
+        action="store_true",
+        help="drain what is available, run silver and gold once, and stop",
+    )
+    mode.add_argument(
+        "--continuous",
+        action="store_true",
+        help="land continuously, silver and gold every --interval seconds (the default)",
+    )
+    parser.add_argument(
+        "--interval",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between silver/gold passes in continuous mode (default: 10)",
+    )
+    parser.add_argument(
+        "--for",
+        dest="seconds",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="continuous mode: stop cleanly after this long",
+    )
+    parser.add_argument(
+        "--objects",
+        type=_names,
+        metavar="NAMES",
+        help="comma-separated object API names (default: every enabled object); a topic "
+        "shared by several objects is landed whole",
+    )
+    parser.set_defaults(handler=run)
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: Callable[[str], None]) -> Iterator[None]:
+    """While inside, SIGINT and SIGTERM call ``stop`` with the signal's name; a second signal
+    acts as it normally would (stopping at any instant is safe). Only in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[signal.Signals, Any] = {}
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        stop(f"received {signal.Signals(signum).name}")
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, handle)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def summary(result: RunResult) -> list[str]:
+    """What ``sfcdc run`` prints when it stops."""
+    lines = [f"sfcdc run: stopped after {result.seconds:.1f} s ({result.stopped})"]
+    for t in result.landing.topics:
+        extra = f", {t.replay_gaps} REPLAY GAP" if t.replay_gaps else ""
+        lines.append(
+            f"  bronze {t.table}: {t.events} events in {t.commits} commits{extra}; last "
+            f"replay id {t.last_replay_id or 'none'}"
+        )
+    passes = [p for p in result.passes if p.silver.topics or p.gold.objects]
+    if len(result.passes) == 1:
+        for line in silver_summary(result.passes[0].silver):
+            lines.append(f"  silver {line}")
+        for line in gold_summary(result.passes[0].gold):
+            lines.append(f"  gold {line}")
+    elif passes:
+        lines.append(
+            f"  {len(result.passes)} silver/gold passes: {result.silver_rows} silver rows, "
+            f"{result.quarantined} quarantined"
+        )
+        for name, n in sorted(result.merged().items()):
+            lines.append(f"  gold {name}: {n} rows inserted, updated or deleted")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the pipeline as ``args`` say."""
+    conf = conf_from_args(args)
+    pipeline = Pipeline(conf, objects=args.objects, report=lambda line: print(line, flush=True))
+    with stop_on_signals(pipeline.stop):
+        if args.once:
+            result = pipeline.run_once()
+        else:
+            result = pipeline.run_continuous(interval=args.interval, duration=args.seconds)
+    for line in summary(result):
+        print(line)
+    return 0

@@ -1,0 +1,298 @@
+"""The whole pipeline in one process: bronze landing, then silver and gold.
+
+:class:`Pipeline` runs ``ingest -> silver -> gold`` for the enabled objects of a ``conf/``:
+
+- :meth:`Pipeline.run_once` drains what the source has (the landing stops once a keepalive
+  shows nothing pending on any topic), then runs one silver and one gold pass;
+- :meth:`Pipeline.run_continuous` lands in a background thread while the calling thread runs
+  silver and gold as micro-batches every ``interval`` seconds; :meth:`Pipeline.stop` (from a
+  signal handler or another thread) ends it cleanly: the landing commits its open batches,
+  then one last silver and gold pass picks them up.
+
+Each layer keeps its own exactly-once bookkeeping in Delta (replay checkpoints, app
+transactions), so a run that is killed at any instant resumes where the tables say.
+
+The landing writes without a JVM, but the Spark session silver and gold need is started
+before the landing connects: launching the JVM forks this process, and a fork while gRPC's
+threads run can leave the child unable to start Java.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ingest.errors import ReplayIdError
+from pipelines.bronze import BronzeLanding, LandingResult
+from pipelines.connect import connect, secret_resolver
+from pipelines.gold.job import GoldResult, run_gold
+from pipelines.silver.job import SilverResult, run_silver
+from pipelines.spec import Conf
+
+if TYPE_CHECKING:
+    from pipelines.engines import LakeEngine
+
+__all__ = ["PassResult", "Pipeline", "RunResult", "progress_lines"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """One silver pass followed by one gold pass."""
+
+    silver: SilverResult
+    gold: GoldResult
+    seconds: float
+
+    @property
+    def silver_rows(self) -> int:
+        """Rows appended to silver tables (quarantined rows excluded)."""
+        return sum(o.rows for t in self.silver.topics for o in t.objects)
+
+    @property
+    def merged(self) -> Mapping[str, int]:
+        """Gold rows inserted, updated or deleted, per object."""
+        out: dict[str, int] = {}
+        for obj in self.gold.objects:
+            m = obj.merge
+            out[obj.object] = 0 if m is None else m.inserted + m.updated + m.deleted
+        return out
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run did: the landing, every silver/gold pass in order, and why it stopped."""
+
+    landing: LandingResult
+    passes: tuple[PassResult, ...]
+    seconds: float
+    stopped: str
+
+    @property
+    def silver_rows(self) -> int:
+        return sum(p.silver_rows for p in self.passes)
+
+    @property
+    def quarantined(self) -> int:
+        return sum(p.silver.quarantined for p in self.passes)
+
+    def merged(self) -> dict[str, int]:
+        """Gold rows inserted, updated or deleted per object, over every pass."""
+        out: dict[str, int] = {}
+        for p in self.passes:
+            for name, n in p.merged.items():
+                out[name] = out.get(name, 0) + n
+        return out
+
+
+def progress_lines(
+    landing: LandingResult,
+    previous: LandingResult | None,
+    seconds: float,
+    last_pass: PassResult | None,
+) -> list[str]:
+    """Progress of a continuous run: per topic the landing rate over the last ``seconds``,
+    the events received but not yet committed to bronze (lag) and the last replay id; per
+    object the gold rows the last pass merged and how long the pass took."""
+    before = {t.topic: t for t in previous.topics} if previous is not None else {}
+    lines = []
+    for t in landing.topics:
+        prior = before.get(t.topic)
+        rate = (t.events - (prior.events if prior else 0)) / max(seconds, 1e-9)
+        lines.append(
+            f"{t.topic}: {rate:.0f} events/s, {t.events} landed, lag {t.received - t.events} "
+            f"events, last replay id {t.last_replay_id or 'none'}"
+        )
+    if last_pass is not None:
+        merged = ", ".join(f"{k} {v}" for k, v in sorted(last_pass.merged.items()))
+        lines.append(
+            f"silver/gold pass: {last_pass.silver_rows} silver rows, merged {merged or 'nothing'} "
+            f"in {last_pass.seconds:.1f} s"
+        )
+    return lines
+
+
+class Pipeline:
+    """Runs landing, silver and gold for ``conf`` (optionally only ``objects``).
+
+    ``lake_engine`` makes the engine the landing writes with (no Spark session needed);
+    ``spark_engine`` makes the one silver and gold read and write with, called once, before
+    the landing connects. ``report`` receives progress lines of a continuous run;
+    ``environ`` resolves secret references; ``monotonic`` times passes and intervals.
+    """
+
+    def __init__(
+        self,
+        conf: Conf,
+        *,
+        objects: Sequence[str] | None = None,
+        lake_engine: Callable[[], LakeEngine] | None = None,
+        spark_engine: Callable[[], LakeEngine] | None = None,
+        report: Callable[[str], None] | None = None,
+        environ: dict[str, str] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        from pipelines.commands.ingest import lake_engine as landing_engine
+        from pipelines.commands.ingest import select_topics
+
+        self.conf = conf
+        self.objects = tuple(objects) if objects else None
+        self._topics = select_topics(conf, self.objects)
+        self._lake_engine = lake_engine or (
+            lambda: landing_engine(conf.pipeline.lake, environ=environ)
+        )
+        self._spark_engine_factory = spark_engine or (lambda: _default_spark_engine(conf))
+        self._spark_engine: LakeEngine | None = None
+        self._log = logger or _log
+        self._report = report or (lambda line: self._log.info("%s", line))
+        self._environ = environ
+        self._monotonic = monotonic
+        self._stop = threading.Event()
+        self._stop_reason: str | None = None
+        self._landing: BronzeLanding | None = None
+        self._lock = threading.Lock()
+
+    def stop(self, reason: str = "stop requested") -> None:
+        """Ask the run to stop cleanly: the landing commits its open batches, then one last
+        silver and gold pass runs. Safe from a signal handler and from any thread."""
+        with self._lock:
+            if self._stop_reason is None:
+                self._stop_reason = reason
+            landing = self._landing
+        self._stop.set()
+        if landing is not None:
+            landing.stop(reason)
+
+    def run_once(self) -> RunResult:
+        """Drain what the source has into bronze, then one silver and one gold pass."""
+        started = self._monotonic()
+        self._engine()  # before any gRPC channel exists: see the module docstring
+        landing = self._land(once=True, duration=None)
+        passes = (self.run_pass(),)
+        return RunResult(landing, passes, self._monotonic() - started, landing.stopped)
+
+    def run_continuous(self, *, interval: float, duration: float | None = None) -> RunResult:
+        """Land continuously; run silver and gold at once and then every ``interval`` seconds
+        (back to back when a pass takes longer) until :meth:`stop` (or for ``duration``
+        seconds), then a last pass."""
+        if interval <= 0:
+            raise ValueError(f"interval must be > 0 seconds (got {interval})")
+        started = self._monotonic()
+        self._engine()  # before any gRPC channel exists: see the module docstring
+        outcome: list[LandingResult] = []
+        failure: list[BaseException] = []
+        ready = threading.Event()
+
+        def land() -> None:
+            try:
+                outcome.append(self._land(once=False, duration=duration, ready=ready))
+            except BaseException as exc:  # handed to the calling thread, which raises it
+                failure.append(exc)
+            finally:
+                ready.set()
+                self._stop.set()
+
+        thread = threading.Thread(target=land, name="sfcdc-landing", daemon=True)
+        thread.start()
+        passes: list[PassResult] = []
+        ready.wait()
+        previous: LandingResult | None = None
+        mark = self._monotonic()
+        # The first pass runs at once (it catches up with what bronze already holds); later
+        # ones start every `interval` seconds, or right away when a pass took longer.
+        next_pass = mark
+        try:
+            while not failure:
+                if self._stop.wait(max(0.0, next_pass - self._monotonic())):
+                    break
+                next_pass = self._monotonic() + interval
+                passes.append(self.run_pass())
+                now = self._monotonic()
+                landing = self._landing
+                if landing is not None:
+                    snapshot = landing.snapshot()
+                    for line in progress_lines(snapshot, previous, now - mark, passes[-1]):
+                        self._report(line)
+                    previous = snapshot
+                mark = now
+        except KeyboardInterrupt:
+            # A second signal: stop at once (the Delta checkpoints make that safe).
+            raise
+        except BaseException:
+            self.stop("a silver/gold pass failed")
+            thread.join()
+            raise
+        thread.join()
+        if failure:
+            raise failure[0]
+        result = outcome[0]
+        # The landing committed its open batches when it stopped: fold them in too.
+        passes.append(self.run_pass())
+        stopped = self._stop_reason or result.stopped
+        return RunResult(result, tuple(passes), self._monotonic() - started, stopped)
+
+    def run_pass(self) -> PassResult:
+        """One silver pass, then one gold pass, over what bronze holds now."""
+        engine = self._engine()
+        started = self._monotonic()
+        names = list(self.objects) if self.objects else None
+        silver = run_silver(engine, self.conf, objects=names)
+        gold = run_gold(engine, self.conf, objects=names)
+        return PassResult(silver, gold, self._monotonic() - started)
+
+    def engine(self) -> LakeEngine:
+        """The engine silver and gold use (its Spark session is started on the first call)."""
+        return self._engine()
+
+    # -----------------------------------------------------------------------------------------
+
+    def _engine(self) -> LakeEngine:
+        if self._spark_engine is None:
+            self._spark_engine = self._spark_engine_factory()
+        return self._spark_engine
+
+    def _land(
+        self, *, once: bool, duration: float | None, ready: threading.Event | None = None
+    ) -> LandingResult:
+        conf = self.conf
+        engine = self._lake_engine()
+        secrets = secret_resolver(environ=self._environ)
+        with connect(conf.pipeline.connection, secrets=secrets, topics=self._topics) as source:
+            landing = BronzeLanding(
+                engine,
+                self._topics,
+                channel=source.channel,
+                tokens=source.tokens,
+                ingest=conf.pipeline.ingest,
+            )
+            with self._lock:
+                self._landing = landing
+                reason = self._stop_reason
+            if reason is not None:
+                landing.stop(reason)
+            if ready is not None:
+                ready.set()
+            try:
+                return landing.run(once=once, duration=duration)
+            except ReplayIdError as exc:
+                raise ReplayIdError(
+                    f"{exc}\nTo choose, set replay.on_corrupted to earliest or latest in the "
+                    f"topic's object files under {conf.conf_dir / 'objects'} (or "
+                    "defaults.replay.on_corrupted in pipeline.yml).",
+                    status=exc.status,
+                    error_code=exc.error_code,
+                    rpc_id=exc.rpc_id,
+                ) from exc
+
+
+def _default_spark_engine(conf: Conf) -> LakeEngine:
+    from pipelines.commands.silver import _session
+    from pipelines.engines import make_engine
+
+    return make_engine(conf.pipeline.lake, _session(conf))

@@ -1,0 +1,107 @@
+"""`sfcdc run`: once (drain the in-process emulator, then silver and gold) and continuous
+(landing in a thread, passes on an interval, a clean stop)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from ingest.errors import ConfigError
+from pipelines import cli
+from pipelines.commands.run import stop_on_signals
+from pipelines.commands.status import read_status
+from pipelines.engines import LocalEngine
+from pipelines.run import Pipeline
+from pipelines.spec import load_conf
+from tests.integration.cli.conftest import FilledLake, write_conf
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def test_run_once_lands_every_topic_then_fills_silver_and_gold(filled_lake: FilledLake) -> None:
+    assert filled_lake.code == 0, filled_lake.out
+    out = filled_lake.out
+    assert "stopped after" in out and "drained" in out
+    lake = filled_lake.lake
+    for table in ("account_change_event", "contact_change_event", "order_shipped__e"):
+        landed = DeltaTable(str(lake / "bronze" / table)).to_pyarrow_table(columns=["event_id"])
+        assert landed.num_rows > 0
+        assert f"bronze bronze.{table}: {landed.num_rows} events" in out
+        # Exactly once: no event id twice.
+        assert len(set(landed["event_id"].to_pylist())) == landed.num_rows
+    for obj, table in (("Account", "account"), ("Contact", "contact")):
+        silver = DeltaTable(str(lake / "silver" / table)).to_pyarrow_table(columns=["Id"])
+        gold = DeltaTable(str(lake / "gold" / table)).to_pyarrow_table(columns=["Id"])
+        assert f"silver {obj}: " in out and f"gold {obj}: " in out
+        # Gold holds one row per record silver has seen (deleted ones are kept, soft delete).
+        assert gold.num_rows == len(set(silver["Id"].to_pylist())) > 0
+    assert "platform events have no gold table: Order_Shipped__e" in out
+
+
+def test_run_continuous_stops_after_its_duration_with_a_last_pass(
+    spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = write_conf(tmp_path, events=200, platform_events=0)
+    code = cli.main(
+        ["-q", "run", "--conf", str(conf), "--continuous", "--interval", "0.5", "--for", "3"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "duration reached" in out
+    assert "silver/gold passes" in out
+    gold = DeltaTable(str(tmp_path / "lake" / "gold" / "account")).to_pyarrow_table(columns=["Id"])
+    assert gold.num_rows > 0
+    # Progress lines name each topic with its rate, lag and last replay id.
+    assert "/data/AccountChangeEvent: " in out and "events/s" in out and "last replay id" in out
+
+
+def test_run_with_an_unknown_object_names_the_configured_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = write_conf(tmp_path)
+    code = cli.main(["run", "--conf", str(conf), "--once", "--objects", "Acount"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "'Acount'" in err and "Account" in err and "Contact" in err
+
+
+def test_sigterm_stops_a_continuous_run_cleanly_with_a_last_pass(
+    spark: object, tmp_path: Path
+) -> None:
+    conf = load_conf(write_conf(tmp_path, events=200, platform_events=0))
+    lines: list[str] = []
+
+    def report(line: str) -> None:
+        if not lines:
+            # The handler is installed: the run is inside stop_on_signals.
+            os.kill(os.getpid(), signal.SIGTERM)
+        lines.append(line)
+
+    pipeline = Pipeline(conf, report=report)
+    with stop_on_signals(pipeline.stop):
+        result = pipeline.run_continuous(interval=0.2)
+    assert result.stopped == "received SIGTERM"
+    assert len(result.passes) >= 2  # the pass that reported, then the last one
+    assert any(line.startswith("silver/gold pass: ") for line in lines)
+    # Everything the landing committed reached silver and gold.
+    status = read_status(LocalEngine.from_spec(conf.pipeline.lake, None), conf)
+    for obj in status.objects:
+        assert obj.bronze_lag == 0 and obj.silver_lag in (0, None), obj
+    assert sum(t.events_landed for t in status.topics) == result.landing.events > 0
+
+
+def test_a_failing_pass_stops_the_landing_and_is_raised(spark: object, tmp_path: Path) -> None:
+    conf_dir = write_conf(tmp_path, events=100, platform_events=0)
+    (conf_dir / "objects" / "account.yml").write_text(
+        "object: Account\nkind: change_events\ngold:\n  sequence_by: [No_Such_Column__c]\n"
+    )
+    pipeline = Pipeline(load_conf(conf_dir))
+    with pytest.raises(ConfigError, match="No_Such_Column__c"):
+        pipeline.run_continuous(interval=0.2)
+    # The landing thread was stopped and joined before the error surfaced.
+    assert not [t for t in threading.enumerate() if t.name == "sfcdc-landing"]

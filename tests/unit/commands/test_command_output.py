@@ -1,0 +1,147 @@
+"""Pure output logic of the run, sql, status, validate and demo commands (no JVM)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+
+from pipelines.bronze import LandingResult, TopicResult
+from pipelines.commands.demo import write_conf
+from pipelines.commands.sql import Result, format_rows
+from pipelines.commands.status import ObjectStatus, Status, TopicStatus, format_status
+from pipelines.commands.validate import describe
+from pipelines.run import progress_lines
+from pipelines.spec import load_conf
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _topic(events: int, received: int, last: str | None = "00ff") -> TopicResult:
+    return TopicResult(
+        topic="/data/AccountChangeEvent",
+        table="bronze.account_change_event",
+        received=received,
+        events=events,
+        payload_bytes=0,
+        commits=1,
+        keepalive_commits=0,
+        replay_gaps=0,
+        redelivered_skipped=0,
+        last_replay_id=last,
+    )
+
+
+def test_progress_lines_give_rate_lag_and_last_replay_id() -> None:
+    before = LandingResult((_topic(100, 100),), 1.0, "running")
+    now = LandingResult((_topic(600, 650, "0a0b"),), 3.0, "running")
+    lines = progress_lines(now, before, 2.0, None)
+    assert lines == [
+        "/data/AccountChangeEvent: 250 events/s, 600 landed, lag 50 events, last replay id 0a0b"
+    ]
+    first = progress_lines(LandingResult((_topic(0, 0, None),), 1.0, "running"), None, 1.0, None)
+    assert first == [
+        "/data/AccountChangeEvent: 0 events/s, 0 landed, lag 0 events, last replay id none"
+    ]
+
+
+def test_text_table_aligns_numbers_right_and_shows_nulls_bytes_and_times() -> None:
+    result = Result(
+        ("name", "amount", "replay", "at"),
+        (
+            ("Acme", Decimal("12.50"), b"\x00\xff", datetime(2025, 1, 1, tzinfo=timezone.utc)),
+            (None, Decimal("7"), None, None),
+        ),
+        truncated=False,
+    )
+    text = format_rows(result).splitlines()
+    assert text[0].split(" | ")[0].strip() == "name"
+    assert text[2] == "Acme |  12.50 | 00ff   | 2025-01-01T00:00:00+00:00"
+    assert text[3] == "NULL |      7 | NULL   | NULL"
+    assert text[-1] == "(2 rows)"
+
+
+def test_truncated_results_say_so_and_cells_are_single_line() -> None:
+    rows = tuple((f"line one\nline {i}" + "x" * 100,) for i in range(3))
+    text = format_rows(Result(("t",), rows, truncated=True))
+    assert "\\n" in text and "…" in text
+    assert text.endswith("(3 rows, first 3 shown)")
+
+
+def test_csv_and_json() -> None:
+    result = Result(("a", "b"), ((1, [b"\x01", "x"]), (None, {"k": 2})), truncated=False)
+    assert format_rows(result, "csv").splitlines() == [
+        "a,b",
+        '1,"[""01"", ""x""]"',
+        ',"{""k"": 2}"',
+    ]
+    assert json.loads(format_rows(result, "json")) == [
+        {"a": 1, "b": ["01", "x"]},
+        {"a": None, "b": {"k": 2}},
+    ]
+
+
+def test_validate_describes_every_object_of_the_shipped_conf() -> None:
+    lines = describe(load_conf(ROOT / "conf"))
+    assert lines[0].endswith("valid; 5 of 5 objects enabled")
+    assert any("Invoice__c" in line and "bronze.invoice__change_event" in line for line in lines)
+
+
+def test_the_demo_conf_is_valid_with_tls_on(tmp_path: Path) -> None:
+    conf = load_conf(write_conf(tmp_path, events=123, seed=9))
+    emulator = conf.pipeline.connection.emulator
+    assert emulator.tls.enabled and emulator.mode == "in_process"
+    assert emulator.workload.events == 123 and emulator.seed == 9
+    assert {o.api_name for o in conf.objects} == {
+        "Account",
+        "Contact",
+        "Invoice__c",
+        "Opportunity",
+        "Order_Shipped__e",
+    }
+
+
+def test_status_text() -> None:
+    status = Status(
+        "/lake",
+        (
+            TopicStatus(
+                "/data/AccountChangeEvent",
+                "bronze.account_change_event",
+                4,
+                3,
+                "0a",
+                "2025-01-01T00:00:00.000+00:00",
+                "keepalive",
+                10,
+                1,
+                2,
+            ),
+        ),
+        (
+            ObjectStatus(
+                "Account",
+                "/data/AccountChangeEvent",
+                "silver.account",
+                2,
+                3,
+                1,
+                "gold.account",
+                5,
+                1,
+                1,
+                4,
+                1,
+            ),
+        ),
+    )
+    lines = format_status(status)
+    assert lines[2] == (
+        "  /data/AccountChangeEvent -> bronze.account_change_event v4: 10 events landed; batch 3 "
+        "(keepalive) at 2025-01-01T00:00:00.000+00:00, replay id 0a; 1 REPLAY GAP, 2 quarantined"
+    )
+    assert lines[4] == (
+        "  Account: silver.account v2 (bronze up to v3, lag 1); gold.account v5 (silver up to "
+        "v1, lag 1); re-sync pending: 4 records, 1 whole-object"
+    )
