@@ -26,9 +26,11 @@ from __future__ import annotations
 import gc
 import json
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -40,15 +42,19 @@ from ingest.decoding import DecodedBatch, DecoderCache, EventDecoder
 from ingest.errors import DecodeError
 from ingest.schema import EventSchema, FieldInfo
 from pipelines.silver.columns import FieldLayout, LeafKind, SilverLayout, leaf_kind
+from pipelines.silver.shape import shape_batch, shaped_schema
 
 __all__ = [
     "BRONZE_COLUMNS",
     "DECODED_HEADER",
+    "SPOOL_SCHEMA",
     "DecodePlan",
     "ErrorKind",
     "decode_batches",
     "decode_function",
     "decoded_schema",
+    "spool_batches",
+    "spool_function",
 ]
 
 ErrorKind = Literal[
@@ -123,6 +129,24 @@ def decode_function(
     return partial(decode_batches, plan)
 
 
+# What a spooling task returns: the Arrow file it wrote and how many rows it holds.
+SPOOL_SCHEMA = T.StructType(
+    [T.StructField("path", T.StringType()), T.StructField("rows", T.LongType())]
+)
+
+
+def spool_function(
+    plan: DecodePlan, directory: str
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function (output: :data:`SPOOL_SCHEMA`) that decodes bronze rows
+    according to ``plan``, shapes them into silver rows followed by the error columns
+    (:func:`~pipelines.silver.shape.shape_batch`) and writes them to one Arrow IPC file per
+    task in ``directory``, which must be local to the workers and the driver (the local
+    engine). Only the files a successful task reports hold its rows: a failed attempt's file
+    is never listed."""
+    return partial(spool_batches, plan, directory)
+
+
 # ----------------------------------------------------------------------- in the worker
 
 _SCHEMA_JSON: dict[str, str] = {}
@@ -157,6 +181,23 @@ def decode_batches(plan: DecodePlan, batches: Iterator[pa.RecordBatch]) -> Itera
         finally:
             if enabled:
                 gc.enable()
+
+
+def spool_batches(
+    plan: DecodePlan, directory: str, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Decode, shape and spool bronze Arrow batches (see :func:`spool_function`)."""
+    target = shaped_schema(plan.layout)
+    path = str(Path(directory) / f"{uuid.uuid4().hex}.arrow")
+    rows = 0
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, target) as writer:
+        for decoded in decode_batches(plan, batches):
+            shaped = shape_batch(plan.layout, decoded, target)
+            writer.write_batch(shaped)
+            rows += shaped.num_rows
+    yield pa.RecordBatch.from_pylist(
+        [{"path": path, "rows": rows}], schema=to_arrow_schema(SPOOL_SCHEMA)
+    )
 
 
 def _decode_batch(

@@ -35,6 +35,8 @@ do not coordinate with each other.
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +57,15 @@ from pipelines.engines.arrow import (
     spark_schema_to_arrow,
 )
 from pipelines.silver.columns import SilverLayout, build_layout
-from pipelines.silver.decode import BRONZE_COLUMNS, DecodePlan, decode_function, decoded_schema
+from pipelines.silver.decode import (
+    BRONZE_COLUMNS,
+    SPOOL_SCHEMA,
+    DecodePlan,
+    decode_function,
+    decoded_schema,
+    spool_function,
+)
+from pipelines.silver.shape import shaped_schema
 from pipelines.silver.transforms import (
     ERROR_COLUMNS,
     QUARANTINE_SCHEMA,
@@ -392,15 +402,22 @@ class _Parts:
         self.engine = engine
         self.local = engine.name == "local"
         self.cached: list[DataFrame] = []
+        self.spool: str | None = None
 
-    def split(self, frame: DataFrame, quarantine: Transform) -> tuple[Data, Data | None]:
-        """The silver rows of ``frame`` (:func:`to_silver_and_quarantine`'s output) and its
-        quarantine rows (``None`` when the local engine saw every row decode)."""
+    def split(
+        self, rows: DataFrame, plan: DecodePlan, quarantine: Transform
+    ) -> tuple[Data, Data | None]:
+        """The silver rows of the bronze ``rows`` decoded by ``plan`` and their quarantine
+        rows (``None`` when the local engine saw every row decode)."""
         if not self.local:
-            frame = frame.persist()
+            frame = (
+                rows.mapInArrow(decode_function(plan), decoded_schema(plan))
+                .transform(to_silver_and_quarantine(plan.layout))
+                .persist()
+            )
             self.cached.append(frame)
             return frame.transform(silver_rows), frame.transform(quarantine)
-        table = dataframe_to_arrow(frame)
+        table = self._spooled(rows, plan)
         errors = table.column("_cdc_error")
         if errors.null_count == table.num_rows:
             return table.drop_columns(list(ERROR_COLUMNS)), None
@@ -410,6 +427,18 @@ class _Parts:
         # Few rows: shaped by the same transform as everywhere else.
         bad = arrow_to_dataframe(self.engine.spark, failed).transform(quarantine)
         return silver, dataframe_to_arrow(bad)
+
+    def _spooled(self, rows: DataFrame, plan: DecodePlan) -> pa.Table:
+        """Decoded and shaped by the workers into Arrow files (the local engine's workers
+        share the driver's disk), read back here: Spark only lists the files, so the wide
+        silver rows never become JVM rows."""
+        if self.spool is None:
+            self.spool = tempfile.mkdtemp(prefix="sfcdc-silver-")
+        listing = rows.mapInArrow(spool_function(plan, self.spool), SPOOL_SCHEMA).collect()
+        tables = [pa.ipc.open_file(pa.memory_map(row["path"])).read_all() for row in listing]
+        if not tables:
+            return shaped_schema(plan.layout).empty_table()
+        return pa.concat_tables(tables)
 
     def rows(self, data: Data) -> Data:
         return dataframe_to_arrow(data) if self.local else data
@@ -424,6 +453,9 @@ class _Parts:
         for frame in self.cached:
             frame.unpersist()
         self.cached.clear()
+        if self.spool is not None:
+            shutil.rmtree(self.spool, ignore_errors=True)
+            self.spool = None
 
 
 @dataclass
@@ -695,17 +727,12 @@ class _Group:
             schemas={sid: registry[sid].schema_json for sid in ids},
             registry=str(self.registry_table),
         )
-        frame = (
-            df.where(F.col("schema_id").isin(ids))
-            .select(*BRONZE_COLUMNS)
-            .mapInArrow(decode_function(plan), decoded_schema(plan))
-            .transform(to_silver_and_quarantine(layout))
-        )
+        rows = df.where(F.col("schema_id").isin(ids)).select(*BRONZE_COLUMNS)
         quarantine = quarantined_rows(
             bronze_table=self.bronze.name, topic=self.topic, at=self.at, entity=obj.api_name
         )
         planned = self.clock()
-        data, bad = parts.split(frame, quarantine)
+        data, bad = parts.split(rows, plan, quarantine)
         done = self.clock()
         _log.debug(
             "silver: %s decoded in %.2f s (plan %.2f s)",
