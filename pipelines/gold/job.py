@@ -249,27 +249,25 @@ def _replay_gaps(
     """Re-sync rows for replay gaps not yet recorded."""
     if not objs or not engine.exists(checkpoint_table):
         return []
-    from pyspark.sql import functions as F
-
     topics: dict[str, list[str]] = {}
     for obj in objs:
         topics.setdefault(obj.topic, []).append(obj.api_name)
-    gap_rows = (
-        engine.read(checkpoint_table)
-        .where(F.col("kind") == F.lit("replay_gap"))
-        .where(F.col("topic").isin(list(topics)))
-        .collect()
-    )
-    rows = replay_gap_rows([r.asDict() for r in gap_rows], objects=topics, detected_at=at)
+    # Every pass asks, and the checkpoint table grows with every landing batch: a filtered
+    # Arrow read skips the files whose statistics rule gaps out, and needs no Spark job.
+    gap_rows = engine.read_arrow(
+        checkpoint_table,
+        where=[("kind", "=", "replay_gap"), ("topic", "in", sorted(topics))],
+    ).to_pylist()
+    rows = replay_gap_rows(gap_rows, objects=topics, detected_at=at)
     if not rows or not engine.exists(RESYNC_TABLE):
         return rows
-    known = {
-        r["resync_id"]
-        for r in engine.read(RESYNC_TABLE)
-        .where(F.col("reason") == F.lit("replay_gap"))
-        .select("resync_id")
-        .collect()
-    }
+    known = set(
+        engine.read_arrow(
+            RESYNC_TABLE, columns=["resync_id"], where=[("reason", "=", "replay_gap")]
+        )
+        .column("resync_id")
+        .to_pylist()
+    )
     return [r for r in rows if r["resync_id"] not in known]
 
 
