@@ -294,6 +294,14 @@ class _ObjectRun:
         self.replay_gaps = replay_gaps
         self.clock = clock
         self.started = clock()
+        self._mark = self.started
+
+    def _step(self, name: str) -> None:
+        """Debug timing of a step of the run (``-vv``): a small batch's pass is dominated by
+        fixed costs, and this shows which."""
+        now = self.clock()
+        _log.debug("gold: %s: %s %.3f s", self.obj.api_name, name, now - self._mark)
+        self._mark = now
 
     def _result(self, after: int | None, **values: Any) -> ObjectResult:
         defaults: dict[str, Any] = {
@@ -324,6 +332,7 @@ class _ObjectRun:
         after = engine.txn_version(self.gold, app_id(obj))
         changes = engine.read_appends(self.silver, after_version=after)
         end = changes.end_version
+        self._step("read appends")
         if changes.start_version is None or end is None:
             written = self._write_resync(None)
             _log.info(
@@ -350,7 +359,9 @@ class _ObjectRun:
             )
         body = body_fields(changes.df.schema)
         engine.ensure_table(self.gold, gold_schema(body))
+        self._step("plan")
         wildcards = wildcard_changes(changes.df)
+        self._step("wildcards")
         state, tombstones = self._state(changes.df, everything=bool(wildcards))
         folded = fold_changes(
             changes.df, state, plan=plan, tombstones=tombstones, wildcards=wildcards
@@ -358,10 +369,14 @@ class _ObjectRun:
         parts: _Folded = _ArrowFolded(folded) if engine.name == "local" else _SparkFolded(folded)
         try:
             counts = parts.counts()
+            self._step("fold")
             written = self._write_resync(parts)
+            self._step("re-sync")
             tombstoned = self._write_tombstones(parts, plan, end) if counts["tombstones"] else 0
             versions = self._write_history(parts, plan, body, end) if counts["versions"] else 0
+            self._step("tombstones and history")
             merge = self._merge_gold(parts.gold(), plan, end, changes)
+            self._step("merge")
         finally:
             parts.close()
         result = self._result(
