@@ -7,7 +7,9 @@ For every configured change event object, :func:`run_gold`
 2. reads only the silver rows appended after that version (``engine.read_appends``) and,
    from the gold table (and the tombstone table, with hard deletes), the rows of the records
    they touch (every row when the batch has a wildcard change);
-3. folds them (:func:`pipelines.gold.fold.fold_changes`): one complete row per record;
+3. folds them (:func:`pipelines.gold.fold.fold_changes`): one complete row per record; the
+   local engine, which writes from the driver, folds there
+   (:func:`~pipelines.gold.fold.fold_changes_arrow`), so a small batch costs one Spark job;
 4. writes, in this order: the re-sync table (new rows, and rows a full image resolved), the
    tombstones (hard deletes), the SCD2 history, and last the gold table with
    ``engine.merge(on=["Id"], update_condition=<newer order key>,
@@ -43,6 +45,7 @@ from pyspark.sql import types as T
 from ingest.errors import ConfigError
 from pipelines.engines import LakeEngine, MergeMetrics, TableRef, Txn
 from pipelines.engines.arrow import arrow_to_dataframe, dataframe_to_arrow, spark_schema_to_arrow
+from pipelines.engines.base import Condition
 from pipelines.gold.columns import ID, body_fields, gold_schema, tombstone_schema
 from pipelines.gold.fold import (
     FOLD_APPLIED,
@@ -55,6 +58,8 @@ from pipelines.gold.fold import (
     FOLD_VERSIONS,
     FoldPlan,
     fold_changes,
+    fold_changes_arrow,
+    fold_output_schema,
     fold_plan,
     gold_changes,
     history_versions,
@@ -62,6 +67,7 @@ from pipelines.gold.fold import (
     resync_entries,
     tombstone_changes,
     wildcard_changes,
+    wildcard_rows,
 )
 from pipelines.gold.resync import (
     RESYNC_SCHEMA,
@@ -360,13 +366,18 @@ class _ObjectRun:
         body = body_fields(changes.df.schema)
         engine.ensure_table(self.gold, gold_schema(body))
         self._step("plan")
-        wildcards = wildcard_changes(changes.df)
-        self._step("wildcards")
-        state, tombstones = self._state(changes.df, everything=bool(wildcards))
-        folded = fold_changes(
-            changes.df, state, plan=plan, tombstones=tombstones, wildcards=wildcards
-        )
-        parts: _Folded = _ArrowFolded(folded) if engine.name == "local" else _SparkFolded(folded)
+        parts: _Folded
+        wildcards: Sequence[Mapping[str, Any]]
+        if engine.name == "local":
+            parts = self._fold_arrow(changes.df, plan)
+            wildcards = parts.wildcards
+        else:
+            wildcards = wildcard_changes(changes.df)
+            state, tombstones = self._state(changes.df, everything=bool(wildcards))
+            folded = fold_changes(
+                changes.df, state, plan=plan, tombstones=tombstones, wildcards=wildcards
+            )
+            parts = _SparkFolded(folded)
         try:
             counts = parts.counts()
             self._step("fold")
@@ -450,6 +461,34 @@ class _ObjectRun:
                         "run again to rebuild it from silver"
                     )
                 return
+
+    def _fold_arrow(self, changes: DataFrame, plan: FoldPlan) -> _ArrowFolded:
+        """The local engine's fold: the changes collected once (its only Spark job), the
+        state of the records they touch read with delta-rs, and the fold run here. The
+        local engine writes from the driver anyway; a few hundred rows then cost no shuffle
+        and no Python worker."""
+        rows = dataframe_to_arrow(changes)
+        self._step("collect changes")
+        wildcards = wildcard_rows(rows)
+        ids = pc.unique(pc.drop_null(rows.column(ID))).to_pylist()
+        where: list[Condition] = [] if wildcards else [(ID, "in", ids)]
+
+        def state(table: TableRef) -> pa.Table | None:
+            if not wildcards and not ids:
+                return None
+            return self.engine.read_arrow(table, where=where)
+
+        stones = tombstone_table(self.obj)
+        folded = fold_changes_arrow(
+            rows,
+            state(self.gold),
+            schema=changes.schema,
+            plan=plan,
+            tombstones=state(stones) if self.engine.exists(stones) else None,
+            wildcards=wildcards,
+        )
+        schema = fold_output_schema(body_fields(changes.schema), plan.track)
+        return _ArrowFolded(folded, schema, wildcards)
 
     def _state(self, changes: DataFrame, *, everything: bool) -> tuple[DataFrame, DataFrame | None]:
         """The gold rows and tombstones of the records ``changes`` touch (``everything``:
@@ -618,12 +657,15 @@ class _SparkFolded:
 
 
 class _ArrowFolded:
-    """The local engine's view: the fold collected once as Arrow (the local engine writes
-    Arrow anyway) and split there, with no further Spark job."""
+    """The local engine's view: the fold as Arrow (the local engine writes Arrow anyway),
+    split there with no Spark job; ``wildcards`` are the batch's wildcard changes."""
 
-    def __init__(self, folded: DataFrame) -> None:
-        self.schema = folded.schema
-        self.table = dataframe_to_arrow(folded)
+    def __init__(
+        self, table: pa.Table, schema: T.StructType, wildcards: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        self.schema = schema
+        self.table = table
+        self.wildcards = list(wildcards)
 
     def _where(self, column: str) -> pa.Table:
         return self.table.filter(pc.is_valid(self.table.column(column)))
