@@ -45,7 +45,8 @@ guarded by the order key (:func:`merge_conditions`).
 
 What the transform returns (:func:`fold_output_schema`): one row per record the batch touched
 (and one per GAP_OVERFLOW, with a null ``Id``): the record's gold row after the batch, plus
-``_fold_*`` columns saying what to do with it. :func:`gold_changes`,
+``_fold_*`` columns saying what to do with it. :func:`fold_changes_arrow` is the same
+transform on Arrow tables in this process, for the local engine. :func:`gold_changes`,
 :func:`tombstone_changes`, :func:`resync_entries` and :func:`history_versions` take it apart.
 """
 
@@ -108,6 +109,7 @@ __all__ = [
     "Target",
     "encode_order_key",
     "fold_changes",
+    "fold_changes_arrow",
     "fold_output_schema",
     "fold_plan",
     "fold_record",
@@ -118,6 +120,7 @@ __all__ = [
     "resync_entries",
     "tombstone_changes",
     "wildcard_changes",
+    "wildcard_rows",
 ]
 
 DeleteMode = Literal["soft", "hard"]
@@ -827,6 +830,16 @@ def wildcard_changes(changes: DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
+def wildcard_rows(changes: pa.Table) -> list[dict[str, Any]]:
+    """:func:`wildcard_changes` of a batch already collected as Arrow."""
+    import pyarrow.compute as pc
+
+    rows: list[dict[str, Any]] = changes.filter(
+        pc.fill_null(changes.column(_WILDCARD), False)
+    ).to_pylist()
+    return rows
+
+
 def fold_changes(
     changes: DataFrame,
     gold: DataFrame | None,
@@ -895,6 +908,72 @@ def fold_changes(
     arrow_schema = spark_schema_to_arrow(out_schema)
     function = _FoldFunction(plan, tuple(body_names), arrow_schema, wildcards)
     return combined.mapInArrow(function, out_schema)
+
+
+def fold_changes_arrow(
+    changes: pa.Table,
+    gold: pa.Table | None,
+    *,
+    schema: T.StructType,
+    plan: FoldPlan,
+    tombstones: pa.Table | None = None,
+    wildcards: Sequence[Mapping[str, Any]] = (),
+) -> pa.Table:
+    """:func:`fold_changes` in this process, on Arrow tables: the same rows, with no Spark
+    job, for an engine that collects the fold to the driver anyway (the local engine).
+
+    ``changes`` are the silver rows with the silver ``schema`` (Spark types); ``gold`` and
+    ``tombstones`` hold the rows of the records the changes touch (every row, with
+    ``wildcards``). A small batch then costs what folding it costs, not a shuffle and a
+    Python worker; the returned table has :func:`fold_output_schema`'s columns.
+    """
+    import pyarrow.compute as pc
+
+    from pipelines.engines.arrow import spark_schema_to_arrow
+    from pipelines.gold.columns import body_fields
+
+    body = body_fields(schema)
+    _check_plan(plan, body, schema)
+    body_names = [f.name for f in body]
+    out_schema = spark_schema_to_arrow(fold_output_schema(body, plan.track))
+    wanted_change = list(dict.fromkeys([ID, *_HEADER, *plan.order_by, *body_names]))
+    missing = [c for c in wanted_change if c not in changes.column_names]
+    if missing:
+        raise ValueError(f"{plan.object_name}: the changes lack columns {missing}")
+    rows = changes.select(wanted_change)
+    if wildcards:
+        rows = rows.filter(pc.invert(pc.fill_null(rows.column(_WILDCARD), False)))
+    rows = rows.append_column(_ROLE, pa.array([_ROLE_CHANGE] * rows.num_rows, pa.string()))
+    types = {name: rows.schema.field(name).type for name in rows.column_names}
+
+    def state(table: pa.Table, role: str, columns: Sequence[T.StructField]) -> pa.Table:
+        # As fold_changes' union: columns found case-insensitively, absent ones null, each
+        # cast to the type the change rows give it (or the state schema's).
+        have = {c.lower(): c for c in table.column_names}
+        target = spark_schema_to_arrow(T.StructType(list(columns)))
+        arrays = []
+        for f in target:
+            wanted = types.get(f.name, f.type)
+            source = have.get(f.name.lower())
+            if source is None:
+                arrays.append(pa.nulls(table.num_rows, wanted))
+            else:
+                arrays.append(table.column(source).cast(f.type).cast(wanted))
+        names = [*target.names, _ROLE]
+        arrays.append(pa.array([role] * table.num_rows, pa.string()))
+        return pa.Table.from_arrays(arrays, names=names)
+
+    parts = [rows]
+    if gold is not None:
+        parts.append(state(gold, _ROLE_GOLD, gold_schema(body).fields))
+    if tombstones is not None:
+        parts.append(state(tombstones, _ROLE_TOMBSTONE, tombstone_schema().fields))
+    combined = pa.concat_tables(parts, promote_options="default")
+    # The fold needs each record's rows next to each other, not in any order among them.
+    combined = combined.sort_by([(ID, "ascending")])
+    function = _FoldFunction(plan, tuple(body_names), out_schema, wildcards)
+    batches = list(function(iter(combined.to_batches(max_chunksize=10_000))))
+    return pa.Table.from_batches(batches, schema=out_schema)
 
 
 def _column_parts(column: pa.Array | pa.ChunkedArray) -> list[str]:

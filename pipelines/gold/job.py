@@ -7,7 +7,9 @@ For every configured change event object, :func:`run_gold`
 2. reads only the silver rows appended after that version (``engine.read_appends``) and,
    from the gold table (and the tombstone table, with hard deletes), the rows of the records
    they touch (every row when the batch has a wildcard change);
-3. folds them (:func:`pipelines.gold.fold.fold_changes`): one complete row per record;
+3. folds them (:func:`pipelines.gold.fold.fold_changes`): one complete row per record; the
+   local engine, which writes from the driver, folds there
+   (:func:`~pipelines.gold.fold.fold_changes_arrow`), so a small batch costs one Spark job;
 4. writes, in this order: the re-sync table (new rows, and rows a full image resolved), the
    tombstones (hard deletes), the SCD2 history, and last the gold table with
    ``engine.merge(on=["Id"], update_condition=<newer order key>,
@@ -43,6 +45,7 @@ from pyspark.sql import types as T
 from ingest.errors import ConfigError
 from pipelines.engines import LakeEngine, MergeMetrics, TableRef, Txn
 from pipelines.engines.arrow import arrow_to_dataframe, dataframe_to_arrow, spark_schema_to_arrow
+from pipelines.engines.base import Condition
 from pipelines.gold.columns import ID, body_fields, gold_schema, tombstone_schema
 from pipelines.gold.fold import (
     FOLD_APPLIED,
@@ -55,6 +58,8 @@ from pipelines.gold.fold import (
     FOLD_VERSIONS,
     FoldPlan,
     fold_changes,
+    fold_changes_arrow,
+    fold_output_schema,
     fold_plan,
     gold_changes,
     history_versions,
@@ -62,6 +67,7 @@ from pipelines.gold.fold import (
     resync_entries,
     tombstone_changes,
     wildcard_changes,
+    wildcard_rows,
 )
 from pipelines.gold.resync import (
     RESYNC_SCHEMA,
@@ -249,27 +255,25 @@ def _replay_gaps(
     """Re-sync rows for replay gaps not yet recorded."""
     if not objs or not engine.exists(checkpoint_table):
         return []
-    from pyspark.sql import functions as F
-
     topics: dict[str, list[str]] = {}
     for obj in objs:
         topics.setdefault(obj.topic, []).append(obj.api_name)
-    gap_rows = (
-        engine.read(checkpoint_table)
-        .where(F.col("kind") == F.lit("replay_gap"))
-        .where(F.col("topic").isin(list(topics)))
-        .collect()
-    )
-    rows = replay_gap_rows([r.asDict() for r in gap_rows], objects=topics, detected_at=at)
+    # Every pass asks, and the checkpoint table grows with every landing batch: a filtered
+    # Arrow read skips the files whose statistics rule gaps out, and needs no Spark job.
+    gap_rows = engine.read_arrow(
+        checkpoint_table,
+        where=[("kind", "=", "replay_gap"), ("topic", "in", sorted(topics))],
+    ).to_pylist()
+    rows = replay_gap_rows(gap_rows, objects=topics, detected_at=at)
     if not rows or not engine.exists(RESYNC_TABLE):
         return rows
-    known = {
-        r["resync_id"]
-        for r in engine.read(RESYNC_TABLE)
-        .where(F.col("reason") == F.lit("replay_gap"))
-        .select("resync_id")
-        .collect()
-    }
+    known = set(
+        engine.read_arrow(
+            RESYNC_TABLE, columns=["resync_id"], where=[("reason", "=", "replay_gap")]
+        )
+        .column("resync_id")
+        .to_pylist()
+    )
     return [r for r in rows if r["resync_id"] not in known]
 
 
@@ -296,6 +300,14 @@ class _ObjectRun:
         self.replay_gaps = replay_gaps
         self.clock = clock
         self.started = clock()
+        self._mark = self.started
+
+    def _step(self, name: str) -> None:
+        """Debug timing of a step of the run (``-vv``): a small batch's pass is dominated by
+        fixed costs, and this shows which."""
+        now = self.clock()
+        _log.debug("gold: %s: %s %.3f s", self.obj.api_name, name, now - self._mark)
+        self._mark = now
 
     def _result(self, after: int | None, **values: Any) -> ObjectResult:
         defaults: dict[str, Any] = {
@@ -326,6 +338,7 @@ class _ObjectRun:
         after = engine.txn_version(self.gold, app_id(obj))
         changes = engine.read_appends(self.silver, after_version=after)
         end = changes.end_version
+        self._step("read appends")
         if changes.start_version is None or end is None:
             written = self._write_resync(None)
             _log.info(
@@ -352,18 +365,29 @@ class _ObjectRun:
             )
         body = body_fields(changes.df.schema)
         engine.ensure_table(self.gold, gold_schema(body))
-        wildcards = wildcard_changes(changes.df)
-        state, tombstones = self._state(changes.df, everything=bool(wildcards))
-        folded = fold_changes(
-            changes.df, state, plan=plan, tombstones=tombstones, wildcards=wildcards
-        )
-        parts: _Folded = _ArrowFolded(folded) if engine.name == "local" else _SparkFolded(folded)
+        self._step("plan")
+        parts: _Folded
+        wildcards: Sequence[Mapping[str, Any]]
+        if engine.name == "local":
+            parts = self._fold_arrow(changes.df, plan)
+            wildcards = parts.wildcards
+        else:
+            wildcards = wildcard_changes(changes.df)
+            state, tombstones = self._state(changes.df, everything=bool(wildcards))
+            folded = fold_changes(
+                changes.df, state, plan=plan, tombstones=tombstones, wildcards=wildcards
+            )
+            parts = _SparkFolded(folded)
         try:
             counts = parts.counts()
+            self._step("fold")
             written = self._write_resync(parts)
+            self._step("re-sync")
             tombstoned = self._write_tombstones(parts, plan, end) if counts["tombstones"] else 0
             versions = self._write_history(parts, plan, body, end) if counts["versions"] else 0
+            self._step("tombstones and history")
             merge = self._merge_gold(parts.gold(), plan, end, changes)
+            self._step("merge")
         finally:
             parts.close()
         result = self._result(
@@ -437,6 +461,34 @@ class _ObjectRun:
                         "run again to rebuild it from silver"
                     )
                 return
+
+    def _fold_arrow(self, changes: DataFrame, plan: FoldPlan) -> _ArrowFolded:
+        """The local engine's fold: the changes collected once (its only Spark job), the
+        state of the records they touch read with delta-rs, and the fold run here. The
+        local engine writes from the driver anyway; a few hundred rows then cost no shuffle
+        and no Python worker."""
+        rows = dataframe_to_arrow(changes)
+        self._step("collect changes")
+        wildcards = wildcard_rows(rows)
+        ids = pc.unique(pc.drop_null(rows.column(ID))).to_pylist()
+        where: list[Condition] = [] if wildcards else [(ID, "in", ids)]
+
+        def state(table: TableRef) -> pa.Table | None:
+            if not wildcards and not ids:
+                return None
+            return self.engine.read_arrow(table, where=where)
+
+        stones = tombstone_table(self.obj)
+        folded = fold_changes_arrow(
+            rows,
+            state(self.gold),
+            schema=changes.schema,
+            plan=plan,
+            tombstones=state(stones) if self.engine.exists(stones) else None,
+            wildcards=wildcards,
+        )
+        schema = fold_output_schema(body_fields(changes.schema), plan.track)
+        return _ArrowFolded(folded, schema, wildcards)
 
     def _state(self, changes: DataFrame, *, everything: bool) -> tuple[DataFrame, DataFrame | None]:
         """The gold rows and tombstones of the records ``changes`` touch (``everything``:
@@ -605,12 +657,15 @@ class _SparkFolded:
 
 
 class _ArrowFolded:
-    """The local engine's view: the fold collected once as Arrow (the local engine writes
-    Arrow anyway) and split there, with no further Spark job."""
+    """The local engine's view: the fold as Arrow (the local engine writes Arrow anyway),
+    split there with no Spark job; ``wildcards`` are the batch's wildcard changes."""
 
-    def __init__(self, folded: DataFrame) -> None:
-        self.schema = folded.schema
-        self.table = dataframe_to_arrow(folded)
+    def __init__(
+        self, table: pa.Table, schema: T.StructType, wildcards: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        self.schema = schema
+        self.table = table
+        self.wildcards = list(wildcards)
 
     def _where(self, column: str) -> pa.Table:
         return self.table.filter(pc.is_valid(self.table.column(column)))

@@ -16,17 +16,21 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 import ingest.emulator as emulator_schemas
+from pipelines.engines.arrow import dataframe_to_arrow
 from pipelines.gold.fold import (
     FoldPlan,
     fold_changes,
+    fold_changes_arrow,
     fold_plan,
     gold_changes,
     wildcard_changes,
+    wildcard_rows,
 )
 from pipelines.silver.columns import FieldLayout, LeafLayout, SilverLayout
 
@@ -228,7 +232,23 @@ def fold(
     wildcards = wildcard_changes(changes) if has_wildcards else ()
     folded = fold_changes(changes, gold, plan=p, tombstones=tombstones, wildcards=wildcards)
     # Computed once: tests look at the result several ways.
-    return folded.localCheckpoint()
+    result = folded.localCheckpoint()
+    # The local engine folds in the driver: every case must come out the same there.
+    in_driver = fold_changes_arrow(
+        dataframe_to_arrow(changes),
+        None if gold is None else dataframe_to_arrow(gold),
+        schema=changes.schema,
+        plan=p,
+        tombstones=None if tombstones is None else dataframe_to_arrow(tombstones),
+        wildcards=wildcard_rows(dataframe_to_arrow(changes)),
+    )
+    assert _rows(in_driver) == _rows(dataframe_to_arrow(result))
+    return result
+
+
+def _rows(table: pa.Table) -> list[dict[str, Any]]:
+    rows = table.to_pylist()
+    return sorted(rows, key=lambda r: (r["Id"] is not None, r["Id"] or "", repr(r)))
 
 
 def gold_of(spark: SparkSession, silver: Silver, **kwargs: Any) -> DataFrame:
