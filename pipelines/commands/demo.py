@@ -69,7 +69,7 @@ EXAMPLES: tuple[Example, ...] = (
     ),
     Example(
         "Records needing re-sync (gap events and the like)",
-        "SELECT object, reason, count(*) AS records\n"
+        "SELECT object, reason, count(DISTINCT record_id) AS records, count(*) AS events\n"
         "FROM gold.sfcdc_resync WHERE resolved_at IS NULL\n"
         "GROUP BY object, reason ORDER BY object, reason",
     ),

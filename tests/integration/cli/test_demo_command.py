@@ -53,5 +53,7 @@ def test_demo_prints_the_summary_and_example_queries(
     ):
         assert f"-- {title}" in out
     assert out.count(" rows)") + out.count(" row)") >= 4
+    # one re-sync row per gap event: records and events are counted apart
+    assert re.search(r"object\s+\|\s+reason\s+\|\s+records\s+\|\s+events", out), out
     assert "CREATE" in out and "UPDATE" in out
     assert f"sfcdc sql --conf {directory / 'conf'}" in out or "sfcdc sql --conf" in out
