@@ -311,13 +311,16 @@ class BronzeLanding:
         self._ack_timeout = ack_timeout
         self._log = logger or _log
         self.tables: BronzeTables = bronze_tables(specs)
-        self._store = CheckpointStore(engine, self.tables, clock=clock, logger=self._log)
-        self._committer = _Committer(self._commit, logger=self._log)
-        # On the local engine, bronze files are written by pyarrow and committed with add
-        # actions (see pipelines.bronze.files); tables it cannot take go through the engine.
+        # On the local engine, bronze files and checkpoint rows are written by pyarrow and
+        # committed with add actions (see pipelines.bronze.files); tables it cannot take go
+        # through the engine.
         self._writer = (
             LocalBronzeWriter(engine.path, clock=clock) if isinstance(engine, LocalEngine) else None
         )
+        self._store = CheckpointStore(
+            engine, self.tables, clock=clock, logger=self._log, writer=self._writer
+        )
+        self._committer = _Committer(self._commit, logger=self._log)
         self._direct: set[TableRef] = set()
         self._lock = threading.Lock()
         self._topics: dict[str, _Topic] = {}

@@ -9,10 +9,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ingest.errors import LakeError
+from ingest.errors import CheckpointError, LakeError
+from ingest.replay import ReplayId
+from pipelines.bronze.checkpoint import CheckpointRow, CheckpointStore
 from pipelines.bronze.files import LocalBronzeWriter, bronze_file_stats
 from pipelines.bronze.landing import _arrow, _OpenBatch, _Sealed
-from pipelines.bronze.tables import BRONZE_LAYOUT, BRONZE_SCHEMA
+from pipelines.bronze.tables import BRONZE_LAYOUT, BRONZE_SCHEMA, BronzeTables, ensure_tables
 from pipelines.engines import LocalEngine, TableRef
 from pipelines.engines.arrow import arrow_schema_to_spark
 from pipelines.engines.base import Txn
@@ -98,6 +100,7 @@ def test_direct_files_land_the_same_rows_as_the_engine(tmp_path: Path) -> None:
 def test_an_applied_transaction_writes_nothing(tmp_path: Path) -> None:
     engine, table = _engine(tmp_path)
     writer = LocalBronzeWriter(engine.path)
+    assert writer.accepts(table)
     rows = _reference(_batch(1, 10))
     txn = Txn("sfcdc.bronze:x", 1)
     first = writer.append(table, rows, txn=txn, metadata={})
@@ -111,10 +114,65 @@ def test_an_applied_transaction_writes_nothing(tmp_path: Path) -> None:
 def test_rows_of_another_schema_are_refused_with_both_schemas_named(tmp_path: Path) -> None:
     engine, table = _engine(tmp_path)
     writer = LocalBronzeWriter(engine.path)
-    with pytest.raises(LakeError, match=r"bronze schema.*got \['replay_id'\]"):
+    assert writer.accepts(table)
+    expected = r"needs rows of \['replay_id', .*got rows of \['replay_id'\]"
+    with pytest.raises(LakeError, match=expected):
         writer.append(
             table, pa.table({"replay_id": [b"1"]}), txn=Txn("sfcdc.bronze:x", 1), metadata={}
         )
+
+
+def test_a_second_writer_of_the_same_transaction_is_refused(tmp_path: Path) -> None:
+    engine, table = _engine(tmp_path)
+    first, second = LocalBronzeWriter(engine.path), LocalBronzeWriter(engine.path)
+    assert first.accepts(table) and second.accepts(table)
+    app = "sfcdc.bronze:x"
+    first.append(table, _reference(_batch(1, 5)), txn=Txn(app, 1), metadata={})
+    second.append(table, _reference(_batch(2, 5)), txn=Txn(app, 2), metadata={})
+    # The first writer commits on the snapshot of its own last commit; delta-rs sees that
+    # the transaction moved meanwhile.
+    with pytest.raises(LakeError, match="another writer committed"):
+        first.append(table, _reference(_batch(3, 5)), txn=Txn(app, 3), metadata={})
+    # After a failure the writer reads the table again, so the repeat is recognised.
+    assert first.append(table, _reference(_batch(2, 5)), txn=Txn(app, 2), metadata={}).skipped
+    assert first.append(table, _reference(_batch(3, 5)), txn=Txn(app, 3), metadata={}).version
+    assert sorted(set(engine.read_arrow(table).column("batch_id").to_pylist())) == [1, 2, 3]
+    assert engine.read_arrow(table).num_rows == 15
+
+
+def test_checkpoint_rows_written_directly_read_back_like_the_engine_writes_them(
+    tmp_path: Path,
+) -> None:
+    tables = BronzeTables(
+        {TOPIC: TableRef("bronze", "account")},
+        TableRef("bronze", "sfcdc_checkpoints"),
+        TableRef("bronze", "sfcdc_schemas"),
+    )
+    read = []
+    for name, direct in (("direct", True), ("engine", False)):
+        engine = LocalEngine(None, location=tmp_path / name)
+        ensure_tables(engine, tables)
+        writer = LocalBronzeWriter(engine.path) if direct else None
+        store = CheckpointStore(engine, tables, clock=lambda: 1_700_000_000.0, writer=writer)
+        for batch in (1, 2):
+            store.write(
+                CheckpointRow(
+                    topic=TOPIC,
+                    batch_id=batch,
+                    kind="events",
+                    replay_id=ReplayId(bytes([batch])),
+                    event_count=10 * batch,
+                    payload_bytes=100 * batch,
+                    bronze_version=batch,
+                )
+            )
+        with pytest.raises(CheckpointError, match="already committed"):
+            store.write(CheckpointRow(TOPIC, 2, "keepalive", ReplayId(b"\x02"), 0, 0))
+        latest = store.latest(TOPIC)
+        assert latest is not None and latest.batch_id == 2
+        assert latest.replay_id == ReplayId(b"\x02")
+        read.append(engine.read_arrow(tables.checkpoints).sort_by("batch_id"))
+    assert read[0].equals(read[1])
 
 
 def test_a_table_that_gained_a_column_is_left_to_the_engine(tmp_path: Path) -> None:
