@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.client.managed import ManagedSubscription
-from ingest.client.stream import IDLE, Item, Resubscribed
+from ingest.client.stream import _IDLE, Item, Resubscribed
 from ingest.client.subscriber import Subscription, _NeedPosition
 
 __all__ = ["MultiSubscription"]
@@ -154,7 +154,7 @@ class MultiSubscription:
                         self._log.error("subscription to %s failed: %s", sub.topic, exc)
                     raise
                 reply = None
-                if out is IDLE:
+                if out is _IDLE:
                     if self._on_idle is not None and self._on_idle():
                         return
                     continue

@@ -487,7 +487,7 @@ class _Idle:
         return "IDLE"
 
 
-IDLE = _Idle()
+_IDLE = _Idle()
 
 
 @dataclass(frozen=True, slots=True)
@@ -626,7 +626,7 @@ class _Stream(Generic[Req, Resp]):
                 try:
                     entry = items.get(timeout=idle)
                 except queue.Empty:
-                    yield IDLE
+                    yield _IDLE
                     continue
             if isinstance(entry, _End):
                 self.failure = entry.failure

@@ -185,7 +185,7 @@ class Subscription:
         self._tokens = tokens
         self._idle_after = idle_fetch_after
         # Set by a MultiSubscription that iterates this subscription in its consumer's
-        # thread: the stream then yields IDLE after this many seconds without a response.
+        # thread: the stream then yields _IDLE after this many seconds without a response.
         self._idle_interval: float | None = None
         self._clock = clock
         # Backoff waits on the closed flag by default, so close() interrupts it.
