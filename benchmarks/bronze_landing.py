@@ -36,6 +36,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -115,6 +116,82 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+class _ThreadCpu:
+    """CPU seconds per component (thread kind) of this process between :meth:`start` and
+    :meth:`stop`, read from /proc (Linux only; empty elsewhere). Python threads are named by
+    what they run; threads Python did not start (delta-rs' runtime, gRPC core) by their OS
+    name. A thread that ends before :meth:`stop` reports the CPU time it had at its end."""
+
+    def __init__(self) -> None:
+        self._names: dict[int, str] = {}
+        self._ended: dict[int, float] = {}
+        self._start: dict[int, float] = {}
+        self._run = threading.Thread.run
+
+    @staticmethod
+    def _tasks() -> dict[int, tuple[str, float]]:
+        tasks = {}
+        tick = os.sysconf("SC_CLK_TCK")
+        for task in Path("/proc/self/task").iterdir():
+            tid = task.name
+            try:
+                stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            fields = stat.rsplit(")", 1)[1].split()
+            tasks[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+        return tasks
+
+    def _component(self, thread: threading.Thread) -> str:
+        target = getattr(thread, "_target", None)
+        where = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}"
+        if thread.name.startswith("sfcdc-committer"):
+            return "committer"
+        if thread.name.startswith("sfcdc-reader"):
+            return "stream reader"
+        if thread.name.startswith("sfcdc-pump"):
+            return "pump"
+        if thread.name == "bench-consumer":
+            return "consumer"
+        if where.startswith("grpc"):
+            return "gRPC Python threads"
+        return f"other ({thread.name})"
+
+    def start(self, consumer: str = "consumer") -> None:
+        if not Path("/proc/self/task").is_dir():
+            return
+        meter, run = self, self._run
+
+        def measured_run(thread: threading.Thread) -> None:
+            meter._names[threading.get_native_id()] = meter._component(thread)
+            try:
+                run(thread)
+            finally:
+                meter._ended[threading.get_native_id()] = time.thread_time()
+
+        threading.Thread.run = measured_run  # type: ignore[method-assign]
+        self._names[threading.get_native_id()] = consumer
+        self._start = {tid: cpu for tid, (_name, cpu) in self._tasks().items()}
+
+    def stop(self) -> dict[str, float]:
+        if not self._start and not Path("/proc/self/task").is_dir():
+            return {}
+        threading.Thread.run = self._run  # type: ignore[method-assign]
+        totals: dict[str, float] = {}
+        alive = self._tasks()
+        for tid in {*alive, *self._ended}:
+            name, cpu = alive.get(tid, ("?", self._ended.get(tid, 0.0)))
+            if tid in self._ended and tid not in alive:
+                cpu = self._ended[tid]
+            label = self._names.get(tid)
+            if label is None:
+                label = "delta-rs runtime" if name.startswith("tokio") else "gRPC core, other"
+            spent = cpu - self._start.get(tid, 0.0)
+            totals[label] = totals.get(label, 0.0) + max(spent, 0.0)
+        return totals
+
+
 def _conf(root: Path, info: dict[str, int]) -> Path:
     conf = root / "conf"
     (conf / "objects").mkdir(parents=True)
@@ -133,7 +210,7 @@ def _conf(root: Path, info: dict[str, int]) -> Path:
     return conf
 
 
-def measure_ceiling(info: dict[str, int], events: int) -> dict[str, float]:
+def measure_ceiling(info: dict[str, int], events: int) -> dict[str, Any]:
     from ingest.client import EventBatch, MultiSubscription, Subscription
     from ingest.replay import Earliest
     from pipelines.connect import connect, secret_resolver
@@ -145,6 +222,8 @@ def measure_ceiling(info: dict[str, int], events: int) -> dict[str, float]:
             source.tokens.current()
             sub = Subscription(source.channel, TOPIC, start=Earliest(), tokens=source.tokens)
             got = 0
+            threads = _ThreadCpu()
+            threads.start()
             cpu = _cpu_seconds()
             started = time.perf_counter()
             with MultiSubscription([sub]) as multi:
@@ -155,10 +234,17 @@ def measure_ceiling(info: dict[str, int], events: int) -> dict[str, float]:
                             break
             seconds = time.perf_counter() - started
             cpu = _cpu_seconds() - cpu
-    return {"events": got, "seconds": seconds, "cpu": cpu, "peak_rss_mb": _peak_rss_mb()}
+            components = threads.stop()
+    return {
+        "events": got,
+        "seconds": seconds,
+        "cpu": cpu,
+        "peak_rss_mb": _peak_rss_mb(),
+        "components": components,
+    }
 
 
-def measure_landing(info: dict[str, int], events: int) -> dict[str, float]:
+def measure_landing(info: dict[str, int], events: int) -> dict[str, Any]:
     from pipelines.bronze import BronzeLanding
     from pipelines.commands.ingest import lake_engine
     from pipelines.connect import connect, secret_resolver
@@ -176,7 +262,11 @@ def measure_landing(info: dict[str, int], events: int) -> dict[str, float]:
                 ingest=conf.pipeline.ingest,
             )
             results = []
-            runner = threading.Thread(target=lambda: results.append(landing.run()))
+            runner = threading.Thread(
+                target=lambda: results.append(landing.run()), name="bench-consumer"
+            )
+            threads = _ThreadCpu()
+            threads.start(consumer="benchmark's polling loop")
             cpu = _cpu_seconds()
             started = time.perf_counter()
             runner.start()
@@ -188,6 +278,7 @@ def measure_landing(info: dict[str, int], events: int) -> dict[str, float]:
             runner.join()
             seconds = time.perf_counter() - started
             cpu = _cpu_seconds() - cpu
+            components = threads.stop()
         (result,) = results
         commits = result.topics[0].commits
         bronze_mb = sum(f.stat().st_size for f in (Path(tmp) / "lake").rglob("*.parquet")) / 1e6
@@ -198,6 +289,7 @@ def measure_landing(info: dict[str, int], events: int) -> dict[str, float]:
         "peak_rss_mb": _peak_rss_mb(),
         "commits": commits,
         "parquet_mb": bronze_mb,
+        "components": components,
     }
 
 
@@ -210,7 +302,7 @@ def _process_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _child(mode: str, info: dict[str, int], events: int, server: int) -> dict[str, float]:
+def _child(mode: str, info: dict[str, int], events: int, server: int) -> dict[str, Any]:
     before = _process_cpu(server)
     done = subprocess.run(
         [
@@ -223,7 +315,7 @@ def _child(mode: str, info: dict[str, int], events: int, server: int) -> dict[st
     )
     if done.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{done.stderr[-3000:]}")
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     after = _process_cpu(server)
     if before is not None and after is not None:
         result["server_cpu"] = after - before
@@ -287,6 +379,11 @@ def main() -> int:
             f"{r['peak_rss_mb']:>13.0f}"
             + (f"{r['server_cpu'] / r['events'] * 1e6:>23.1f}" if "server_cpu" in r else "")
         )
+    for label, r in rows:
+        parts = sorted(r.get("components", {}).items(), key=lambda kv: -kv[1])
+        shown = [f"{name} {cpu / r['events'] * 1e6:.1f}" for name, cpu in parts if cpu > 0]
+        if shown:
+            print(f"  {label}, CPU us/event by thread: {', '.join(shown)}")
     ceiling_rate = ceiling["events"] / ceiling["seconds"]
     landing_rate = landing["events"] / landing["seconds"]
     load = os.getloadavg()[0]

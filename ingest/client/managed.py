@@ -96,6 +96,9 @@ class ManagedSubscription:
         self._retry = retry or RetryPolicy()
         self._tokens = tokens
         self._idle_after = idle_fetch_after
+        # Set by a MultiSubscription that iterates this subscription in its consumer's
+        # thread: the stream then yields _IDLE after this many seconds without a response.
+        self._idle_interval: float | None = None
         self._clock = clock
         # Backoff waits on the closed flag by default, so close() interrupts it.
         self._sleep = sleep if sleep is not None else self._wait_closed
@@ -283,6 +286,7 @@ class ManagedSubscription:
             clock=self._clock,
             window=self._window,
             idle_fetch_after=self._idle_after,
+            idle_interval=self._idle_interval,
             logger=self._log,
         )
 

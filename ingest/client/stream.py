@@ -478,6 +478,18 @@ Resp = TypeVar("Resp")
 _STOP = object()
 
 
+class _Idle:
+    """Yielded by a stream iterated with an idle interval when nothing came for that long."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "IDLE"
+
+
+_IDLE = _Idle()
+
+
 @dataclass(frozen=True, slots=True)
 class _End:
     failure: Failure | None
@@ -509,8 +521,10 @@ class _Stream(Generic[Req, Resp]):
         inspect: Callable[[Resp], list[Any]] | None = None,
         clock: Callable[[], float] = time.time,
         size_of: Callable[[Any], int] | None = None,
+        idle_interval: float | None = None,
     ) -> None:
         self._name = name
+        self._idle_interval = idle_interval
         self._size_of = size_of if size_of is not None else _byte_size
         self._fetch_request = fetch_request
         self._convert = convert
@@ -604,8 +618,16 @@ class _Stream(Generic[Req, Resp]):
         items = self._items
         window = self._window
         convert = self._convert
+        idle = self._idle_interval
         while True:
-            entry = items.get()
+            if idle is None:
+                entry = items.get()
+            else:
+                try:
+                    entry = items.get(timeout=idle)
+                except queue.Empty:
+                    yield _IDLE
+                    continue
             if isinstance(entry, _End):
                 self.failure = entry.failure
                 return

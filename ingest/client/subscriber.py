@@ -96,16 +96,13 @@ def _convert_fetch(topic: str) -> Callable[[Any, float], list[Any]]:
         if raw_events:
             # Columns in one pass, without an object per event: at 100 events per response
             # and 100k events/s, per-event objects cost more than receiving them.
-            replay_ids: list[bytes] = []
-            event_ids: list[str] = []
-            schema_ids: list[str] = []
-            payloads: list[bytes] = []
-            for e in raw_events:
-                replay_ids.append(e.replay_id)
-                event = e.event
-                event_ids.append(event.id)
-                schema_ids.append(event.schema_id)
-                payloads.append(event.payload)
+            # One comprehension per field: each reads a field of every message in a tight
+            # loop, cheaper than one loop appending to four lists.
+            replay_ids = [e.replay_id for e in raw_events]
+            events = [e.event for e in raw_events]
+            event_ids = [e.id for e in events]
+            schema_ids = [e.schema_id for e in events]
+            payloads = [e.payload for e in events]
             if not all(replay_ids):
                 missing = replay_ids.index(b"")
                 raise PermanentError(
@@ -187,6 +184,9 @@ class Subscription:
         self._retry = retry or RetryPolicy()
         self._tokens = tokens
         self._idle_after = idle_fetch_after
+        # Set by a MultiSubscription that iterates this subscription in its consumer's
+        # thread: the stream then yields _IDLE after this many seconds without a response.
+        self._idle_interval: float | None = None
         self._clock = clock
         # Backoff waits on the closed flag by default, so close() interrupts it.
         self._sleep = sleep if sleep is not None else self._wait_closed
@@ -299,6 +299,7 @@ class Subscription:
             clock=self._clock,
             window=self._window,
             idle_fetch_after=self._idle_after,
+            idle_interval=self._idle_interval,
             logger=self._log,
         )
 

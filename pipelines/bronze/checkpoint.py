@@ -68,6 +68,7 @@ import pyarrow.compute as pc
 
 from ingest.errors import CheckpointError, LakeError
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
+from pipelines.bronze.files import LocalBronzeWriter
 from pipelines.bronze.tables import (
     CHECKPOINT_SCHEMA,
     SCHEMA_REGISTRY_SCHEMA,
@@ -184,9 +185,12 @@ class CheckpointStore:
         *,
         clock: Callable[[], float] = time.time,
         logger: logging.Logger | None = None,
+        writer: LocalBronzeWriter | None = None,
     ) -> None:
         self._engine = engine
         self._tables = tables
+        self._writer = writer
+        self._direct: bool | None = None
         self._clock = clock
         self._log = logger or _log
 
@@ -303,13 +307,17 @@ class CheckpointStore:
     def write(self, row: CheckpointRow) -> CommitResult:
         """Append ``row`` under the topic's checkpoint transaction ``row.batch_id``."""
         table = pa.Table.from_pylist([self._record(row)], schema=CHECKPOINT_SCHEMA)
+        txn = Txn(checkpoint_app_id(row.topic), row.batch_id)
+        metadata = {"sfcdc.topic": row.topic, "sfcdc.kind": row.kind}
+        checkpoints = self._tables.checkpoints
+        writer = self._writer
+        if writer is not None and self._direct is None:
+            self._direct = writer.accepts(checkpoints, CHECKPOINT_SCHEMA)
         try:
-            result = self._engine.append(
-                self._tables.checkpoints,
-                table,
-                txn=Txn(checkpoint_app_id(row.topic), row.batch_id),
-                metadata={"sfcdc.topic": row.topic, "sfcdc.kind": row.kind},
-            )
+            if writer is not None and self._direct:
+                result = writer.append(checkpoints, table, txn=txn, metadata=metadata)
+            else:
+                result = self._engine.append(checkpoints, table, txn=txn, metadata=metadata)
         except LakeError as exc:
             raise CheckpointError(
                 f"{row.topic}: writing checkpoint batch {row.batch_id} failed: {exc}"

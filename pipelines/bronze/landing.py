@@ -66,6 +66,7 @@ from ingest.client import (
 from ingest.errors import CheckpointError
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
 from pipelines.bronze.checkpoint import CheckpointRow, CheckpointStore, describe_position
+from pipelines.bronze.files import LocalBronzeWriter
 from pipelines.bronze.tables import (
     BRONZE_LAYOUT,
     BRONZE_SCHEMA,
@@ -75,7 +76,8 @@ from pipelines.bronze.tables import (
     bronze_tables,
     ensure_tables,
 )
-from pipelines.engines.base import TableRef, Txn
+from pipelines.engines.base import CommitResult, TableRef, Txn
+from pipelines.engines.local import LocalEngine
 from pipelines.spec import IngestSpec, TopicSpec
 
 if TYPE_CHECKING:
@@ -309,8 +311,17 @@ class BronzeLanding:
         self._ack_timeout = ack_timeout
         self._log = logger or _log
         self.tables: BronzeTables = bronze_tables(specs)
-        self._store = CheckpointStore(engine, self.tables, clock=clock, logger=self._log)
+        # On the local engine, bronze files and checkpoint rows are written by pyarrow and
+        # committed with add actions (see pipelines.bronze.files); tables it cannot take go
+        # through the engine.
+        self._writer = (
+            LocalBronzeWriter(engine.path, clock=clock) if isinstance(engine, LocalEngine) else None
+        )
+        self._store = CheckpointStore(
+            engine, self.tables, clock=clock, logger=self._log, writer=self._writer
+        )
         self._committer = _Committer(self._commit, logger=self._log)
+        self._direct: set[TableRef] = set()
         self._lock = threading.Lock()
         self._topics: dict[str, _Topic] = {}
         self._known_schemas: set[str] = set()
@@ -373,6 +384,8 @@ class BronzeLanding:
 
     def _prepare(self) -> None:
         ensure_tables(self._engine, self.tables)
+        if self._writer is not None:
+            self._direct = {t for t in self.tables.topics.values() if self._writer.accepts(t)}
         self._known_schemas = self._store.registered_schemas()
         for spec in self._specs:
             default: StartPosition = Earliest() if spec.replay.start == "earliest" else Latest()
@@ -728,14 +741,7 @@ class BronzeLanding:
                     sealed.topic, {sid: self._schemas.schema_json(sid) for sid in new_schemas}
                 )
                 self._known_schemas.update(new_schemas)
-            result = self._engine.append(
-                t.table,
-                _arrow(sealed),
-                txn=Txn(bronze_app_id(sealed.topic), sealed.batch_id),
-                metadata={"sfcdc.topic": sealed.topic, "sfcdc.kind": "events"},
-                evolve_schema=False,
-                layout=BRONZE_LAYOUT,
-            )
+            result = self._append(t.table, sealed)
             if result.skipped:
                 raise CheckpointError(
                     f"{sealed.topic}: bronze batch {sealed.batch_id} was already committed by "
@@ -785,6 +791,16 @@ class BronzeLanding:
             t.sub.commit(sealed.position)
         self._log_commit(sealed, count, batch.nbytes, new_schemas, self._monotonic() - started)
         self._maintain(t, sealed.kind)
+
+    def _append(self, table: TableRef, sealed: _Sealed) -> CommitResult:
+        rows = _arrow(sealed)
+        txn = Txn(bronze_app_id(sealed.topic), sealed.batch_id)
+        metadata = {"sfcdc.topic": sealed.topic, "sfcdc.kind": "events"}
+        if self._writer is not None and table in self._direct:
+            return self._writer.append(table, rows, txn=txn, metadata=metadata)
+        return self._engine.append(
+            table, rows, txn=txn, metadata=metadata, evolve_schema=False, layout=BRONZE_LAYOUT
+        )
 
     def _log_commit(
         self, sealed: _Sealed, count: int, nbytes: int, new_schemas: list[str], seconds: float
@@ -836,6 +852,34 @@ class BronzeLanding:
             self._engine.maintain(self.tables.checkpoints)
 
 
+def _binary(values: list[bytes]) -> pa.Array:
+    """A binary column of ``values``: one join and the offsets, instead of a conversion per
+    value (the payloads of a batch are megabytes, copied once here)."""
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, values), np.int64, len(values)), out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        return pa.array(values, pa.binary())  # past 32-bit offsets: let Arrow chunk it
+    data = pa.py_buffer(b"".join(values))
+    return pa.Array.from_buffers(
+        pa.binary(), len(values), [None, pa.py_buffer(offsets.astype(np.int32)), data]
+    )
+
+
+def _strings(values: list[str]) -> pa.Array:
+    """A string column of ``values`` (event and schema ids are ASCII: their lengths in
+    characters are their lengths in bytes)."""
+    first = values[0] if values else ""
+    if values.count(first) == len(values):
+        return pa.repeat(pa.scalar(first, pa.string()), len(values))
+    joined = "".join(values)
+    if not joined.isascii():
+        return pa.array(values, pa.string())
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, values), np.int32, len(values)), out=offsets[1:])
+    data = pa.py_buffer(joined.encode("ascii"))
+    return pa.Array.from_buffers(pa.string(), len(values), [None, pa.py_buffer(offsets), data])
+
+
 def _arrow(sealed: _Sealed) -> pa.Table:
     """The bronze rows of a batch, built column by column from the received values; the
     batch's lists are released as soon as their column is built."""
@@ -844,18 +888,18 @@ def _arrow(sealed: _Sealed) -> pa.Table:
     received = np.repeat(
         np.asarray(batch.times, dtype=np.int64), np.asarray(batch.counts, dtype=np.int64)
     )
-    payloads = pa.array(batch.payloads, pa.binary())
+    payloads = _binary(batch.payloads)
     batch.payloads = []
-    event_ids = pa.array(batch.event_ids, pa.string())
+    event_ids = _strings(batch.event_ids)
     batch.event_ids = []
-    schema_ids = pa.array(batch.schema_ids, pa.string())
+    schema_ids = _strings(batch.schema_ids)
     batch.schema_ids = []
     columns = [
-        pa.array(batch.replay_ids, pa.binary()),
+        _binary(batch.replay_ids),
         event_ids,
         schema_ids,
         payloads,
-        pa.array([sealed.topic] * n, pa.string()),
+        pa.repeat(pa.scalar(sealed.topic, pa.string()), n),
         pa.array(received, BRONZE_SCHEMA.field("received_at").type),
         pa.array(np.full(n, sealed.batch_id, dtype=np.int64)),
         pa.array(np.arange(n, dtype=np.int32)),

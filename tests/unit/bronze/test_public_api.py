@@ -11,6 +11,7 @@ MODULES = [
     "pipelines.bronze",
     "pipelines.bronze.tables",
     "pipelines.bronze.checkpoint",
+    "pipelines.bronze.files",
     "pipelines.bronze.landing",
     "pipelines.connect",
     "pipelines.commands.ingest",
