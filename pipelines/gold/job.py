@@ -348,8 +348,8 @@ class _ObjectRun:
         else:
             rows = self._small_appends(after, current)
             if rows is not None:
-                assert after is not None and current is not None
-                start, end, full_read = after + 1, current, False
+                assert current is not None
+                start, end, full_read = 0 if after is None else after + 1, current, False
             else:
                 changes = engine.read_appends(self.silver, after_version=after)
                 start, end = changes.start_version, changes.end_version
@@ -486,7 +486,7 @@ class _ObjectRun:
     def _small_appends(self, after: int | None, current: int | None) -> pa.Table | None:
         """The local engine's new silver rows read with pyarrow from the files the Delta
         log lists, when they are few (``None``: read them with Spark)."""
-        if self.engine.name != "local" or after is None or current is None:
+        if self.engine.name != "local" or current is None:
             return None
         return small.read_appended(
             self.engine,

@@ -18,7 +18,8 @@ Rows that must be quarantined are shaped by the same Spark transforms as on the 
 :func:`~pipelines.silver.transforms.undecodable_rows`): they are rare, and one definition of
 the quarantine row is worth a Spark job when they occur. Anything the Arrow read cannot honour
 (the log was cleaned up, a commit rewrote rows, deletion vectors, partitions, column mapping,
-the very first step, which reads a snapshot rather than appends) goes the Spark way.
+files removed by compaction and vacuumed) goes the Spark way. A table's first step reads
+every commit from version 0: with appends only, their rows are the snapshot's rows.
 """
 
 from __future__ import annotations
@@ -99,16 +100,18 @@ def read_appended(
     engine: LakeEngine,
     table: TableRef,
     *,
-    after_version: int,
+    after_version: int | None,
     until_version: int,
     max_rows: int,
     columns: Sequence[str] | None = None,
 ) -> pa.Table | None:
-    """The rows commits ``after_version + 1 .. until_version`` appended to ``table``, typed as
-    the table's current schema (columns a file predates read as null), read with pyarrow;
-    ``None`` when they number more than ``max_rows`` or cannot be read that way (see
-    :func:`appended_files`, and tables with column mapping)."""
-    files = appended_files(engine, table, after_version + 1, until_version)
+    """The rows commits ``after_version + 1 .. until_version`` (``after_version`` ``None``: from
+    version 0) appended to ``table``, typed as the table's current schema (columns a file
+    predates read as null), read with pyarrow; ``None`` when they number more than
+    ``max_rows`` or cannot be read that way (see :func:`appended_files`, tables with column
+    mapping, files no longer on disk)."""
+    first = 0 if after_version is None else after_version + 1
+    files = appended_files(engine, table, first, until_version)
     if files is None:
         return None
     spark_schema = engine.schema(table)
@@ -118,7 +121,11 @@ def read_appended(
         return None
     schema = spark_schema_to_arrow(spark_schema)
     names = list(schema.names if columns is None else columns)
-    opened = [pq.ParquetFile(f) for f in files]
+    try:
+        opened = [pq.ParquetFile(f) for f in files]
+    except FileNotFoundError:
+        # Compacted away and vacuumed: only the snapshot's files hold those rows now.
+        return None
     if sum(p.metadata.num_rows for p in opened) > max_rows:
         return None
     pieces = []
@@ -144,7 +151,7 @@ def process_chunk(group: _Group, after: int | None, end: int) -> bool:
     """Bring ``group``'s objects from bronze version ``after`` to ``end`` without Spark, as
     ``_Group._chunk`` does with it; ``False`` (nothing done) when the step is not small or
     cannot be read from the Delta log."""
-    if after is None or group.engine.name != "local":
+    if group.engine.name != "local":
         return False
     rows = read_appended(
         group.engine,
@@ -167,7 +174,7 @@ class _Step:
         self.group = group
         self.rows = rows
 
-    def run(self, after: int, end: int) -> None:
+    def run(self, after: int | None, end: int) -> None:
         from pipelines.silver import job
 
         g = self.group
@@ -180,7 +187,7 @@ class _Step:
         max_batch = max((b for _, b in stats.values() if b is not None), default=None)
         metadata = {
             job._META_BRONZE_TABLE: g.bronze.name,
-            job._META_VERSIONS: f"{after + 1}-{end}",
+            job._META_VERSIONS: f"{0 if after is None else after + 1}-{end}",
         }
         if max_batch is not None:
             metadata[job._META_MAX_BATCH] = str(max_batch)

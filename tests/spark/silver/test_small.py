@@ -86,7 +86,7 @@ def test_a_single_topic_with_schema_change_multi_record_events_and_quarantine(
         _use(monkeypatch, path)
         register(engine, v1, CONTACT)
         steps = []
-        # The first step reads a snapshot (Spark on both paths); the later ones are appends.
+        # The first step reads every commit from version 0; the later ones only the new ones.
         land(engine, ACCOUNT, [(v1.schema_id, change_event(v1, "CREATE", ["001Z"]))], 0)
         steps.append(_summary(run_silver(engine, conf, now=lambda: NOW)))
         # Multi-record events, a wildcard, gap events, a corrupt payload, an unknown schema
@@ -214,13 +214,19 @@ def test_an_arrow_read_of_appends_declines_what_it_cannot_honour(
     rows = small.read_appended(engine, table, after_version=0, until_version=1, max_rows=10)
     assert rows is not None and rows.to_pylist() == [{"a": 3, "b": "x"}]
     # Version 0's file predates column b: it reads as null.
-    both = small.read_appended(engine, table, after_version=-1, until_version=1, max_rows=10)
+    both = small.read_appended(engine, table, after_version=None, until_version=1, max_rows=10)
     assert both is not None and both.column("b").to_pylist() == [None, None, "x"]
     # Too many rows for a small step.
-    assert small.read_appended(engine, table, after_version=-1, until_version=1, max_rows=2) is None
+    too_many = small.read_appended(engine, table, after_version=None, until_version=1, max_rows=2)
+    assert too_many is None
     # A commit that rewrote rows (here an overwrite) is not an append.
     engine.overwrite(table, pa.table({"a": [9], "b": ["y"]}))
     assert small.read_appended(engine, table, after_version=1, until_version=2, max_rows=10) is None
+    # A data file no longer on disk (compacted away and vacuumed).
+    file = small.appended_files(engine, table, 1, 1)
+    assert file is not None
+    Path(file[0]).unlink()
+    assert small.read_appended(engine, table, after_version=0, until_version=1, max_rows=10) is None
     # A commit missing from the log (cleaned up).
     (engine.path(table) / "_delta_log" / f"{1:020d}.json").unlink()
     assert small.appended_files(engine, table, 1, 1) is None
