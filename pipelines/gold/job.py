@@ -74,6 +74,7 @@ from pipelines.gold.resync import (
     RESYNC_SCHEMA,
     RESYNC_TABLE,
     open_rows_to_resolve,
+    open_rows_to_resolve_arrow,
     replay_gap_rows,
 )
 from pipelines.gold.scd2 import HISTORY_KEYS, SCD_IS_CURRENT, history_changes, history_schema
@@ -546,7 +547,20 @@ class _ObjectRun:
         pieces: list[Any] = []
         if self.replay_gaps:
             pieces.append(pa.Table.from_pylist(self.replay_gaps, schema=_RESYNC_ARROW))
-        if parts is not None:
+        if isinstance(parts, _ArrowFolded):
+            pieces.append(parts.resync())
+            pairs = parts.resolved_pairs()
+            if pairs and engine.exists(RESYNC_TABLE):
+                existing = engine.read_arrow(
+                    RESYNC_TABLE,
+                    where=[("object", "=", self.obj.api_name), ("record_id", "in", sorted(pairs))],
+                )
+                pieces.append(
+                    open_rows_to_resolve_arrow(
+                        existing, pairs, object_name=self.obj.api_name, at=self.processed_at
+                    )
+                )
+        elif parts is not None:
             pieces.append(parts.resync())
             resolved = parts.resolved(engine.spark)
             if resolved is not None and engine.exists(RESYNC_TABLE):
@@ -728,6 +742,17 @@ class _ArrowFolded:
 
     def resync(self) -> pa.Table:
         return self._flat(FOLD_RESYNC)
+
+    def resolved_pairs(self) -> dict[str, str]:
+        """Record id -> event id of the full image that resolves its open re-sync rows."""
+        rows = self._where(FOLD_RESOLVED_BY)
+        return dict(
+            zip(
+                rows.column(ID).to_pylist(),
+                rows.column(FOLD_RESOLVED_BY).to_pylist(),
+                strict=True,
+            )
+        )
 
     def resolved(self, spark: SparkSession) -> DataFrame | None:
         rows = self._where(FOLD_RESOLVED_BY)

@@ -73,6 +73,7 @@ def _batches() -> list[Silver]:
     second.update("001A", 5, Phone="p1")
     second.update("001A", 6, NumberOfEmployees=50)
     second.add("001B", "DELETE", 7)
+    second.add("001B", "GAP_DELETE", 7.5)  # resolved by the UNDELETE below
     second.add("001C", "GAP_UPDATE", 8)
     second.add(None, "GAP_OVERFLOW", 9, record_count=0)
     second.update("001D", 9, Phone="unknown record")
@@ -127,3 +128,5 @@ def test_both_reads_of_silver_build_the_same_gold(
     assert [s[0][2] for s in steps] == [0, 1, 2, 3, 3]
     gold_rows = {r["Id"]: r for r in tables[str(GOLD)]}
     assert gold_rows["001A"]["Rating__c"] == 4.5
+    resync = {(r["record_id"], r["change_type"]): r for r in tables[str(RESYNC_TABLE)]}
+    assert resync[("001B", "GAP_DELETE")]["resolved_by"] is not None
