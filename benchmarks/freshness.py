@@ -174,7 +174,9 @@ def _produce(
     return finish
 
 
-def run_phase(phase: Phase, rate: float, warmup: float, keep: Path | None) -> Figures:
+def run_phase(
+    phase: Phase, rate: float, warmup: float, keep: Path | None, verbose: int = 0
+) -> Figures:
     work = Path(tempfile.mkdtemp(prefix=f"sfcdc-fresh-{phase.name}-", dir=keep))
     catalogue = default_catalogue()
     emulator = Emulator(
@@ -189,6 +191,7 @@ def run_phase(phase: Phase, rate: float, warmup: float, keep: Path | None) -> Fi
             sys.executable,
             "-m",
             "pipelines.cli",
+            *(["-" + "v" * verbose] if verbose else []),
             "run",
             "--conf",
             str(conf),
@@ -329,6 +332,14 @@ def main() -> int:
         "(default: a fifth of each phase, at most 60)",
     )
     parser.add_argument("--keep", type=Path, help="keep the lakes under this directory")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="pass -v (-vv: every step of every pass, timed) to sfcdc run; its log is "
+        "pipeline.log in the phase's directory (see --keep)",
+    )
     args = parser.parse_args()
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
@@ -336,7 +347,10 @@ def main() -> int:
     phases = [Phase("tuned", args.minutes * 60, max_age, args.interval)]
     if args.baseline_minutes > 0:
         phases.append(Phase("baseline", args.baseline_minutes * 60, 5.0, 10.0, landing="thread"))
-    results = [run_phase(p, args.rate, _warmup(args.warmup, p.seconds), args.keep) for p in phases]
+    results = [
+        run_phase(p, args.rate, _warmup(args.warmup, p.seconds), args.keep, args.verbose)
+        for p in phases
+    ]
     print()
     print(
         f"freshness of sfcdc run --continuous (emulator at {args.rate:.0f} events/s, "
