@@ -145,7 +145,8 @@ class LandingProcess:
     environment (default: this process's); ``python`` the interpreter to run."""
 
     conf_dir: Path
-    overrides: tuple[tuple[str, Any], ...] = ()
+    # Not in the repr: a --set value may be a credential.
+    overrides: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
     cli_options: tuple[str, ...] = ()
     progress_seconds: float = 1.0
     environ: Mapping[str, str] | None = field(default=None, repr=False)
@@ -168,6 +169,15 @@ class LandingProcess:
             argv += ["--for", repr(duration)]
         argv += ["--report-progress", repr(self.progress_seconds), "--stop-on-eof"]
         return argv
+
+    @staticmethod
+    def shown(argv: Sequence[str]) -> str:
+        """``argv`` (without the interpreter) for logs and errors: ``--set`` values are left
+        out, since one may be a credential."""
+        return " ".join(
+            arg.split("=", 1)[0] + "=..." if argv[i - 1] == "--set" else arg
+            for i, arg in enumerate(argv[1:], start=1)
+        )
 
     def env(self) -> dict[str, str]:
         """The child's environment: ``environ`` with this copy of sfcdc first on its path (a
@@ -200,6 +210,7 @@ class _ChildLanding:
         self._signalled = False
         self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL)
         self.argv = spec.argv(objects=objects, duration=duration)
+        self.shown = spec.shown(self.argv)
         # A session of its own: a terminal's Ctrl-C reaches this process only, which stops
         # the child once, with SIGTERM (a second signal would stop it at once).
         self.proc = subprocess.Popen(
@@ -212,7 +223,7 @@ class _ChildLanding:
             bufsize=1,
             start_new_session=True,
         )
-        self._log.info("landing runs in process %d: %s", self.proc.pid, " ".join(self.argv[1:]))
+        self._log.info("landing runs in process %d: %s", self.proc.pid, self.shown)
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self._readers = [
             threading.Thread(
@@ -284,7 +295,7 @@ class _ChildLanding:
                 else f"exited with code {code}"
             )
             raise SfcdcError(
-                f"the landing process (pid {self.proc.pid}: {' '.join(self.argv[1:])}) {how}"
+                f"the landing process (pid {self.proc.pid}: {self.shown}) {how}"
                 + ("" if code else " without reporting its result")
                 + "; silver and gold passes stopped"
                 + (f". Its last output:\n{tail}" if tail else "")

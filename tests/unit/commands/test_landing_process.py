@@ -57,6 +57,10 @@ def test_the_child_command_line_carries_the_configuration_and_its_overrides(
     assert argv[argv.index("--for") + 1] == "30.0"
     assert "--stop-on-eof" in argv and argv[argv.index("--report-progress") + 1] == "1.0"
     assert "--for" not in spec.argv(objects=None, duration=None)
+    # Logs and errors show the keys of --set, never a value (one may be a credential).
+    shown = spec.shown(argv)
+    assert "--set lake.location=... --set ingest.x=..." in shown and "/data/lake" not in shown
+    assert "/data/lake" not in repr(spec)
 
 
 def test_the_child_finds_this_copy_of_sfcdc_first_on_its_path() -> None:
