@@ -217,7 +217,10 @@ def _reporting(
 
     def report() -> None:
         while not done.wait(every):
-            write(encode_progress(landing.snapshot()))
+            snapshot = landing.snapshot()
+            # No topics yet: the landing is still preparing its tables and subscriptions.
+            if snapshot.topics:
+                write(encode_progress(snapshot))
 
     thread = threading.Thread(target=report, name="sfcdc-landing-progress", daemon=True)
     thread.start()

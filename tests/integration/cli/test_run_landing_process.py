@@ -31,7 +31,7 @@ def test_sigterm_stops_the_landing_process_then_a_last_pass_folds_everything(
     pids: list[int | None] = []
 
     def report(line: str) -> None:
-        if not lines:
+        if not pids:
             pids.append(pipeline.landing_pid)
             os.kill(os.getpid(), signal.SIGTERM)
         lines.append(line)
