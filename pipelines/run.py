@@ -4,10 +4,17 @@
 
 - :meth:`Pipeline.run_once` drains what the source has (the landing stops once a keepalive
   shows nothing pending on any topic), then runs one silver and one gold pass;
-- :meth:`Pipeline.run_continuous` lands in a background thread while the calling thread runs
+- :meth:`Pipeline.run_continuous` lands in the background while the calling thread runs
   silver and gold as micro-batches every ``interval`` seconds; :meth:`Pipeline.stop` (from a
   signal handler or another thread) ends it cleanly: the landing commits its open batches,
   then one last silver and gold pass picks them up.
+
+Continuous landing runs in a thread of this process, or, given a :class:`LandingProcess`
+(what ``sfcdc run --continuous`` does), as a child process (``sfcdc ingest``): the passes
+then cannot take the GIL or the CPU from the thread that receives and commits events, which
+is what keeps bronze fresh while a pass runs. The child reports its progress as JSON lines on
+stdout, stops on SIGTERM (committing its open batches) and stops by itself when this process
+dies (its stdin, a pipe from here, closes). A child that exits with an error fails the run.
 
 Each layer keeps its own exactly-once bookkeeping in Delta (replay checkpoints, app
 transactions), so a run that is killed at any instant resumes where the tables say.
@@ -19,14 +26,22 @@ threads run can leave the child unable to start Java.
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
-from ingest.errors import ReplayIdError
+from ingest.errors import ReplayIdError, SfcdcError
 from pipelines.bronze import BronzeLanding, LandingResult
 from pipelines.connect import connect, secret_resolver
 from pipelines.gold.job import GoldResult, run_gold
@@ -36,9 +51,13 @@ from pipelines.spec import Conf
 if TYPE_CHECKING:
     from pipelines.engines import LakeEngine
 
-__all__ = ["PassResult", "Pipeline", "RunResult", "progress_lines"]
+__all__ = ["LandingProcess", "PassResult", "Pipeline", "RunResult", "progress_lines"]
 
 _log = logging.getLogger(__name__)
+
+_ROOT = Path(__file__).resolve().parent.parent
+# Lines of the child's stderr kept for the error message when it fails.
+_STDERR_TAIL = 20
 
 
 @dataclass(frozen=True)
@@ -117,6 +136,179 @@ def progress_lines(
     return lines
 
 
+@dataclass(frozen=True)
+class LandingProcess:
+    """How :meth:`Pipeline.run_continuous` starts the landing as a child process: ``sfcdc
+    ingest`` on ``conf_dir`` with the ``--set`` ``overrides`` (key, value) the parent's
+    configuration was loaded with, ``cli_options`` before the subcommand (``-v``, ``-q``),
+    reporting its progress every ``progress_seconds``. ``environ`` is the child's
+    environment (default: this process's); ``python`` the interpreter to run."""
+
+    conf_dir: Path
+    # Not in the repr: a --set value may be a credential.
+    overrides: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
+    cli_options: tuple[str, ...] = ()
+    progress_seconds: float = 1.0
+    environ: Mapping[str, str] | None = field(default=None, repr=False)
+    python: str = sys.executable
+
+    def __post_init__(self) -> None:
+        if self.progress_seconds <= 0:
+            raise ValueError(f"progress_seconds must be > 0 (got {self.progress_seconds})")
+
+    def argv(self, *, objects: Sequence[str] | None, duration: float | None) -> list[str]:
+        """The child's command line."""
+        argv = [self.python, "-m", "pipelines.cli", *self.cli_options, "ingest"]
+        argv += ["--conf", str(Path(self.conf_dir).resolve())]
+        for key, value in self.overrides:
+            # JSON is YAML, which is how --set reads its value.
+            argv += ["--set", f"{key}={json.dumps(value)}"]
+        if objects:
+            argv += ["--objects", ",".join(objects)]
+        if duration is not None:
+            argv += ["--for", repr(duration)]
+        argv += ["--report-progress", repr(self.progress_seconds), "--stop-on-eof"]
+        return argv
+
+    @staticmethod
+    def shown(argv: Sequence[str]) -> str:
+        """``argv`` (without the interpreter) for logs and errors: ``--set`` values are left
+        out, since one may be a credential."""
+        return " ".join(
+            arg.split("=", 1)[0] + "=..." if argv[i - 1] == "--set" else arg
+            for i, arg in enumerate(argv[1:], start=1)
+        )
+
+    def env(self) -> dict[str, str]:
+        """The child's environment: ``environ`` with this copy of sfcdc first on its path (a
+        checkout run with ``python -m`` is not importable otherwise)."""
+        env = dict(os.environ if self.environ is None else self.environ)
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join([str(_ROOT), *(p for p in paths if p != str(_ROOT))])
+        return env
+
+
+class _ChildLanding:
+    """A running ``sfcdc ingest`` child: its latest progress snapshot, its stop and its end."""
+
+    def __init__(
+        self,
+        spec: LandingProcess,
+        *,
+        objects: Sequence[str] | None,
+        duration: float | None,
+        ended: Callable[[], None],
+        logger: logging.Logger,
+    ) -> None:
+        from pipelines.commands.ingest import decode_progress
+
+        self._decode = decode_progress
+        self._log = logger
+        self._ended = ended
+        self._lock = threading.Lock()
+        self._latest: LandingResult | None = None
+        self._signalled = False
+        self._stderr: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL)
+        self.argv = spec.argv(objects=objects, duration=duration)
+        self.shown = spec.shown(self.argv)
+        # A session of its own: a terminal's Ctrl-C reaches this process only, which stops
+        # the child once, with SIGTERM (a second signal would stop it at once).
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=spec.env(),
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        self._log.info("landing runs in process %d: %s", self.proc.pid, self.shown)
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self._readers = [
+            threading.Thread(
+                target=self._read_stdout,
+                args=(self.proc.stdout,),
+                name="sfcdc-landing-stdout",
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._read_stderr,
+                args=(self.proc.stderr,),
+                name="sfcdc-landing-stderr",
+                daemon=True,
+            ),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read_stdout(self, stream: IO[str]) -> None:
+        try:
+            for line in stream:
+                try:
+                    snapshot = self._decode(line)
+                except ValueError as exc:
+                    self._log.warning("landing process %d: %s", self.proc.pid, exc)
+                    continue
+                if snapshot is not None:
+                    with self._lock:
+                        self._latest = snapshot
+                elif line.strip():
+                    self._log.debug("landing process %d: %s", self.proc.pid, line.rstrip())
+        finally:
+            # End of its stdout: the child has exited (or closed it on its way out).
+            self._ended()
+
+    def _read_stderr(self, stream: IO[str]) -> None:
+        # The child's log lines go where this process's would; the tail is kept for errors.
+        for line in stream:
+            self._stderr.append(line.rstrip())
+            sys.stderr.write(line)
+
+    def snapshot(self) -> LandingResult | None:
+        """The child's latest progress report (``None`` before its first)."""
+        with self._lock:
+            return self._latest
+
+    def stop(self) -> None:
+        """Ask the child to stop cleanly (SIGTERM, once). Safe from a signal handler."""
+        with self._lock:
+            if self._signalled or self.proc.returncode is not None:
+                return
+            self._signalled = True
+        with contextlib.suppress(ProcessLookupError):  # it has just exited
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self) -> LandingResult:
+        """Wait for the child to exit; its last report, or an error naming its exit code."""
+        code = self.proc.wait()
+        for reader in self._readers:
+            reader.join()
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        latest = self.snapshot()
+        if code != 0 or latest is None or latest.stopped == "running":
+            tail = "\n".join(f"  {line}" for line in self._stderr)
+            how = (
+                f"was killed by signal {signal.Signals(-code).name}"
+                if code < 0
+                else f"exited with code {code}"
+            )
+            raise SfcdcError(
+                f"the landing process (pid {self.proc.pid}: {self.shown}) {how}"
+                + ("" if code else " without reporting its result")
+                + "; silver and gold passes stopped"
+                + (f". Its last output:\n{tail}" if tail else "")
+            )
+        return latest
+
+    def kill(self) -> None:
+        """End the child at once (the Delta checkpoints make that safe)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
 class Pipeline:
     """Runs landing, silver and gold for ``conf`` (optionally only ``objects``).
 
@@ -124,6 +316,8 @@ class Pipeline:
     ``spark_engine`` makes the one silver and gold read and write with, called once, before
     the landing connects. ``report`` receives progress lines of a continuous run;
     ``environ`` resolves secret references; ``monotonic`` times passes and intervals.
+    ``landing_process``: continuous runs land in that child process instead of a thread
+    (:meth:`run_once` always lands in this process).
     """
 
     def __init__(
@@ -137,6 +331,7 @@ class Pipeline:
         environ: dict[str, str] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         logger: logging.Logger | None = None,
+        landing_process: LandingProcess | None = None,
     ) -> None:
         from pipelines.commands.ingest import lake_engine as landing_engine
         from pipelines.commands.ingest import select_topics
@@ -156,6 +351,8 @@ class Pipeline:
         self._stop = threading.Event()
         self._stop_reason: str | None = None
         self._landing: BronzeLanding | None = None
+        self._landing_process = landing_process
+        self._child: _ChildLanding | None = None
         self._lock = threading.Lock()
 
     def stop(self, reason: str = "stop requested") -> None:
@@ -165,9 +362,22 @@ class Pipeline:
             if self._stop_reason is None:
                 self._stop_reason = reason
             landing = self._landing
+            child = self._child
         self._stop.set()
         if landing is not None:
             landing.stop(reason)
+        if child is not None:
+            child.stop()
+
+    @property
+    def landing_pid(self) -> int | None:
+        """The process id of the landing child of a running continuous run (``None`` when
+        the landing runs in this process, or has ended)."""
+        with self._lock:
+            child = self._child
+        if child is None or child.proc.poll() is not None:
+            return None
+        return child.proc.pid
 
     def run_once(self) -> RunResult:
         """Drain what the source has into bronze, then one silver and one gold pass."""
@@ -183,6 +393,8 @@ class Pipeline:
         seconds), then a last pass."""
         if interval <= 0:
             raise ValueError(f"interval must be > 0 seconds (got {interval})")
+        if self._landing_process is not None:
+            return self._run_with_child(self._landing_process, interval, duration)
         started = self._monotonic()
         self._engine()  # before any gRPC channel exists: see the module docstring
         outcome: list[LandingResult] = []
@@ -236,6 +448,59 @@ class Pipeline:
         passes.append(self.run_pass())
         stopped = self._stop_reason or result.stopped
         return RunResult(result, tuple(passes), self._monotonic() - started, stopped)
+
+    def _run_with_child(
+        self, spec: LandingProcess, interval: float, duration: float | None
+    ) -> RunResult:
+        started = self._monotonic()
+        # Spark first, as with a landing thread: a run "for" some seconds lands for that long
+        # while passes run, not while the JVM starts.
+        self._engine()
+        child = _ChildLanding(
+            spec,
+            objects=self.objects,
+            duration=duration,
+            ended=self._stop.set,
+            logger=self._log,
+        )
+        with self._lock:
+            self._child = child
+            stopping = self._stop_reason is not None
+        if stopping:
+            child.stop()
+        passes: list[PassResult] = []
+        previous: LandingResult | None = None
+        try:
+            mark = next_pass = self._monotonic()
+            while True:
+                if self._stop.wait(max(0.0, next_pass - self._monotonic())):
+                    break
+                next_pass = self._monotonic() + interval
+                passes.append(self.run_pass())
+                now = self._monotonic()
+                snapshot = child.snapshot()
+                if snapshot is not None:
+                    for line in progress_lines(snapshot, previous, now - mark, passes[-1]):
+                        self._report(line)
+                    previous = snapshot
+                    mark = now
+        except KeyboardInterrupt:
+            # A second signal: stop at once (the Delta checkpoints make that safe).
+            child.kill()
+            raise
+        except BaseException:
+            self.stop("a silver/gold pass failed")
+            try:
+                child.wait()
+            except SfcdcError as exc:
+                self._log.warning("%s", exc)
+            raise
+        child.stop()
+        landing = child.wait()
+        # The landing committed its open batches when it stopped: fold them in too.
+        passes.append(self.run_pass())
+        stopped = self._stop_reason or landing.stopped
+        return RunResult(landing, tuple(passes), self._monotonic() - started, stopped)
 
     def run_pass(self) -> PassResult:
         """One silver pass, then one gold pass, over what bronze holds now."""

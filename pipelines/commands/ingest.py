@@ -13,30 +13,50 @@ this process), subscribes to the topics of the enabled objects and lands them wi
 no Spark session is started. SIGINT or SIGTERM stops it cleanly (open batches committed, exit
 0); a second signal stops it at once, which is safe too: the next run resumes where the Delta
 checkpoints say.
+
+``sfcdc run --continuous`` starts this command as a child process with ``--report-progress``
+(a JSON snapshot of the landing on stdout every few seconds, and a last one when it stops)
+and ``--stop-on-eof`` (the parent holds the child's stdin open; if the parent dies, the
+pipe closes and the landing stops cleanly instead of running on unattended).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
 from ingest.errors import ConfigError, ReplayIdError
-from pipelines.bronze import BronzeLanding, LandingResult
+from pipelines.bronze import BronzeLanding, LandingResult, TopicResult
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.connect import connect, secret_resolver
 from pipelines.engines import LakeEngine, LocalEngine, make_engine
 from pipelines.spec import Conf, LakeSpec, TopicSpec
 
-__all__ = ["lake_engine", "land", "register", "select_topics"]
+__all__ = [
+    "PROGRESS_PREFIX",
+    "decode_progress",
+    "encode_progress",
+    "lake_engine",
+    "land",
+    "register",
+    "select_topics",
+]
 
 _log = logging.getLogger(__name__)
+
+# Marks the stdout lines that carry a landing snapshot, so a parent can tell them from the
+# human-readable summary.
+PROGRESS_PREFIX = "sfcdc-landing-progress "
 
 
 def register(subparsers: Any) -> None:
@@ -67,6 +87,19 @@ def register(subparsers: Any) -> None:
         metavar="NAMES",
         help="comma-separated object API names to land (default: every enabled object); a "
         "topic shared by several objects is landed whole",
+    )
+    parser.add_argument(
+        "--report-progress",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="print a JSON snapshot of the landing (one line starting with "
+        f"{PROGRESS_PREFIX.strip()!r}) this often and when it stops (used by sfcdc run)",
+    )
+    parser.add_argument(
+        "--stop-on-eof",
+        action="store_true",
+        help="stop cleanly when standard input is closed (used by sfcdc run, so the landing "
+        "ends with the process that started it)",
     )
     parser.set_defaults(handler=run)
 
@@ -153,6 +186,67 @@ def _stop_on_signals(landing: BronzeLanding) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def encode_progress(result: LandingResult) -> str:
+    """``result`` as one stdout line: :data:`PROGRESS_PREFIX` and JSON."""
+    return PROGRESS_PREFIX + json.dumps(dataclasses.asdict(result), separators=(",", ":"))
+
+
+def decode_progress(line: str) -> LandingResult | None:
+    """The snapshot an :func:`encode_progress` line carries; ``None`` for any other line.
+    Raises ``ValueError`` naming what was expected when a marked line does not parse."""
+    if not line.startswith(PROGRESS_PREFIX):
+        return None
+    text = line[len(PROGRESS_PREFIX) :].strip()
+    try:
+        data = json.loads(text)
+        topics = tuple(TopicResult(**topic) for topic in data["topics"])
+        return LandingResult(topics, float(data["seconds"]), str(data["stopped"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"expected a landing snapshot after {PROGRESS_PREFIX.strip()!r} (JSON with topics, "
+            f"seconds, stopped); got {text[:200]!r}: {exc}"
+        ) from None
+
+
+def _reporting(
+    landing: BronzeLanding, every: float, write: Callable[[str], None]
+) -> Callable[[], None]:
+    """Writes a snapshot of ``landing`` every ``every`` seconds until the returned function
+    is called."""
+    done = threading.Event()
+
+    def report() -> None:
+        while not done.wait(every):
+            snapshot = landing.snapshot()
+            # No topics yet: the landing is still preparing its tables and subscriptions.
+            if snapshot.topics:
+                write(encode_progress(snapshot))
+
+    thread = threading.Thread(target=report, name="sfcdc-landing-progress", daemon=True)
+    thread.start()
+
+    def finish() -> None:
+        done.set()
+        thread.join()
+
+    return finish
+
+
+def _stop_on_eof(landing: BronzeLanding, fd: int) -> None:
+    """Stops ``landing`` once the file descriptor ``fd`` (a pipe from the parent) reaches
+    end of file."""
+
+    def watch() -> None:
+        # os.read, not sys.stdin: a daemon thread blocked inside a buffered reader aborts the
+        # interpreter at exit (it cannot take the reader's lock while finalizing).
+        with contextlib.suppress(OSError):
+            while os.read(fd, 4096):
+                pass
+        landing.stop("standard input closed (the process that started the landing ended)")
+
+    threading.Thread(target=watch, name="sfcdc-landing-stdin", daemon=True).start()
+
+
 def land(
     conf: Conf,
     *,
@@ -160,8 +254,12 @@ def land(
     once: bool = False,
     seconds: float | None = None,
     environ: dict[str, str] | None = None,
+    started: Callable[[BronzeLanding], Callable[[], None] | None] | None = None,
 ) -> LandingResult:
-    """Connect as ``conf`` says and land its topics (what ``sfcdc ingest`` runs)."""
+    """Connect as ``conf`` says and land its topics (what ``sfcdc ingest`` runs).
+
+    ``started`` is called with the landing before it runs (to watch it from other threads);
+    the function it may return is called once the landing has stopped."""
     topics = select_topics(conf, objects)
     engine = lake_engine(conf.pipeline.lake, environ=environ)
     secrets = secret_resolver(environ=environ)
@@ -173,6 +271,7 @@ def land(
             tokens=source.tokens,
             ingest=conf.pipeline.ingest,
         )
+        finish = started(landing) if started is not None else None
         with _stop_on_signals(landing):
             try:
                 return landing.run(once=once, duration=seconds)
@@ -186,11 +285,30 @@ def land(
                     error_code=exc.error_code,
                     rpc_id=exc.rpc_id,
                 ) from exc
+            finally:
+                if finish is not None:
+                    finish()
+
+
+def _write_line(line: str) -> None:
+    print(line, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
     conf = conf_from_args(args)
-    result = land(conf, objects=args.objects, once=args.once, seconds=args.seconds)
+    every: float | None = getattr(args, "report_progress", None)
+    stop_on_eof: bool = getattr(args, "stop_on_eof", False)
+
+    def started(landing: BronzeLanding) -> Callable[[], None] | None:
+        if stop_on_eof:
+            _stop_on_eof(landing, sys.stdin.fileno())
+        if every is None:
+            return None
+        return _reporting(landing, every, _write_line)
+
+    result = land(conf, objects=args.objects, once=args.once, seconds=args.seconds, started=started)
+    if every is not None:
+        _write_line(encode_progress(result))
     print(f"sfcdc ingest: stopped after {result.seconds:.1f} s ({result.stopped})")
     for t in result.topics:
         extras = []

@@ -9,7 +9,8 @@ For every configured change event object, :func:`run_gold`
    they touch (every row when the batch has a wildcard change);
 3. folds them (:func:`pipelines.gold.fold.fold_changes`): one complete row per record; the
    local engine, which writes from the driver, folds there
-   (:func:`~pipelines.gold.fold.fold_changes_arrow`), so a small batch costs one Spark job;
+   (:func:`~pipelines.gold.fold.fold_changes_arrow`), and reads a small batch's silver rows
+   with pyarrow from the files the Delta log lists, so it costs no Spark job at all;
 4. writes, in this order: the re-sync table (new rows, and rows a full image resolved), the
    tombstones (hard deletes), the SCD2 history, and last the gold table with
    ``engine.merge(on=["Id"], update_condition=<newer order key>,
@@ -73,9 +74,11 @@ from pipelines.gold.resync import (
     RESYNC_SCHEMA,
     RESYNC_TABLE,
     open_rows_to_resolve,
+    open_rows_to_resolve_arrow,
     replay_gap_rows,
 )
 from pipelines.gold.scd2 import HISTORY_KEYS, SCD_IS_CURRENT, history_changes, history_schema
+from pipelines.silver import small
 from pipelines.silver.job import REGISTRY_TABLE, read_registry, silver_layout
 from pipelines.spec import Conf, DeleteMode, ObjectSpec
 
@@ -336,10 +339,24 @@ class _ObjectRun:
     def run(self) -> ObjectResult:
         engine, obj = self.engine, self.obj
         after = engine.txn_version(self.gold, app_id(obj))
-        changes = engine.read_appends(self.silver, after_version=after)
-        end = changes.end_version
+        current = engine.version(self.silver)
+        rows: pa.Table | None = None
+        df: DataFrame | None = None
+        if after is not None and current == after:
+            # Nothing new: the Delta log says so, no read at all.
+            start = end = None
+            full_read = False
+        else:
+            rows = self._small_appends(after, current)
+            if rows is not None:
+                assert current is not None
+                start, end, full_read = 0 if after is None else after + 1, current, False
+            else:
+                changes = engine.read_appends(self.silver, after_version=after)
+                start, end = changes.start_version, changes.end_version
+                full_read, df = changes.full_read, changes.df
         self._step("read appends")
-        if changes.start_version is None or end is None:
+        if start is None or end is None:
             written = self._write_resync(None)
             _log.info(
                 "gold: %s is up to date with %s version %s%s",
@@ -349,34 +366,39 @@ class _ObjectRun:
                 f"; {written} replay gap re-sync rows" if written else "",
             )
             return self._result(after, resync_rows=written)
-        if changes.full_read:
+        if full_read:
             _log.warning(
                 "gold: %s could not be read incrementally; folding all of it (changes gold "
                 "already reflects are ignored)",
                 self.silver,
             )
+        schema = df.schema if df is not None else engine.schema(self.silver)
+        assert schema is not None
         plan = self._plan()
         self._check_sequence(plan)
-        unknown = [c for c in plan.order_by if c not in changes.df.columns]
+        unknown = [c for c in plan.order_by if c not in schema.names]
         if unknown:
             raise ConfigError(
                 f"gold of {obj.api_name}: sequence_by names {unknown}, which are not columns "
-                f"of {self.silver} (columns: {', '.join(changes.df.columns)})"
+                f"of {self.silver} (columns: {', '.join(schema.names)})"
             )
-        body = body_fields(changes.df.schema)
+        body = body_fields(schema)
         engine.ensure_table(self.gold, gold_schema(body))
         self._step("plan")
         parts: _Folded
         wildcards: Sequence[Mapping[str, Any]]
         if engine.name == "local":
-            parts = self._fold_arrow(changes.df, plan)
+            if rows is None:
+                assert df is not None
+                rows = dataframe_to_arrow(df)
+                self._step("collect changes")
+            parts = self._fold_arrow(rows, schema, plan)
             wildcards = parts.wildcards
         else:
-            wildcards = wildcard_changes(changes.df)
-            state, tombstones = self._state(changes.df, everything=bool(wildcards))
-            folded = fold_changes(
-                changes.df, state, plan=plan, tombstones=tombstones, wildcards=wildcards
-            )
+            assert df is not None
+            wildcards = wildcard_changes(df)
+            state, tombstones = self._state(df, everything=bool(wildcards))
+            folded = fold_changes(df, state, plan=plan, tombstones=tombstones, wildcards=wildcards)
             parts = _SparkFolded(folded)
         try:
             counts = parts.counts()
@@ -386,7 +408,7 @@ class _ObjectRun:
             tombstoned = self._write_tombstones(parts, plan, end) if counts["tombstones"] else 0
             versions = self._write_history(parts, plan, body, end) if counts["versions"] else 0
             self._step("tombstones and history")
-            merge = self._merge_gold(parts.gold(), plan, end, changes)
+            merge = self._merge_gold(parts.gold(), plan, end, start)
             self._step("merge")
         finally:
             parts.close()
@@ -410,7 +432,7 @@ class _ObjectRun:
             "%d history versions (%.1f s)",
             self.gold,
             self.silver,
-            changes.start_version,
+            start,
             end,
             result.changes,
             result.records,
@@ -462,13 +484,24 @@ class _ObjectRun:
                     )
                 return
 
-    def _fold_arrow(self, changes: DataFrame, plan: FoldPlan) -> _ArrowFolded:
-        """The local engine's fold: the changes collected once (its only Spark job), the
-        state of the records they touch read with delta-rs, and the fold run here. The
-        local engine writes from the driver anyway; a few hundred rows then cost no shuffle
-        and no Python worker."""
-        rows = dataframe_to_arrow(changes)
-        self._step("collect changes")
+    def _small_appends(self, after: int | None, current: int | None) -> pa.Table | None:
+        """The local engine's new silver rows read with pyarrow from the files the Delta
+        log lists, when they are few (``None``: read them with Spark)."""
+        if self.engine.name != "local" or current is None:
+            return None
+        return small.read_appended(
+            self.engine,
+            self.silver,
+            after_version=after,
+            until_version=current,
+            max_rows=small.SMALL_BATCH_ROWS,
+        )
+
+    def _fold_arrow(self, rows: pa.Table, schema: T.StructType, plan: FoldPlan) -> _ArrowFolded:
+        """The local engine's fold: the changes as Arrow (read without Spark when few, else
+        collected by one Spark job), the state of the records they touch read with
+        delta-rs, and the fold run here. The local engine writes from the driver anyway; a
+        few hundred rows then cost no shuffle and no Python worker."""
         wildcards = wildcard_rows(rows)
         ids = pc.unique(pc.drop_null(rows.column(ID))).to_pylist()
         where: list[Condition] = [] if wildcards else [(ID, "in", ids)]
@@ -482,13 +515,13 @@ class _ObjectRun:
         folded = fold_changes_arrow(
             rows,
             state(self.gold),
-            schema=changes.schema,
+            schema=schema,
             plan=plan,
             tombstones=state(stones) if self.engine.exists(stones) else None,
             wildcards=wildcards,
         )
-        schema = fold_output_schema(body_fields(changes.schema), plan.track)
-        return _ArrowFolded(folded, schema, wildcards)
+        output = fold_output_schema(body_fields(schema), plan.track)
+        return _ArrowFolded(folded, output, wildcards)
 
     def _state(self, changes: DataFrame, *, everything: bool) -> tuple[DataFrame, DataFrame | None]:
         """The gold rows and tombstones of the records ``changes`` touch (``everything``:
@@ -514,7 +547,20 @@ class _ObjectRun:
         pieces: list[Any] = []
         if self.replay_gaps:
             pieces.append(pa.Table.from_pylist(self.replay_gaps, schema=_RESYNC_ARROW))
-        if parts is not None:
+        if isinstance(parts, _ArrowFolded):
+            pieces.append(parts.resync())
+            pairs = parts.resolved_pairs()
+            if pairs and engine.exists(RESYNC_TABLE):
+                existing = engine.read_arrow(
+                    RESYNC_TABLE,
+                    where=[("object", "=", self.obj.api_name), ("record_id", "in", sorted(pairs))],
+                )
+                pieces.append(
+                    open_rows_to_resolve_arrow(
+                        existing, pairs, object_name=self.obj.api_name, at=self.processed_at
+                    )
+                )
+        elif parts is not None:
             pieces.append(parts.resync())
             resolved = parts.resolved(engine.spark)
             if resolved is not None and engine.exists(RESYNC_TABLE):
@@ -577,7 +623,7 @@ class _ObjectRun:
         )
         return metrics.inserted
 
-    def _merge_gold(self, source: Any, plan: FoldPlan, version: int, changes: Any) -> MergeMetrics:
+    def _merge_gold(self, source: Any, plan: FoldPlan, version: int, start: int) -> MergeMetrics:
         update, delete = merge_conditions(plan.deletes)
         return self.engine.merge(
             self.gold,
@@ -588,7 +634,7 @@ class _ObjectRun:
             txn=Txn(app_id(self.obj), version),
             metadata={
                 _META_SEQUENCE: ",".join(plan.order_by),
-                _META_SILVER_VERSIONS: f"{changes.start_version}-{version}",
+                _META_SILVER_VERSIONS: f"{start}-{version}",
             },
         )
 
@@ -696,6 +742,17 @@ class _ArrowFolded:
 
     def resync(self) -> pa.Table:
         return self._flat(FOLD_RESYNC)
+
+    def resolved_pairs(self) -> dict[str, str]:
+        """Record id -> event id of the full image that resolves its open re-sync rows."""
+        rows = self._where(FOLD_RESOLVED_BY)
+        return dict(
+            zip(
+                rows.column(ID).to_pylist(),
+                rows.column(FOLD_RESOLVED_BY).to_pylist(),
+                strict=True,
+            )
+        )
 
     def resolved(self, spark: SparkSession) -> DataFrame | None:
         rows = self._where(FOLD_RESOLVED_BY)

@@ -55,8 +55,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+import pyarrow as pa
 from pyspark.sql import types as T
 
+from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.engines.base import TableRef
 
 if TYPE_CHECKING:
@@ -69,6 +71,7 @@ __all__ = [
     "RESYNC_TABLE",
     "Reason",
     "open_rows_to_resolve",
+    "open_rows_to_resolve_arrow",
     "replay_gap_rows",
     "resync_id",
     "resync_row",
@@ -233,3 +236,18 @@ def open_rows_to_resolve(
             for f in RESYNC_SCHEMA.fields
         ]
     )
+
+
+def open_rows_to_resolve_arrow(
+    existing: pa.Table, resolved: Mapping[str, str], *, object_name: str, at: datetime
+) -> pa.Table:
+    """:func:`open_rows_to_resolve` on Arrow, for the local engine's small batches:
+    ``existing`` holds re-sync rows (any subset that includes the records' open rows),
+    ``resolved`` maps a record id to the event id of its full image."""
+    schema = spark_schema_to_arrow(RESYNC_SCHEMA)
+    rows = []
+    for row in existing.select(schema.names).to_pylist():
+        by = resolved.get(row["record_id"]) if row["record_id"] is not None else None
+        if row["object"] == object_name and row["resolved_at"] is None and by is not None:
+            rows.append({**row, "resolved_at": at, "resolved_by": by})
+    return pa.Table.from_pylist(rows, schema=schema)

@@ -584,7 +584,11 @@ class _Group:
         return self._registry
 
     def _chunk(self, after: int | None, end: int) -> None:
+        from pipelines.silver.small import process_chunk
 
+        # A small step of the local engine is decoded in the driver, without a Spark job.
+        if process_chunk(self, after, end):
+            return
         changes = self.engine.read_appends(self.bronze, after_version=after, until_version=end)
         if changes.start_version is None:
             return
