@@ -38,9 +38,10 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 
-from ingest.decoding import DecodedBatch, DecoderCache, EventDecoder
-from ingest.errors import DecodeError
+from ingest.decoding import DecodedBatch, DecoderCache, EventDecoder, expander_for
+from ingest.errors import BitmapError, DecodeError
 from ingest.schema import EventSchema, FieldInfo
+from pipelines.silver.columnar import Column, ColumnarDecoder, UnionColumn, expanded_bitmaps
 from pipelines.silver.columns import FieldLayout, LeafKind, SilverLayout, leaf_kind
 from pipelines.silver.shape import shape_batch, shaped_schema
 
@@ -371,6 +372,8 @@ class _Builder:
         raw = dict(layout.raw_columns())
         for f in layout.fields:
             self.columns.extend(self._plan(f, by_name.get(f.name), raw))
+        self.columnar = ColumnarDecoder.for_schema(schema) if _header_fits(schema) else None
+        self.expander = expander_for(schema)
 
     @staticmethod
     def _plan(
@@ -403,6 +406,11 @@ class _Builder:
         return [(info.name, _leaf(arrow_type, f.kind, source))]
 
     def build(self, schema: pa.Schema, bronze: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        if self.columnar is not None:
+            fast = self._columnar(schema, bronze)
+            if fast is not None:
+                yield fast
+                return
         payloads = bronze.column(5).to_pylist()
         decoded = self.decoder.decode_batch(payloads)
         out_rows = decoded.row_index
@@ -435,6 +443,36 @@ class _Builder:
             yield _failed(
                 schema, failed, [k for _, k, _ in kinds], [r for _, _, r in kinds], entity
             )
+
+    def _columnar(self, schema: pa.Schema, bronze: pa.RecordBatch) -> pa.RecordBatch | None:
+        """The batch decoded a field at a time, or None when some row is not the common case
+        (corrupt, irregular, a bad bitmap, another entity): the row decoder then reports each
+        row on its own."""
+        assert self.columnar is not None
+        decoded = self.columnar.decode(bronze.column(5))
+        if decoded is None:
+            return None
+        values, header = decoded
+        n = bronze.num_rows
+        out = _Out(schema, bronze)
+        out.columns["_cdc_entity"] = pa.array([self.entity] * n, pa.string())
+        if self.schema.is_change_event:
+            if not pc.all(pc.equal(header["entityName"], self.entity)).as_py():
+                return None
+            out.columns["_cdc_record_ids"] = header["recordIds"].cast(_arrow(_STRINGS))
+            for field_name, target in _HEADER_SCALARS:
+                out.columns[target] = header[field_name].cast(schema.field(target).type)
+            for field_name, target in _BITMAP_COLUMNS:
+                try:
+                    names = expanded_bitmaps(header[field_name], self.expander.expand)
+                except BitmapError:
+                    return None
+                if names is None:
+                    return None
+                out.columns[target] = names
+        for column, (source, build) in zip(self.names, self.columns, strict=True):
+            out.columns[column] = _from_arrow(build, values[source] if source else None, n)
+        return out.batch()
 
     def _good(
         self,
@@ -480,6 +518,42 @@ def _drop(decoded: DecodedBatch, bad: set[int]) -> DecodedBatch:
     )
 
 
+_BITMAP_COLUMNS = (
+    ("changedFields", "_cdc_changed_fields"),
+    ("nulledFields", "_cdc_nulled_fields"),
+    ("diffFields", "_cdc_diff_fields"),
+)
+
+
+def _header_fits(schema: EventSchema) -> bool:
+    """Whether a change event's header has every field the columnar path reads, the bitmaps
+    as plain arrays of strings (the row decoder takes anything else)."""
+    if not schema.is_change_event:
+        return True
+    header = schema.fields[0]
+    children = {c.name: c for c in header.children}
+    needed = ("entityName", "recordIds", *(f for f, _ in _HEADER_SCALARS))
+    if not all(name in children for name in needed):
+        return False
+    for name, _ in _BITMAP_COLUMNS:
+        info = children.get(name)
+        vt = None if info is None else info.value_type
+        if not (isinstance(vt, dict) and vt.get("type") == "array" and vt.get("items") == "string"):
+            return False
+    return True
+
+
+def _from_arrow(build: _Column, value: Column | None, n: int) -> pa.Array:
+    """What ``build`` makes of a decoded column, from its Arrow form: the common cases
+    straight from the arrays, anything else through the same values as the row decoder's."""
+    fast = getattr(build, "arrow", None)
+    if fast is not None:
+        result = fast(value, n)
+        if result is not None:
+            return result
+    return build([] if value is None else value.to_pylist(), n)
+
+
 def _name_lists(values: list[tuple[str, ...]]) -> pa.Array:
     """Expanded bitmaps as list<string>. A stream repeats a handful of distinct bitmaps, so
     each distinct one is converted once and the column gathered from them."""
@@ -489,8 +563,48 @@ def _name_lists(values: list[tuple[str, ...]]) -> pa.Array:
     return distinct.take(pa.array(positions, pa.int32()))
 
 
+class _Build:
+    """A column builder: ``build(values, n)`` from the row decoder's values, and ``arrow``
+    (value, n) from the columnar decoder's array, or None where that needs the values."""
+
+    def __init__(
+        self,
+        build: Callable[[list[Any], int], pa.Array],
+        arrow: Callable[[Column | None, int], pa.Array | None],
+    ) -> None:
+        self.build = build
+        self.arrow = arrow
+
+    def __call__(self, values: list[Any], n: int) -> pa.Array:
+        return self.build(values, n)
+
+
+def _no_arrow(_value: Column | None, _n: int) -> None:
+    return None
+
+
+def _cast(value: Column | None, arrow_type: pa.DataType) -> pa.Array | None:
+    """``value`` as ``pa.array(value.to_pylist(), arrow_type)`` makes it, where a cast gives
+    the same: same type, int widened to long, a number to double."""
+    if not isinstance(value, pa.Array):
+        return None
+    if value.type == arrow_type:
+        return value
+    if pa.types.is_integer(value.type) and (
+        pa.types.is_int64(arrow_type) or pa.types.is_float64(arrow_type)
+    ):
+        # Python's int -> float rounds to nearest, as this cast does (safe=False: no check
+        # that the value is exact).
+        return value.cast(arrow_type, safe=False)
+    if pa.types.is_float32(value.type) and pa.types.is_float64(arrow_type):
+        return value.cast(arrow_type)
+    return None
+
+
 def _nulls(arrow_type: pa.DataType) -> _Column:
-    return lambda _values, n: pa.nulls(n, arrow_type)
+    return _Build(
+        lambda _values, n: pa.nulls(n, arrow_type), lambda _value, n: pa.nulls(n, arrow_type)
+    )
 
 
 def _leaf(arrow_type: pa.DataType, target: LeafKind, source: LeafKind) -> _Column:
@@ -499,9 +613,15 @@ def _leaf(arrow_type: pa.DataType, target: LeafKind, source: LeafKind) -> _Colum
     ):
         # Same kind, or a lossless widening Arrow does on its own (int -> long -> double;
         # a date's epoch ms as a timestamp's).
-        return lambda values, _n: pa.array(values, arrow_type)
+        return _Build(
+            lambda values, _n: pa.array(values, arrow_type),
+            lambda value, _n: _cast(value, arrow_type),
+        )
     text = _text(source)
-    return lambda values, _n: pa.array([None if v is None else text(v) for v in values], arrow_type)
+    return _Build(
+        lambda values, _n: pa.array([None if v is None else text(v) for v in values], arrow_type),
+        _no_arrow,
+    )
 
 
 def _branch_value(arrow_type: pa.DataType, target: LeafKind) -> _Column:
@@ -514,7 +634,13 @@ def _branch_value(arrow_type: pa.DataType, target: LeafKind) -> _Column:
             [None if v is None or v.__class__ is dict else text(v) for v in values], arrow_type
         )
 
-    return build
+    def arrow(value: Column | None, _n: int) -> pa.Array | None:
+        if target != "string" or not isinstance(value, UnionColumn):
+            return None
+        strings = [v for v, t in zip(value.values, value.types, strict=True) if t == "string"]
+        return _cast(strings[0], arrow_type) if len(strings) == 1 else None
+
+    return _Build(build, arrow)
 
 
 def _converting_children(f: FieldLayout, info: FieldInfo) -> dict[str, Callable[[Any], str]]:
@@ -528,11 +654,41 @@ def _converting_children(f: FieldLayout, info: FieldInfo) -> dict[str, Callable[
     return out
 
 
+def _struct(value: Column | None, arrow_type: pa.DataType) -> pa.Array | None:
+    """A decoded record column as ``pa.array(records, arrow_type)`` makes it from the
+    records: children in the column's order and types, missing ones null."""
+    if not isinstance(value, pa.StructArray):
+        return None
+    have = {f.name: i for i, f in enumerate(value.type)}
+    if len(have) != value.type.num_fields:
+        return None
+    n = len(value)
+    children = []
+    for f in arrow_type:
+        i = have.pop(f.name, None)
+        if i is None:
+            children.append(pa.nulls(n, f.type))
+            continue
+        # field() (not flatten()) keeps the child's own values under null records: they
+        # are null there too, as the decoder leaves them.
+        child = _cast(value.field(i), f.type)
+        if child is None:
+            return None
+        children.append(child)
+    if have:  # a child the column does not have
+        return None
+    mask = value.is_null() if value.null_count else None
+    return pa.StructArray.from_arrays(children, fields=list(arrow_type), mask=mask)
+
+
 def _records(arrow_type: pa.DataType, f: FieldLayout, info: FieldInfo) -> _Column:
     convert = _converting_children(f, info)
     if not convert:
         # A dict per value, missing children become nulls: pyarrow does it in C++.
-        return lambda values, _n: pa.array(values, arrow_type)
+        return _Build(
+            lambda values, _n: pa.array(values, arrow_type),
+            lambda value, _n: _struct(value, arrow_type),
+        )
 
     def build(values: list[Any], _n: int) -> pa.Array:
         fixed = [
@@ -543,7 +699,7 @@ def _records(arrow_type: pa.DataType, f: FieldLayout, info: FieldInfo) -> _Colum
         ]
         return pa.array(fixed, arrow_type)
 
-    return build
+    return _Build(build, _no_arrow)
 
 
 def _branch_record(arrow_type: pa.DataType, f: FieldLayout, info: FieldInfo) -> _Column:
@@ -552,4 +708,16 @@ def _branch_record(arrow_type: pa.DataType, f: FieldLayout, info: FieldInfo) -> 
     def build(values: list[Any], n: int) -> pa.Array:
         return records([v if v.__class__ is dict else None for v in values], n)
 
-    return build
+    def arrow(value: Column | None, n: int) -> pa.Array | None:
+        if not isinstance(value, UnionColumn) or not isinstance(records, _Build):
+            return None
+        kinds = [
+            (v, t)
+            for v, t in zip(value.values, value.types, strict=True)
+            if isinstance(t, dict) and t.get("type") in ("record", "error")
+        ]
+        if len(kinds) != 1:
+            return None
+        return records.arrow(kinds[0][0], n)
+
+    return _Build(build, arrow)
