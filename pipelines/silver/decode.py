@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 
@@ -48,6 +49,7 @@ from pipelines.silver.shape import shape_batch, shaped_schema
 __all__ = [
     "BRONZE_COLUMNS",
     "DECODED_HEADER",
+    "FILES_SCHEMA",
     "SPOOL_SCHEMA",
     "DecodePlan",
     "ErrorKind",
@@ -55,6 +57,8 @@ __all__ = [
     "decode_function",
     "decoded_schema",
     "spool_batches",
+    "spool_files",
+    "spool_files_function",
     "spool_function",
 ]
 
@@ -148,6 +152,21 @@ def spool_function(
     return partial(spool_batches, plan, directory)
 
 
+# What a task reading bronze files takes: one row per Parquet file.
+FILES_SCHEMA = T.StructType([T.StructField("path", T.StringType())])
+
+
+def spool_files_function(
+    plan: DecodePlan, directory: str
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Like :func:`spool_function`, over rows of :data:`FILES_SCHEMA` naming bronze Parquet
+    files (local paths) instead of bronze rows: each task reads its files' rows itself, keeps
+    those written with one of ``plan``'s schemas, and decodes, shapes and spools them. The
+    JVM then only hands out file names; a 2 KB payload is not copied from Parquet to JVM
+    rows to Arrow and through a socket on its way to the decoder."""
+    return partial(spool_files, plan, directory)
+
+
 # ----------------------------------------------------------------------- in the worker
 
 _SCHEMA_JSON: dict[str, str] = {}
@@ -199,6 +218,57 @@ def spool_batches(
     yield pa.RecordBatch.from_pylist(
         [{"path": path, "rows": rows}], schema=to_arrow_schema(SPOOL_SCHEMA)
     )
+
+
+# Bronze's Arrow types of BRONZE_COLUMNS (how Spark reads them with the table's schema).
+_BRONZE_TYPES = pa.schema(
+    [
+        ("batch_id", pa.int64()),
+        ("batch_seq", pa.int32()),
+        ("event_id", pa.string()),
+        ("replay_id", pa.binary()),
+        ("schema_id", pa.string()),
+        ("payload", pa.binary()),
+    ]
+)
+# Rows per batch read from a bronze file: Spark's Arrow batches in the local session.
+_FILE_BATCH_ROWS = 20_000
+
+
+def spool_files(
+    plan: DecodePlan, directory: str, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Read, decode, shape and spool bronze files (see :func:`spool_files_function`)."""
+    ids = pa.array(sorted(plan.schemas), pa.string())
+
+    def bronze() -> Iterator[pa.RecordBatch]:
+        for listing in batches:
+            for path in listing.column(0).to_pylist():
+                yield from _bronze_rows(path, ids)
+
+    yield from spool_batches(plan, directory, bronze())
+
+
+def _bronze_rows(path: str, ids: pa.Array) -> Iterator[pa.RecordBatch]:
+    """The rows of one bronze file written with a schema in ``ids``, as Spark reads them
+    with the table's schema (a column the file lacks is null)."""
+    with pq.ParquetFile(path) as source:
+        present = set(source.schema_arrow.names)
+        columns = [c for c in BRONZE_COLUMNS if c in present]
+        for batch in source.iter_batches(
+            batch_size=_FILE_BATCH_ROWS, columns=columns, use_threads=False
+        ):
+            n = batch.num_rows
+            arrays = [
+                batch.column(f.name).cast(f.type) if f.name in present else pa.nulls(n, f.type)
+                for f in _BRONZE_TYPES
+            ]
+            rows = pa.RecordBatch.from_arrays(arrays, schema=_BRONZE_TYPES)
+            keep = pc.fill_null(pc.is_in(rows.column(4), value_set=ids), False)
+            if keep.false_count:
+                rows = rows.filter(keep)
+            if rows.num_rows:
+                yield rows
 
 
 def _decode_batch(
