@@ -119,10 +119,11 @@ class _Reader:
         return self.zigzag(n), p
 
     def small(self, p: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A union index or block count: one byte in every payload Salesforce writes (a
-        longer one is valid Avro that the row decoder takes)."""
+        """A union index or block count: one even byte in every payload Salesforce writes.
+        A longer one is valid Avro, and an odd one a negative count (a block with its byte
+        size) or a corrupt index: the row decoder takes both."""
         b = self.byte(p, end)
-        if (b > 127).any():
+        if ((b > 127) | (b & 1).astype(bool)).any():
             raise _Bail
         return (b >> 1).astype(np.int64), p + 1
 
@@ -385,10 +386,7 @@ class ColumnarDecoder:
         active = np.arange(n, dtype=np.int64)
         p = p.copy()
         while active.size:
-            first = r.byte(p[active], end[active])
             count, q = r.small(p[active], end[active])
-            if (first & 1).any():
-                raise _Bail  # a negative count: a block with its byte size
             if (count > end[active] - q).any():
                 raise _Bail
             p[active] = q

@@ -219,6 +219,18 @@ def test_irregular_but_valid_encodings_go_back_to_the_row_decoder() -> None:
     assert columnar.decode(pa.array([irregular], pa.binary())) is None
 
 
+@pytest.mark.parametrize("index", [b"\x01", b"\x03", b"\x06"], ids=["-1", "-2", "3"])
+def test_a_union_index_out_of_range_goes_back_to_the_row_decoder(index: bytes) -> None:
+    s = EVERYTHING
+    regular = payload(s, {**_minimal(), "Count": None})
+    at = 2  # Count's union index, after CreatedDate (one byte) and Flag
+    corrupt = regular[:at] + index + regular[at + 1 :]
+    assert [i for i, _ in EventDecoder(s).decode_batch([corrupt]).errors] == [0]
+    columnar = ColumnarDecoder.for_schema(s)
+    assert columnar is not None
+    assert columnar.decode(pa.array([corrupt], pa.binary())) is None
+
+
 def test_a_null_payload_goes_back_to_the_row_decoder() -> None:
     s = ACCOUNT_V1
     columnar = ColumnarDecoder.for_schema(s)
