@@ -16,9 +16,12 @@ object's schemas, so on a channel carrying several objects every row is still de
 What travels with the function (:class:`DecodePlan`) is small and picklable: the object's
 layout and the registry's schema JSON of its versions. In each Python worker the schemas are
 parsed and their decoders generated once per schema id (a module-level
-:class:`~ingest.decoding.DecoderCache`, reused by every task of that worker), and each Arrow
-batch is decoded column-wise with :meth:`~ingest.decoding.EventDecoder.decode_batch`: no dict
-per row, one ``pyarrow.array`` call per column.
+:class:`~ingest.decoding.DecoderCache`, reused by every task of that worker). Each Arrow
+batch is decoded a field at a time over all its rows by
+:class:`~pipelines.silver.columnar.ColumnarDecoder`, straight into Arrow arrays; a batch
+holding any row it does not take (corrupt, irregular, a bad bitmap, another entity) is
+decoded row by row with :meth:`~ingest.decoding.EventDecoder.decode_batch`, which reports
+each bad row, with the same values for the others.
 """
 
 from __future__ import annotations
