@@ -17,7 +17,8 @@ What travels with the function (:class:`DecodePlan`) is small and picklable: the
 layout and the registry's schema JSON of its versions. In each Python worker the schemas are
 parsed and their decoders generated once per schema id (a module-level
 :class:`~ingest.decoding.DecoderCache`, reused by every task of that worker). Each Arrow
-batch is decoded a field at a time over all its rows by
+batch of at least :data:`COLUMNAR_MIN_BYTES` of payloads is decoded a field at a time over all
+its rows by
 :class:`~pipelines.silver.columnar.ColumnarDecoder`, straight into Arrow arrays; a batch
 holding any row it does not take (corrupt, irregular, a bad bitmap, another entity) is
 decoded row by row with :meth:`~ingest.decoding.EventDecoder.decode_batch`, which reports
@@ -51,6 +52,7 @@ from pipelines.silver.shape import shape_batch, shaped_schema
 
 __all__ = [
     "BRONZE_COLUMNS",
+    "COLUMNAR_MIN_BYTES",
     "DECODED_HEADER",
     "FILES_SCHEMA",
     "SPOOL_SCHEMA",
@@ -68,6 +70,10 @@ __all__ = [
 ErrorKind = Literal[
     "unknown_schema", "invalid_schema", "corrupt_payload", "bad_bitmap", "wrong_entity"
 ]
+
+# Payload bytes from which a batch is decoded a field at a time (columnar) rather than row
+# by row.
+COLUMNAR_MIN_BYTES = 1 << 20
 
 # The bronze columns the decoder reads, in this order.
 BRONZE_COLUMNS = ("batch_id", "batch_seq", "event_id", "replay_id", "schema_id", "payload")
@@ -479,7 +485,9 @@ class _Builder:
         return [(info.name, _leaf(arrow_type, f.kind, source))]
 
     def build(self, schema: pa.Schema, bronze: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
-        if self.columnar is not None:
+        # The columnar decoder costs a few tens of milliseconds per batch whatever its size:
+        # below about a megabyte of payloads the row decoder is done sooner.
+        if self.columnar is not None and bronze.column(5).nbytes >= COLUMNAR_MIN_BYTES:
             fast = self._columnar(schema, bronze)
             if fast is not None:
                 yield fast
