@@ -16,9 +16,13 @@ object's schemas, so on a channel carrying several objects every row is still de
 What travels with the function (:class:`DecodePlan`) is small and picklable: the object's
 layout and the registry's schema JSON of its versions. In each Python worker the schemas are
 parsed and their decoders generated once per schema id (a module-level
-:class:`~ingest.decoding.DecoderCache`, reused by every task of that worker), and each Arrow
-batch is decoded column-wise with :meth:`~ingest.decoding.EventDecoder.decode_batch`: no dict
-per row, one ``pyarrow.array`` call per column.
+:class:`~ingest.decoding.DecoderCache`, reused by every task of that worker). Each Arrow
+batch of at least :data:`COLUMNAR_MIN_BYTES` of payloads is decoded a field at a time over all
+its rows by
+:class:`~pipelines.silver.columnar.ColumnarDecoder`, straight into Arrow arrays; a batch
+holding any row it does not take (corrupt, irregular, a bad bitmap, another entity) is
+decoded row by row with :meth:`~ingest.decoding.EventDecoder.decode_batch`, which reports
+each bad row, with the same values for the others.
 """
 
 from __future__ import annotations
@@ -35,18 +39,22 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 
-from ingest.decoding import DecodedBatch, DecoderCache, EventDecoder
-from ingest.errors import DecodeError
+from ingest.decoding import DecodedBatch, DecoderCache, EventDecoder, expander_for
+from ingest.errors import BitmapError, DecodeError
 from ingest.schema import EventSchema, FieldInfo
+from pipelines.silver.columnar import Column, ColumnarDecoder, UnionColumn, expanded_bitmaps
 from pipelines.silver.columns import FieldLayout, LeafKind, SilverLayout, leaf_kind
 from pipelines.silver.shape import shape_batch, shaped_schema
 
 __all__ = [
     "BRONZE_COLUMNS",
+    "COLUMNAR_MIN_BYTES",
     "DECODED_HEADER",
+    "FILES_SCHEMA",
     "SPOOL_SCHEMA",
     "DecodePlan",
     "ErrorKind",
@@ -54,12 +62,18 @@ __all__ = [
     "decode_function",
     "decoded_schema",
     "spool_batches",
+    "spool_files",
+    "spool_files_function",
     "spool_function",
 ]
 
 ErrorKind = Literal[
     "unknown_schema", "invalid_schema", "corrupt_payload", "bad_bitmap", "wrong_entity"
 ]
+
+# Payload bytes from which a batch is decoded a field at a time (columnar) rather than row
+# by row.
+COLUMNAR_MIN_BYTES = 1 << 20
 
 # The bronze columns the decoder reads, in this order.
 BRONZE_COLUMNS = ("batch_id", "batch_seq", "event_id", "replay_id", "schema_id", "payload")
@@ -147,6 +161,21 @@ def spool_function(
     return partial(spool_batches, plan, directory)
 
 
+# What a task reading bronze files takes: one row per Parquet file.
+FILES_SCHEMA = T.StructType([T.StructField("path", T.StringType())])
+
+
+def spool_files_function(
+    plan: DecodePlan, directory: str
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Like :func:`spool_function`, over rows of :data:`FILES_SCHEMA` naming bronze Parquet
+    files (local paths) instead of bronze rows: each task reads its files' rows itself, keeps
+    those written with one of ``plan``'s schemas, and decodes, shapes and spools them. The
+    JVM then only hands out file names; a 2 KB payload is not copied from Parquet to JVM
+    rows to Arrow and through a socket on its way to the decoder."""
+    return partial(spool_files, plan, directory)
+
+
 # ----------------------------------------------------------------------- in the worker
 
 _SCHEMA_JSON: dict[str, str] = {}
@@ -198,6 +227,57 @@ def spool_batches(
     yield pa.RecordBatch.from_pylist(
         [{"path": path, "rows": rows}], schema=to_arrow_schema(SPOOL_SCHEMA)
     )
+
+
+# Bronze's Arrow types of BRONZE_COLUMNS (how Spark reads them with the table's schema).
+_BRONZE_TYPES = pa.schema(
+    [
+        ("batch_id", pa.int64()),
+        ("batch_seq", pa.int32()),
+        ("event_id", pa.string()),
+        ("replay_id", pa.binary()),
+        ("schema_id", pa.string()),
+        ("payload", pa.binary()),
+    ]
+)
+# Rows per batch read from a bronze file: Spark's Arrow batches in the local session.
+_FILE_BATCH_ROWS = 20_000
+
+
+def spool_files(
+    plan: DecodePlan, directory: str, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Read, decode, shape and spool bronze files (see :func:`spool_files_function`)."""
+    ids = pa.array(sorted(plan.schemas), pa.string())
+
+    def bronze() -> Iterator[pa.RecordBatch]:
+        for listing in batches:
+            for path in listing.column(0).to_pylist():
+                yield from _bronze_rows(path, ids)
+
+    yield from spool_batches(plan, directory, bronze())
+
+
+def _bronze_rows(path: str, ids: pa.Array) -> Iterator[pa.RecordBatch]:
+    """The rows of one bronze file written with a schema in ``ids``, as Spark reads them
+    with the table's schema (a column the file lacks is null)."""
+    with pq.ParquetFile(path) as source:
+        present = set(source.schema_arrow.names)
+        columns = [c for c in BRONZE_COLUMNS if c in present]
+        for batch in source.iter_batches(
+            batch_size=_FILE_BATCH_ROWS, columns=columns, use_threads=False
+        ):
+            n = batch.num_rows
+            arrays = [
+                batch.column(f.name).cast(f.type) if f.name in present else pa.nulls(n, f.type)
+                for f in _BRONZE_TYPES
+            ]
+            rows = pa.RecordBatch.from_arrays(arrays, schema=_BRONZE_TYPES)
+            keep = pc.fill_null(pc.is_in(rows.column(4), value_set=ids), False)
+            if keep.false_count:
+                rows = rows.filter(keep)
+            if rows.num_rows:
+                yield rows
 
 
 def _decode_batch(
@@ -371,6 +451,8 @@ class _Builder:
         raw = dict(layout.raw_columns())
         for f in layout.fields:
             self.columns.extend(self._plan(f, by_name.get(f.name), raw))
+        self.columnar = ColumnarDecoder.for_schema(schema) if _header_fits(schema) else None
+        self.expander = expander_for(schema)
 
     @staticmethod
     def _plan(
@@ -403,6 +485,13 @@ class _Builder:
         return [(info.name, _leaf(arrow_type, f.kind, source))]
 
     def build(self, schema: pa.Schema, bronze: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        # The columnar decoder costs a few tens of milliseconds per batch whatever its size:
+        # below about a megabyte of payloads the row decoder is done sooner.
+        if self.columnar is not None and bronze.column(5).nbytes >= COLUMNAR_MIN_BYTES:
+            fast = self._columnar(schema, bronze)
+            if fast is not None:
+                yield fast
+                return
         payloads = bronze.column(5).to_pylist()
         decoded = self.decoder.decode_batch(payloads)
         out_rows = decoded.row_index
@@ -435,6 +524,36 @@ class _Builder:
             yield _failed(
                 schema, failed, [k for _, k, _ in kinds], [r for _, _, r in kinds], entity
             )
+
+    def _columnar(self, schema: pa.Schema, bronze: pa.RecordBatch) -> pa.RecordBatch | None:
+        """The batch decoded a field at a time, or None when some row is not the common case
+        (corrupt, irregular, a bad bitmap, another entity): the row decoder then reports each
+        row on its own."""
+        assert self.columnar is not None
+        decoded = self.columnar.decode(bronze.column(5))
+        if decoded is None:
+            return None
+        values, header = decoded
+        n = bronze.num_rows
+        out = _Out(schema, bronze)
+        out.columns["_cdc_entity"] = pa.array([self.entity] * n, pa.string())
+        if self.schema.is_change_event:
+            if not pc.all(pc.equal(header["entityName"], self.entity)).as_py():
+                return None
+            out.columns["_cdc_record_ids"] = header["recordIds"].cast(_arrow(_STRINGS))
+            for field_name, target in _HEADER_SCALARS:
+                out.columns[target] = header[field_name].cast(schema.field(target).type)
+            for field_name, target in _BITMAP_COLUMNS:
+                try:
+                    names = expanded_bitmaps(header[field_name], self.expander.expand)
+                except BitmapError:
+                    return None
+                if names is None:
+                    return None
+                out.columns[target] = names
+        for column, (source, build) in zip(self.names, self.columns, strict=True):
+            out.columns[column] = _from_arrow(build, values[source] if source else None, n)
+        return out.batch()
 
     def _good(
         self,
@@ -480,6 +599,42 @@ def _drop(decoded: DecodedBatch, bad: set[int]) -> DecodedBatch:
     )
 
 
+_BITMAP_COLUMNS = (
+    ("changedFields", "_cdc_changed_fields"),
+    ("nulledFields", "_cdc_nulled_fields"),
+    ("diffFields", "_cdc_diff_fields"),
+)
+
+
+def _header_fits(schema: EventSchema) -> bool:
+    """Whether a change event's header has every field the columnar path reads, the bitmaps
+    as plain arrays of strings (the row decoder takes anything else)."""
+    if not schema.is_change_event:
+        return True
+    header = schema.fields[0]
+    children = {c.name: c for c in header.children}
+    needed = ("entityName", "recordIds", *(f for f, _ in _HEADER_SCALARS))
+    if not all(name in children for name in needed):
+        return False
+    for name, _ in _BITMAP_COLUMNS:
+        info = children.get(name)
+        vt = None if info is None else info.value_type
+        if not (isinstance(vt, dict) and vt.get("type") == "array" and vt.get("items") == "string"):
+            return False
+    return True
+
+
+def _from_arrow(build: _Column, value: Column | None, n: int) -> pa.Array:
+    """What ``build`` makes of a decoded column, from its Arrow form: the common cases
+    straight from the arrays, anything else through the same values as the row decoder's."""
+    fast = getattr(build, "arrow", None)
+    if fast is not None:
+        result = fast(value, n)
+        if result is not None:
+            return result
+    return build([] if value is None else value.to_pylist(), n)
+
+
 def _name_lists(values: list[tuple[str, ...]]) -> pa.Array:
     """Expanded bitmaps as list<string>. A stream repeats a handful of distinct bitmaps, so
     each distinct one is converted once and the column gathered from them."""
@@ -489,8 +644,48 @@ def _name_lists(values: list[tuple[str, ...]]) -> pa.Array:
     return distinct.take(pa.array(positions, pa.int32()))
 
 
+class _Build:
+    """A column builder: ``build(values, n)`` from the row decoder's values, and ``arrow``
+    (value, n) from the columnar decoder's array, or None where that needs the values."""
+
+    def __init__(
+        self,
+        build: Callable[[list[Any], int], pa.Array],
+        arrow: Callable[[Column | None, int], pa.Array | None],
+    ) -> None:
+        self.build = build
+        self.arrow = arrow
+
+    def __call__(self, values: list[Any], n: int) -> pa.Array:
+        return self.build(values, n)
+
+
+def _no_arrow(_value: Column | None, _n: int) -> None:
+    return None
+
+
+def _cast(value: Column | None, arrow_type: pa.DataType) -> pa.Array | None:
+    """``value`` as ``pa.array(value.to_pylist(), arrow_type)`` makes it, where a cast gives
+    the same: same type, int widened to long, a number to double."""
+    if not isinstance(value, pa.Array):
+        return None
+    if value.type == arrow_type:
+        return value
+    if pa.types.is_integer(value.type) and (
+        pa.types.is_int64(arrow_type) or pa.types.is_float64(arrow_type)
+    ):
+        # Python's int -> float rounds to nearest, as this cast does (safe=False: no check
+        # that the value is exact).
+        return value.cast(arrow_type, safe=False)
+    if pa.types.is_float32(value.type) and pa.types.is_float64(arrow_type):
+        return value.cast(arrow_type)
+    return None
+
+
 def _nulls(arrow_type: pa.DataType) -> _Column:
-    return lambda _values, n: pa.nulls(n, arrow_type)
+    return _Build(
+        lambda _values, n: pa.nulls(n, arrow_type), lambda _value, n: pa.nulls(n, arrow_type)
+    )
 
 
 def _leaf(arrow_type: pa.DataType, target: LeafKind, source: LeafKind) -> _Column:
@@ -499,9 +694,15 @@ def _leaf(arrow_type: pa.DataType, target: LeafKind, source: LeafKind) -> _Colum
     ):
         # Same kind, or a lossless widening Arrow does on its own (int -> long -> double;
         # a date's epoch ms as a timestamp's).
-        return lambda values, _n: pa.array(values, arrow_type)
+        return _Build(
+            lambda values, _n: pa.array(values, arrow_type),
+            lambda value, _n: _cast(value, arrow_type),
+        )
     text = _text(source)
-    return lambda values, _n: pa.array([None if v is None else text(v) for v in values], arrow_type)
+    return _Build(
+        lambda values, _n: pa.array([None if v is None else text(v) for v in values], arrow_type),
+        _no_arrow,
+    )
 
 
 def _branch_value(arrow_type: pa.DataType, target: LeafKind) -> _Column:
@@ -514,7 +715,13 @@ def _branch_value(arrow_type: pa.DataType, target: LeafKind) -> _Column:
             [None if v is None or v.__class__ is dict else text(v) for v in values], arrow_type
         )
 
-    return build
+    def arrow(value: Column | None, _n: int) -> pa.Array | None:
+        if target != "string" or not isinstance(value, UnionColumn):
+            return None
+        strings = [v for v, t in zip(value.values, value.types, strict=True) if t == "string"]
+        return _cast(strings[0], arrow_type) if len(strings) == 1 else None
+
+    return _Build(build, arrow)
 
 
 def _converting_children(f: FieldLayout, info: FieldInfo) -> dict[str, Callable[[Any], str]]:
@@ -528,11 +735,41 @@ def _converting_children(f: FieldLayout, info: FieldInfo) -> dict[str, Callable[
     return out
 
 
+def _struct(value: Column | None, arrow_type: pa.DataType) -> pa.Array | None:
+    """A decoded record column as ``pa.array(records, arrow_type)`` makes it from the
+    records: children in the column's order and types, missing ones null."""
+    if not isinstance(value, pa.StructArray):
+        return None
+    have = {f.name: i for i, f in enumerate(value.type)}
+    if len(have) != value.type.num_fields:
+        return None
+    n = len(value)
+    children = []
+    for f in arrow_type:
+        i = have.pop(f.name, None)
+        if i is None:
+            children.append(pa.nulls(n, f.type))
+            continue
+        # field() (not flatten()) keeps the child's own values under null records: they
+        # are null there too, as the decoder leaves them.
+        child = _cast(value.field(i), f.type)
+        if child is None:
+            return None
+        children.append(child)
+    if have:  # a child the column does not have
+        return None
+    mask = value.is_null() if value.null_count else None
+    return pa.StructArray.from_arrays(children, fields=list(arrow_type), mask=mask)
+
+
 def _records(arrow_type: pa.DataType, f: FieldLayout, info: FieldInfo) -> _Column:
     convert = _converting_children(f, info)
     if not convert:
         # A dict per value, missing children become nulls: pyarrow does it in C++.
-        return lambda values, _n: pa.array(values, arrow_type)
+        return _Build(
+            lambda values, _n: pa.array(values, arrow_type),
+            lambda value, _n: _struct(value, arrow_type),
+        )
 
     def build(values: list[Any], _n: int) -> pa.Array:
         fixed = [
@@ -543,7 +780,7 @@ def _records(arrow_type: pa.DataType, f: FieldLayout, info: FieldInfo) -> _Colum
         ]
         return pa.array(fixed, arrow_type)
 
-    return build
+    return _Build(build, _no_arrow)
 
 
 def _branch_record(arrow_type: pa.DataType, f: FieldLayout, info: FieldInfo) -> _Column:
@@ -552,4 +789,16 @@ def _branch_record(arrow_type: pa.DataType, f: FieldLayout, info: FieldInfo) -> 
     def build(values: list[Any], n: int) -> pa.Array:
         return records([v if v.__class__ is dict else None for v in values], n)
 
-    return build
+    def arrow(value: Column | None, n: int) -> pa.Array | None:
+        if not isinstance(value, UnionColumn) or not isinstance(records, _Build):
+            return None
+        kinds = [
+            (v, t)
+            for v, t in zip(value.values, value.types, strict=True)
+            if isinstance(t, dict) and t.get("type") in ("record", "error")
+        ]
+        if len(kinds) != 1:
+            return None
+        return records.arrow(kinds[0][0], n)
+
+    return _Build(build, arrow)

@@ -38,6 +38,7 @@ import logging
 import shutil
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ingest.errors import ConfigError, LakeError
 from ingest.schema import EventSchema, parse_event_schema
@@ -59,10 +61,12 @@ from pipelines.engines.arrow import (
 from pipelines.silver.columns import SilverLayout, build_layout
 from pipelines.silver.decode import (
     BRONZE_COLUMNS,
+    FILES_SCHEMA,
     SPOOL_SCHEMA,
     DecodePlan,
     decode_function,
     decoded_schema,
+    spool_files_function,
     spool_function,
 )
 from pipelines.silver.shape import shaped_schema
@@ -405,10 +409,16 @@ class _Parts:
         self.spool: str | None = None
 
     def split(
-        self, rows: DataFrame, plan: DecodePlan, quarantine: Transform
+        self,
+        rows: DataFrame,
+        plan: DecodePlan,
+        quarantine: Transform,
+        files: Sequence[str] | None = None,
     ) -> tuple[Data, Data | None]:
         """The silver rows of the bronze ``rows`` decoded by ``plan`` and their quarantine
-        rows (``None`` when the local engine saw every row decode)."""
+        rows (``None`` when the local engine saw every row decode). ``files``: the local
+        Parquet files ``rows`` were read from, when the local engine's tasks can read them
+        themselves (:func:`_bronze_files`)."""
         if not self.local:
             frame = (
                 rows.mapInArrow(decode_function(plan), decoded_schema(plan))
@@ -417,7 +427,7 @@ class _Parts:
             )
             self.cached.append(frame)
             return frame.transform(silver_rows), frame.transform(quarantine)
-        table = self._spooled(rows, plan)
+        table = self._spooled(rows, plan, files)
         errors = table.column("_cdc_error")
         if errors.null_count == table.num_rows:
             return table.drop_columns(list(ERROR_COLUMNS)), None
@@ -428,13 +438,29 @@ class _Parts:
         bad = arrow_to_dataframe(self.engine.spark, failed).transform(quarantine)
         return silver, dataframe_to_arrow(bad)
 
-    def _spooled(self, rows: DataFrame, plan: DecodePlan) -> pa.Table:
+    def _spooled(self, rows: DataFrame, plan: DecodePlan, files: Sequence[str] | None) -> pa.Table:
         """Decoded and shaped by the workers into Arrow files (the local engine's workers
         share the driver's disk), read back here: Spark only lists the files, so the wide
-        silver rows never become JVM rows."""
+        silver rows never become JVM rows. Given the bronze ``files``, the workers read
+        them too, and the payloads never become JVM rows either."""
         if self.spool is None:
             self.spool = tempfile.mkdtemp(prefix="sfcdc-silver-")
-        listing = rows.mapInArrow(spool_function(plan, self.spool), SPOOL_SCHEMA).collect()
+        if files:
+            spark = self.engine.spark
+            # A task per file (up to a few per core): bronze files are one landing commit each.
+            slices = min(len(files), 4 * spark.sparkContext.defaultParallelism)
+            names = spark.sparkContext.parallelize([(f,) for f in files], slices)
+            tasks = spark.createDataFrame(names, FILES_SCHEMA)
+            function = spool_files_function(plan, self.spool)
+            _log.debug(
+                "silver: %s: the tasks read %d bronze files themselves",
+                plan.layout.entity,
+                len(files),
+            )
+        else:
+            tasks = rows
+            function = spool_function(plan, self.spool)
+        listing = tasks.mapInArrow(function, SPOOL_SCHEMA).collect()
         tables = [pa.ipc.open_file(pa.memory_map(row["path"])).read_all() for row in listing]
         if not tables:
             return shaped_schema(plan.layout).empty_table()
@@ -597,7 +623,11 @@ class _Group:
             self.full_read = True
             df = _unprocessed(self.engine, df, self.bronze, self.objs, after)
         started = self.clock()
-        stats = _schema_counts(dataframe_to_arrow(df.select("schema_id", "batch_id")))
+        files = None if changes.full_read else self._bronze_files(df)
+        if files is not None:
+            stats = _schema_counts(_read_files(files, _COUNTED))
+        else:
+            stats = _schema_counts(dataframe_to_arrow(df.select(*_COUNTED.names)))
         total = sum(n for n, _ in stats.values())
         _log.debug(
             "silver: %s versions %s..%s: %d rows counted per schema id in %.2f s",
@@ -627,7 +657,15 @@ class _Group:
                 decodable.update(ids)
                 events = sum(stats[sid][0] for sid in ids if sid in stats)
                 passes.append(
-                    self._decode(obj, df, registry=registry, ids=ids, events=events, parts=parts)
+                    self._decode(
+                        obj,
+                        df,
+                        registry=registry,
+                        ids=ids,
+                        events=events,
+                        parts=parts,
+                        files=files,
+                    )
                 )
             undecodable = self._undecodable(df, stats, registry, decodable, parts)
             # The quarantine first: a run that dies before the silver writes decodes this
@@ -650,6 +688,21 @@ class _Group:
                 self._write(obj, layout, data, events=events, end=end, metadata=metadata)
         finally:
             parts.release()
+
+    def _bronze_files(self, df: DataFrame) -> list[str] | None:
+        """The local Parquet files behind the bronze rows ``df`` (a plain Parquet read of the
+        files the range added, which the local engine makes from the Delta log), or None
+        where the rows must go through Spark: another engine, a table read through
+        delta-rs, files that are not local."""
+        if self.engine.name != "local":
+            return None
+        uris = list(df.inputFiles())
+        if not uris:
+            return None
+        paths = [_local_path(u) for u in uris]
+        if any(p is None for p in paths):
+            return None
+        return [p for p in paths if p is not None]
 
     def _undecodable(
         self,
@@ -714,6 +767,7 @@ class _Group:
         ids: list[str],
         events: int,
         parts: _Parts,
+        files: Sequence[str] | None = None,
     ) -> tuple[ObjectSpec, SilverLayout, Data, Data | None, int]:
         """One pass over the object's rows: its silver rows and its undecodable rows."""
         from pyspark.sql import functions as F
@@ -736,7 +790,7 @@ class _Group:
             bronze_table=self.bronze.name, topic=self.topic, at=self.at, entity=obj.api_name
         )
         planned = self.clock()
-        data, bad = parts.split(rows, plan, quarantine)
+        data, bad = parts.split(rows, plan, quarantine, files)
         done = self.clock()
         _log.debug(
             "silver: %s decoded in %.2f s (plan %.2f s)",
@@ -818,6 +872,26 @@ class _Group:
             QUARANTINE_TABLE,
             result.version,
         )
+
+
+# The bronze columns counted per schema id.
+_COUNTED = pa.schema([("schema_id", pa.string()), ("batch_id", pa.int64())])
+
+
+def _local_path(uri: str) -> str | None:
+    """A local file's path from what Spark lists (``file:/...`` or a bare path)."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme == "file":
+        return urllib.parse.unquote(parsed.path)
+    if parsed.scheme == "" and uri.startswith("/"):
+        return uri
+    return None
+
+
+def _read_files(files: Sequence[str], schema: pa.Schema) -> pa.Table:
+    """``schema``'s columns of Parquet files, in ``schema``'s types."""
+    tables = [pq.read_table(f, columns=schema.names).cast(schema) for f in files]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
 def _schema_counts(rows: pa.Table) -> dict[str, tuple[int, int | None]]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
@@ -37,6 +38,8 @@ _RECORD_IDS = "_cdc_record_ids"
 _COMMIT_TIMESTAMP = "_cdc_commit_timestamp"
 _MS_PER_DAY = 86_400_000
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
+# Below 2**53 milliseconds, float division floors to the integer quotient.
+_EXACT = 2**53
 
 
 def shaped_schema(layout: SilverLayout) -> pa.Schema:
@@ -120,10 +123,26 @@ def _time_text(ms: int) -> str:
 
 
 def _time(array: pa.Array) -> pa.Array:
-    return pa.array(
-        [None if v is None else _time_text(v) for v in array.cast(pa.int64()).to_pylist()],
-        pa.string(),
+    ms = array.cast(pa.int64())
+    bounds = pc.min_max(ms).as_py()
+    if bounds["min"] is None:
+        return pa.nulls(len(ms), pa.string())
+    if bounds["min"] < 0 or bounds["max"] >= _EXACT:
+        # Outside a day's range, where Spark's signs and float division show: row by row.
+        return pa.array([None if v is None else _time_text(v) for v in ms.to_pylist()], pa.string())
+    v = pc.fill_null(ms, 0).to_numpy()
+    text = pc.binary_join_element_wise(
+        _digits(v // 3_600_000, 2),
+        _digits(v // 60_000 % 60, 2),
+        _digits(v // 1_000 % 60, 2),
+        ":",
     )
+    text = pc.binary_join_element_wise(text, _digits(v % 1_000, 3), ".")
+    return text if not ms.null_count else pc.if_else(ms.is_valid(), text, None)
+
+
+def _digits(values: np.ndarray, width: int) -> pa.Array:
+    return pc.utf8_lpad(pa.array(values).cast(pa.string()), width, "0")
 
 
 _CONVERT: dict[str, Callable[[pa.Array], pa.Array]] = {

@@ -4,6 +4,7 @@ schema registry, incremental and idempotent runs, channels, backlogs, failures."
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from collections import Counter
 from datetime import date, datetime, timezone
@@ -467,3 +468,43 @@ def test_a_recreated_bronze_table_is_refused(engine: LocalEngine) -> None:
     land(engine, ACCOUNT, [(s.schema_id, change_event(s, "CREATE", ["001X"]))], 1)
     with pytest.raises(LakeError, match=r"processed bronze\.account_change_event up to version 1"):
         run_silver(engine, conf_of(ACCOUNT))
+
+
+def test_bronze_files_read_by_the_tasks_give_what_the_spark_scan_gives(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    v1, v2 = ACCOUNT_V1, ACCOUNT_V2
+    landings = [
+        [
+            (v1.schema_id, change_event(v1, "CREATE", ["001A"], {"Name": "Acme", "Phone": "1"})),
+            (v1.schema_id, b"\x01\x02"),
+        ],
+        [
+            ("nope", change_event(v1, "CREATE", ["001C"])),
+            (v2.schema_id, change_event(v2, "UPDATE", ["001A", "001B"], {"Tier__c": "Gold"})),
+        ],
+        [(v2.schema_id, change_event(v2, "DELETE", ["001A"]))],
+    ]
+    outcomes = []
+    for kind, location in (("arrow", tmp_path / "a"), ("dataframe", tmp_path / "b")):
+        engine = (LocalEngine if kind == "arrow" else CachingEngine)(spark, location=location)
+        register(engine, v1, v2)
+        for batch_id, events in enumerate(landings, start=1):
+            land(engine, ACCOUNT, events, batch_id=batch_id)
+        with caplog.at_level(logging.DEBUG, logger="pipelines.silver.job"):
+            caplog.clear()
+            result = run_silver(engine, conf_of(ACCOUNT))
+        read_by_tasks = "the tasks read 3 bronze files themselves" in caplog.text
+        assert read_by_tasks == (kind == "arrow")
+        drop = {"quarantined_at"}
+        outcomes.append(
+            (
+                result.rows,
+                result.quarantined,
+                silver(engine, ACCOUNT),
+                [{k: v for k, v in r.items() if k not in drop} for r in quarantine(engine)],
+            )
+        )
+    assert outcomes[0] == outcomes[1]
+    rows, quarantined, silver_rows, bad = outcomes[0]
+    assert (rows, quarantined, len(silver_rows), len(bad)) == (4, 2, 4, 2)
