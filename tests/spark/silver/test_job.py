@@ -20,6 +20,7 @@ from ingest.errors import LakeError
 from ingest.schema import EventSchema
 from pipelines.bronze.tables import SCHEMA_REGISTRY_SCHEMA, bronze_app_id
 from pipelines.engines import LocalEngine, TableRef, Txn
+from pipelines.silver import small
 from pipelines.silver.job import QUARANTINE_TABLE, REGISTRY_TABLE, SilverResult, run_silver
 from pipelines.spec import Conf, ObjectSpec, PipelineSpec, SilverSpec
 from tests.unit.silver.support import (
@@ -471,8 +472,13 @@ def test_a_recreated_bronze_table_is_refused(engine: LocalEngine) -> None:
 
 
 def test_bronze_files_read_by_the_tasks_give_what_the_spark_scan_gives(
-    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    spark: SparkSession,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Steps this small are decoded in the driver; this test is about the Spark job's input.
+    monkeypatch.setattr(small, "SMALL_BATCH_ROWS", -1)
     v1, v2 = ACCOUNT_V1, ACCOUNT_V2
     landings = [
         [
