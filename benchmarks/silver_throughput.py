@@ -8,7 +8,8 @@ every field set, ~2.4 KB) of the 87-field AccountChangeEvent defined in
    rows, each with its app transaction) and registers the schema;
 2. warms the Spark session and its Python workers up with a silver run of the same query on
    a separate ``--warmup``-row lake (JIT, code generation, worker start, decoder generation:
-   start-up, not throughput);
+   start-up, not throughput); the default is above the size of a step silver decodes in the
+   driver (``SMALL_BATCH_ROWS``), so the warm-up runs the same Spark job the measured run does;
 3. times ``run_silver`` on the bronze table: Delta reads, decoding in Spark tasks, the silver
    transforms, the Delta writes, with the defaults (``silver.max_rows_per_commit``);
 4. in the same run, times a plain single-process fastavro loop
@@ -56,6 +57,7 @@ from pipelines.bronze import BRONZE_SCHEMA, CheckpointRow, CheckpointStore, bron
 from pipelines.bronze.tables import bronze_app_id
 from pipelines.engines import LocalEngine, Txn
 from pipelines.silver.job import run_silver
+from pipelines.silver.small import SMALL_BATCH_ROWS
 from pipelines.spec import Conf, ObjectSpec, PipelineSpec
 
 TARGETS = {"update": 40_000, "create": 20_000}
@@ -260,7 +262,12 @@ def main() -> None:
     parser.add_argument("--shape", choices=["update", "create", "both"], default="both")
     parser.add_argument("--distinct", type=int, default=100_000, help="distinct payloads")
     parser.add_argument("--bronze-batch", type=int, default=50_000, help="rows per bronze commit")
-    parser.add_argument("--warmup", type=int, default=20_000, help="rows of the warm-up run")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=SMALL_BATCH_ROWS + 10_000,
+        help="rows of the warm-up run (more than a step decoded in the driver)",
+    )
     parser.add_argument("--baseline-sample", type=int, default=200_000)
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: temp)")
     args = parser.parse_args()
