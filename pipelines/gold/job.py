@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
-from ingest.errors import ConfigError
+from ingest.errors import ConfigError, LakeError
 from pipelines.engines import LakeEngine, MergeMetrics, TableRef, Txn
 from pipelines.engines.arrow import arrow_to_dataframe, dataframe_to_arrow, spark_schema_to_arrow
 from pipelines.engines.base import Condition
@@ -89,6 +89,7 @@ __all__ = [
     "CHECKPOINT_TABLE",
     "GOLD_APP_PREFIX",
     "HISTORY_APP_PREFIX",
+    "RESYNC_COMPACT_EVERY",
     "TOMBSTONE_APP_PREFIX",
     "GoldResult",
     "ObjectResult",
@@ -108,6 +109,8 @@ HISTORY_APP_PREFIX = "sfcdc.gold.history:"
 CHECKPOINT_TABLE = TableRef("bronze", "sfcdc_checkpoints")
 _META_SEQUENCE = "sfcdc.gold.order_by"
 _META_SILVER_VERSIONS = "sfcdc.gold.silver_versions"
+# Re-sync table versions between compactions of its small files.
+RESYNC_COMPACT_EVERY = 25
 
 
 def app_id(obj: ObjectSpec) -> str:
@@ -584,7 +587,22 @@ class _ObjectRun:
             on=["resync_id"],
             update_condition="source.resolved_at IS NOT NULL AND target.resolved_at IS NULL",
         )
+        self._compact_resync(metrics)
         return metrics.inserted + metrics.updated
+
+    def _compact_resync(self, metrics: MergeMetrics) -> None:
+        # Every object of every pass adds a small file to the re-sync table, and every pass
+        # reads and MERGEs it whole (its ids are hashes: no file is ever pruned), so without
+        # compaction a continuous run's re-sync steps grow with the number of passes.
+        if metrics.skipped or metrics.version is None:
+            return
+        if metrics.version == 0 or metrics.version % RESYNC_COMPACT_EVERY:
+            return
+        try:
+            self.engine.maintain(RESYNC_TABLE, compact=True, checkpoint=False)
+        except LakeError as exc:
+            # Compaction only saves time; a concurrent writer (sfcdc resync) may win the race.
+            _log.warning("gold: compacting %s failed, left for a later pass: %s", RESYNC_TABLE, exc)
 
     def _write_tombstones(self, parts: _Folded, plan: FoldPlan, version: int) -> int:
         table = tombstone_table(self.obj)
