@@ -715,17 +715,10 @@ class _Group:
         """Rows no configured object decodes: counted when they belong to another object on a
         channel, quarantined otherwise (unknown or unusable schema id, another object's
         schema on a single-object topic)."""
-        reasons = self._reasons(registry, decodable)
-        skipped = set(decodable)
-        for sid, (n, _) in stats.items():
-            entry = registry.get(sid) if sid else None
-            if sid in skipped or entry is None or entry.schema is None or sid in reasons:
-                continue
-            skipped.add(sid)
-            entity = entry.schema.entity_name
-            self.others[entity] = self.others.get(entity, 0) + n
-        if all(sid in skipped and sid not in reasons for sid in stats):
+        split = self._split_undecodable(stats, registry, decodable)
+        if split is None:
             return None
+        skipped, reasons = split
         rest = df.select(*BRONZE_COLUMNS).transform(
             undecodable_rows(
                 decodable=skipped,
@@ -737,6 +730,28 @@ class _Group:
             )
         )
         return parts.rows(rest)
+
+    def _split_undecodable(
+        self,
+        stats: Mapping[str, tuple[int, Any]],
+        registry: Mapping[str, RegistryEntry],
+        decodable: set[str],
+    ) -> tuple[set[str], dict[str, tuple[str, str]]] | None:
+        """The schema ids to leave out of the quarantine (decoded, or another object's on a
+        channel, whose rows are counted in ``others``) and the quarantine reasons of the
+        rest; None when no row needs quarantining."""
+        reasons = self._reasons(registry, decodable)
+        skipped = set(decodable)
+        for sid, (n, _) in stats.items():
+            entry = registry.get(sid) if sid else None
+            if sid in skipped or entry is None or entry.schema is None or sid in reasons:
+                continue
+            skipped.add(sid)
+            entity = entry.schema.entity_name
+            self.others[entity] = self.others.get(entity, 0) + n
+        if all(sid in skipped and sid not in reasons for sid in stats):
+            return None
+        return skipped, reasons
 
     def _reasons(
         self, registry: Mapping[str, RegistryEntry], decodable: set[str]

@@ -270,17 +270,10 @@ class _Step:
         """As ``_Group._undecodable``: other objects' rows on a channel are counted, the rest
         quarantined (shaped by Spark, only when there are any)."""
         g = self.group
-        reasons = g._reasons(registry, decodable)
-        skipped = set(decodable)
-        for sid, (n, _) in stats.items():
-            entry = registry.get(sid) if sid else None
-            if sid in skipped or entry is None or entry.schema is None or sid in reasons:
-                continue
-            skipped.add(sid)
-            entity = entry.schema.entity_name
-            g.others[entity] = g.others.get(entity, 0) + n
-        if all(sid in skipped and sid not in reasons for sid in stats):
+        split = g._split_undecodable(stats, registry, decodable)
+        if split is None:
             return None
+        skipped, reasons = split
         rest = arrow_to_dataframe(g.engine.spark, self.rows).transform(
             undecodable_rows(
                 decodable=skipped,
