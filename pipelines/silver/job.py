@@ -668,26 +668,39 @@ class _Group:
                     )
                 )
             undecodable = self._undecodable(df, stats, registry, decodable, parts)
-            # The quarantine first: a run that dies before the silver writes decodes this
-            # range again and finds the quarantine already holding it.
-            for obj, _, _, bad, _ in passes:
-                if bad is not None:
-                    self._quarantine(
-                        parts, bad, app_for=obj.api_name, after=after, end=end, metadata=metadata
-                    )
-            if undecodable is not None:
-                self._quarantine(
-                    parts,
-                    undecodable,
-                    app_for=self.bronze.name,
-                    after=after,
-                    end=end,
-                    metadata=metadata,
-                )
-            for obj, layout, data, _, events in passes:
-                self._write(obj, layout, data, events=events, end=end, metadata=metadata)
+            self._commit_step(parts, passes, undecodable, after=after, end=end, metadata=metadata)
         finally:
             parts.release()
+
+    def _commit_step(
+        self,
+        parts: _Parts,
+        decoded: Sequence[tuple[ObjectSpec, SilverLayout, Data, Data | None, int]],
+        undecodable: Data | None,
+        *,
+        after: int | None,
+        end: int,
+        metadata: Mapping[str, str],
+    ) -> None:
+        """Commit a decoded step: quarantine first, then each object's silver rows."""
+        # The quarantine first: a run that dies before the silver writes decodes this
+        # range again and finds the quarantine already holding it.
+        for obj, _, _, bad, _ in decoded:
+            if bad is not None:
+                self._quarantine(
+                    parts, bad, app_for=obj.api_name, after=after, end=end, metadata=metadata
+                )
+        if undecodable is not None:
+            self._quarantine(
+                parts,
+                undecodable,
+                app_for=self.bronze.name,
+                after=after,
+                end=end,
+                metadata=metadata,
+            )
+        for obj, layout, data, _, events in decoded:
+            self._write(obj, layout, data, events=events, end=end, metadata=metadata)
 
     def _bronze_files(self, df: DataFrame) -> list[str] | None:
         """The local Parquet files behind the bronze rows ``df`` (a plain Parquet read of the

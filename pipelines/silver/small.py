@@ -201,18 +201,7 @@ class _Step:
             events = sum(stats[sid][0] for sid in ids if sid in stats)
             decoded.append(self._decode(obj, registry, ids, events))
         undecodable = self._undecodable(stats, registry, decodable)
-        # The quarantine first, as on the Spark path (see pipelines.silver.job).
-        for obj, _, _, bad, _ in decoded:
-            if bad is not None:
-                g._quarantine(
-                    parts, bad, app_for=obj.api_name, after=after, end=end, metadata=metadata
-                )
-        if undecodable is not None:
-            g._quarantine(
-                parts, undecodable, app_for=g.bronze.name, after=after, end=end, metadata=metadata
-            )
-        for obj, layout, data, _, events in decoded:
-            g._write(obj, layout, data, events=events, end=end, metadata=metadata)
+        g._commit_step(parts, decoded, undecodable, after=after, end=end, metadata=metadata)
 
     def _decode(
         self,
