@@ -454,17 +454,30 @@ class _SizedParser:
     walks every event again, while the wire size is known for free when parsing. gRPC parses
     a stream's responses one at a time, each just before the reader receives it, so
     :meth:`size_of` right after receiving a response reads that response's size.
+
+    A stream may also :meth:`listen`: then each response is handed to the listener as soon as
+    it is parsed, on gRPC's own thread, and the parser yields ``(response, size)`` pairs.
     """
 
-    __slots__ = ("_last", "_parse")
+    __slots__ = ("_last", "_listener", "_parse")
 
     def __init__(self, parse: Callable[[bytes], Any]) -> None:
         self._parse = parse
         self._last = -1
+        self._listener: Callable[[Any, int], None] | None = None
 
     def __call__(self, data: bytes) -> Any:
-        self._last = len(data)
-        return self._parse(data)
+        response = self._parse(data)
+        listener = self._listener
+        if listener is None:
+            self._last = len(data)
+            return response
+        listener(response, len(data))
+        return (response, len(data))
+
+    def listen(self, listener: Callable[[Any, int], None]) -> None:
+        """Call ``listener(response, wire_size)`` for each response right after parsing it."""
+        self._listener = listener
 
     def size_of(self, response: Any) -> int:
         """The wire size of ``response``, the message parsed last (measured if unknown)."""
@@ -521,9 +534,12 @@ class _Stream(Generic[Req, Resp]):
         inspect: Callable[[Resp], list[Any]] | None = None,
         clock: Callable[[], float] = time.time,
         size_of: Callable[[Any], int] | None = None,
+        parser: _SizedParser | None = None,
         idle_interval: float | None = None,
     ) -> None:
         self._name = name
+        # Count responses as gRPC parses them (see _arrived), when the caller parses them.
+        self._early = parser is not None
         self._idle_interval = idle_interval
         self._size_of = size_of if size_of is not None else _byte_size
         self._fetch_request = fetch_request
@@ -541,6 +557,8 @@ class _Stream(Generic[Req, Resp]):
         self.fetch_requests = 1
         self.responses = 0
         self._requests.put(first_request(window.initial()))
+        if parser is not None:
+            parser.listen(self._arrived)
         self._call = call(self._request_iter())
         self._reader = threading.Thread(target=self._read, name=f"sfcdc-reader {name}", daemon=True)
         self._reader.start()
@@ -581,27 +599,40 @@ class _Stream(Generic[Req, Resp]):
 
     # -- responses (reader thread) --
 
+    def _arrived(self, response: Any, size: int) -> None:
+        """Count a response and send the top-up the window allows.
+
+        With a listening parser this runs on gRPC's thread as soon as the response is parsed,
+        before the reader thread gets it: the server has at most ``window`` events outstanding,
+        so every thread hand-over between receiving a response and asking for more is time
+        the stream stands still. Otherwise the reader thread calls it. Either way the count
+        precedes the hand-over, so the consumer's take never comes first."""
+        self._last_traffic = time.monotonic()
+        events = len(response.events)
+        more = self._window.received(events, response.pending_num_requested, size if events else 0)
+        if more:
+            self.top_up(more)
+
     def _read(self) -> None:
         failure: Failure | None = None
         items = self._items
-        window = self._window
         inspect = self._inspect
         clock = self._clock
         size_of = self._size_of
+        early = self._early
         try:
-            for response in self._call:
+            for received in self._call:
                 self.responses += 1
-                self._last_traffic = time.monotonic()
-                events = len(response.events)
-                size = size_of(response) if events else 0
-                # Count before handing over, so the consumer's take never precedes it.
-                more = window.received(events, response.pending_num_requested, size)
-                if more:
-                    self.top_up(more)
+                if early:
+                    response, size = received  # counted by the parser already
+                else:
+                    response = received
+                    size = size_of(response) if response.events else 0
+                    self._arrived(response, size)
                 if inspect is not None:
                     for item in inspect(response):
                         items.put(item)
-                items.put((response, clock(), size))
+                items.put((response, clock(), size if response.events else 0))
             if not self._closing.is_set():
                 failure = classify_status("OK", description="the server ended the stream")
         except grpc.RpcError as exc:

@@ -292,7 +292,7 @@ class Subscription:
         return _Stream(
             name=topic,
             call=call,
-            size_of=parser.size_of,
+            parser=parser,
             first_request=lambda n: fetch_request(topic, position, n),
             fetch_request=lambda n: pb2.FetchRequest(num_requested=n),
             convert=_convert_fetch(topic),

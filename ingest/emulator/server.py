@@ -363,6 +363,14 @@ class Emulator:
     # -- addresses and credentials -----------------------------------------------------------
 
     @property
+    def peak_requested(self) -> int:
+        """The most events a client had requested and not yet received on one Subscribe or
+        ManagedSubscribe stream since the server (re)started, counted before Salesforce's cap
+        of 100 outstanding applies."""
+        service = self._service
+        return service.peak_requested if service is not None else 0
+
+    @property
     def grpc_port(self) -> int:
         return self._grpc_port
 

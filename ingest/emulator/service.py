@@ -373,12 +373,14 @@ class _Stream:
     def start_at(self, topic: str, seq: int, pending: int) -> None:
         self.topic = topic
         self.seq = seq
+        self.service.note_requested(pending)
         self.pending = min(self.service.settings.max_pending, pending)
         self.started = True
         self.service.bus.listen(topic, self.wake)
 
     def add_pending(self, n: int) -> None:
         # Salesforce caps what a stream may have outstanding; asking for more counts as the cap.
+        self.service.note_requested(self.pending + n)
         self.pending = min(self.service.settings.max_pending, self.pending + n)
 
     def resolve_start(self, topic: str, preset: int, replay_id: bytes) -> int:
@@ -725,6 +727,9 @@ class PubSubService(pb2_grpc.PubSubServicer):
         self.clock = clock
         self._lock = threading.Lock()
         self._streams: set[_Stream] = set()
+        # The most events any client had asked for and not yet received on one stream, before
+        # the cap applies: a well-behaved client keeps it <= max_pending.
+        self.peak_requested = 0
         self._served_schemas: dict[str, EventSchema] = {}
         self._org15 = settings.org_id[:15]
         faults.on_change(self._wake_all)
@@ -788,6 +793,10 @@ class PubSubService(pb2_grpc.PubSubServicer):
             streams = list(self._streams)
         for stream in streams:
             stream.wake()
+
+    def note_requested(self, outstanding: int) -> None:
+        """A client now has ``outstanding`` events requested and undelivered on a stream."""
+        self.peak_requested = max(self.peak_requested, outstanding)
 
     def _track(self, stream: _Stream) -> None:
         with self._lock:

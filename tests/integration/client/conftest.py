@@ -192,24 +192,11 @@ def tokens(emulator: Emulator) -> TokenManager:
     return login(emulator)
 
 
-class _Observed:
-    """Iterates a streaming call, recording responses; cancel() reaches the real call."""
-
-    def __init__(self, call: Any, on_response: Callable[[Any], None]) -> None:
-        self._call = call
-        self._on_response = on_response
-
-    def __iter__(self) -> Iterator[Any]:
-        for response in self._call:
-            self._on_response(response)
-            yield response
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._call, name)
-
-
 class Recorder(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):  # type: ignore[misc]
-    """Watches what the client puts on the wire: every request and response of every call."""
+    """Watches what the client puts on the wire: every request of every call. (Events
+    outstanding are the server's to count, :attr:`Emulator.peak_requested`: a Subscribe
+    stream asks for more as soon as gRPC has parsed a response, before the call hands that
+    response on, so an interceptor would see the request first.)"""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -218,7 +205,6 @@ class Recorder(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientIntercep
         self.unary: list[str] = []
         self.unary_requests: list[Any] = []
         self.streams = 0
-        self.max_outstanding = 0
         self.fetch_sizes: list[int] = []
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
@@ -228,7 +214,7 @@ class Recorder(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientIntercep
         return continuation(details, request)
 
     def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
-        state = {"outstanding": 0, "first": True}
+        state = {"first": True}
         with self.lock:
             self.streams += 1
 
@@ -242,15 +228,9 @@ class Recorder(grpc.UnaryUnaryClientInterceptor, grpc.StreamStreamClientIntercep
                     n = getattr(request, "num_requested", 0)
                     if n:
                         self.fetch_sizes.append(n)
-                    state["outstanding"] += n
-                    self.max_outstanding = max(self.max_outstanding, state["outstanding"])
                 yield request
 
-        def on_response(response: Any) -> None:
-            with self.lock:
-                state["outstanding"] -= len(getattr(response, "events", ()))
-
-        return _Observed(continuation(details, watch_requests()), on_response)
+        return continuation(details, watch_requests())
 
 
 @pytest.fixture

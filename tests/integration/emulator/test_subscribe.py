@@ -147,8 +147,10 @@ def test_flow_control_pending_accumulates_and_caps_at_100(emulator, subscribe):
     assert keepalive.pending_num_requested == 30
     s.send(fetch(n=50))
     assert s.next().pending_num_requested == 80
+    assert emulator.peak_requested == 80
     s.send(fetch(n=500))  # over-asking counts as the cap
     assert s.next().pending_num_requested == 100
+    assert emulator.peak_requested == 580  # what the client asked for, for tests to check
     emulator.append(account_events(130))
     got = s.events(100)
     assert len(got) == 100

@@ -1,15 +1,18 @@
 """Event batches held as columns: the per-event view and the column view agree, whichever the
-batch was built from, and a response's wire size is counted without re-measuring it."""
+batch was built from, and a response's wire size is counted without re-measuring it (as
+gRPC parses it, so the next request goes out at once)."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import pickle
+from collections.abc import Iterator
 
 import pytest
 
 from ingest.client import EventBatch, EventColumns, ReceivedEvent
-from ingest.client.stream import _SizedParser
+from ingest.client.stream import FlowWindow, _SizedParser, _Stream
 from ingest.client.subscriber import _convert_fetch
 from ingest.errors import PermanentError
 from ingest.pubsub import pb2
@@ -121,3 +124,52 @@ def test_the_parser_reports_the_wire_size_of_the_response_it_parsed() -> None:
     assert parser.size_of(parsed) == len(wire) == response.ByteSize()
     # Asked again without a new parse, it measures the message instead of guessing.
     assert parser.size_of(parsed) == response.ByteSize()
+
+
+def test_a_listening_parser_hands_each_response_and_its_size_to_the_listener() -> None:
+    response = _response(b"\x00\x01", latest=b"\x00\x01")
+    wire = response.SerializeToString()
+    parser = _SizedParser(pb2.FetchResponse.FromString)
+    heard: list[tuple[pb2.FetchResponse, int]] = []
+    parser.listen(lambda parsed, size: heard.append((parsed, size)))
+    assert parser(wire) == (response, len(wire))
+    assert heard == [(response, len(wire))]
+
+
+def test_a_stream_counts_a_response_and_asks_for_more_while_grpc_parses_it() -> None:
+    """The top-up goes out from the parse itself, before the reader thread hands the response
+    over (nothing consumes this stream): the server has at most ``window`` events outstanding,
+    so the stream would stand still while the reader waited to be scheduled."""
+    window = FlowWindow(window=2, buffer_events=10)
+    parser = _SizedParser(pb2.FetchResponse.FromString)
+    wire = _response(b"\x00\x01", b"\x00\x02", latest=b"\x00\x02").SerializeToString()
+    seen: dict[str, object] = {}
+    requests_sent: list[pb2.FetchRequest] = []
+
+    def call(requests: Iterator[pb2.FetchRequest]) -> Iterator[object]:
+        requests_sent.append(next(requests))  # the first request, as gRPC would send it
+        parsed = parser(wire)
+        seen.update(outstanding=window.outstanding, buffered=window.buffered)
+        requests_sent.append(next(requests))  # the top-up is queued already
+        return iter([parsed])
+
+    stream: _Stream[pb2.FetchRequest, pb2.FetchResponse] = _Stream(
+        name=TOPIC,
+        call=call,
+        parser=parser,
+        first_request=lambda n: pb2.FetchRequest(topic_name=TOPIC, num_requested=n),
+        fetch_request=lambda n: pb2.FetchRequest(num_requested=n),
+        convert=_convert_fetch(TOPIC),
+        window=window,
+        idle_fetch_after=60.0,
+        logger=logging.getLogger("test"),
+    )
+    try:
+        assert seen == {"outstanding": 2, "buffered": 2}
+        assert [r.num_requested for r in requests_sent] == [2, 2]
+        items = iter(stream)
+        batch = next(items)
+        assert isinstance(batch, EventBatch) and len(batch) == 2
+        assert batch.columns.replay_ids == (b"\x00\x01", b"\x00\x02")
+    finally:
+        stream.close()
