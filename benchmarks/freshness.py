@@ -11,7 +11,8 @@ end (clean stop: open batches committed, a last silver/gold pass).
 Visibility is read afterwards from the Delta logs, so measuring costs the pipeline nothing:
 
 - bronze: an event is visible at the commit time (Delta ``commitInfo.timestamp``) of the
-  bronze version whose added files hold its event id;
+  bronze version whose added files hold its event id; the bronze row's ``received_at`` splits
+  that time into delivery (until sfcdc's client received it) and landing (until committed);
 - gold: per object, a gold version makes visible every change committed up to the newest
   ``_cdc_last_commit_ts`` its rows carry (changes are applied in commit order, and a record
   whose change was superseded in the same pass shows the later one).
@@ -86,6 +87,9 @@ class Figures:
     rate: float
     bronze: list[float]
     gold: list[float]
+    # bronze split in two: commit -> received by the client, received -> committed in bronze
+    delivered: list[float]
+    committed_after: list[float]
     missing_bronze: int
     missing_gold: int
 
@@ -241,13 +245,18 @@ def run_phase(
         if c.commit_timestamp >= cutoff_ms
     }
     lake = work / "lake"
-    bronze_seen: dict[str, float] = {}
+    bronze_seen: dict[str, tuple[float, float]] = {}  # event id -> (committed, received)
     for _name, (_api, _kind, bronze) in OBJECTS.items():
         for stamp, files in _commits(lake / "bronze" / bronze):
             for file in files:
-                for event_id in pq.read_table(file, columns=["event_id"])["event_id"].to_pylist():
-                    bronze_seen.setdefault(event_id, stamp)
-    bronze = [bronze_seen[e] - ts for e, (_, ts) in measured.items() if e in bronze_seen]
+                rows = pq.read_table(file, columns=["event_id", "received_at"])
+                received = pc.divide(rows["received_at"].cast(pa.int64()), 1e6).to_pylist()
+                for event_id, at in zip(rows["event_id"].to_pylist(), received, strict=True):
+                    bronze_seen.setdefault(event_id, (stamp, at))
+    seen = [(bronze_seen[e], ts) for e, (_, ts) in measured.items() if e in bronze_seen]
+    bronze = [committed - ts for (committed, _), ts in seen]
+    delivered = [received - ts for (_, received), ts in seen]
+    committed_after = [committed - received for (committed, received), _ in seen]
 
     gold: list[float] = []
     missing_gold = 0
@@ -278,18 +287,21 @@ def run_phase(
         generated / produced_for,
         bronze,
         gold,
+        delivered,
+        committed_after,
         missing_bronze=len(measured) - len(bronze),
         missing_gold=missing_gold,
     )
 
 
-def _line(label: str, values: list[float], target: float | None) -> str:
+def _line(label: str, values: list[float], target: float | None, width: int = 7) -> str:
     p50, p95 = _percentile(values, 0.5), _percentile(values, 0.95)
     verdict = ""
     if target is not None:
         verdict = f"  target p95 <= {target:g} s: {'met' if p95 <= target else 'NOT met'}"
     return (
-        f"  {label:<7} p50 {p50:6.2f} s  p95 {p95:6.2f} s  max {max(values, default=0):6.2f} s"
+        f"  {label:<{width}} p50 {p50:6.2f} s  p95 {p95:6.2f} s  "
+        f"max {max(values, default=0):6.2f} s"
         f"  ({len(values)} events){verdict}"
     )
 
@@ -368,6 +380,8 @@ def main() -> int:
             f"{_warmup(args.warmup, p.seconds):g} s left out"
         )
         print(_line("bronze", r.bronze, BRONZE_TARGET_P95 if tuned else None))
+        print(_line(" of which delivery (commit -> received by sfcdc)", r.delivered, None, 49))
+        print(_line(" and landing (received -> committed in bronze)", r.committed_after, None, 49))
         print(_line("gold", r.gold, GOLD_TARGET_P95 if tuned else None))
         if r.missing_bronze or r.missing_gold:
             print(f"  not visible: {r.missing_bronze} in bronze, {r.missing_gold} in gold")
