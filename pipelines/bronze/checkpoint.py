@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -306,28 +306,55 @@ class CheckpointStore:
 
     def write(self, row: CheckpointRow) -> CommitResult:
         """Append ``row`` under the topic's checkpoint transaction ``row.batch_id``."""
-        table = pa.Table.from_pylist([self._record(row)], schema=CHECKPOINT_SCHEMA)
-        txn = Txn(checkpoint_app_id(row.topic), row.batch_id)
-        metadata = {"sfcdc.topic": row.topic, "sfcdc.kind": row.kind}
+        (result,) = self.write_all([row])
+        return result
+
+    def write_all(self, rows: Sequence[CheckpointRow]) -> list[CommitResult]:
+        """Append ``rows`` (of distinct topics), each under its topic's checkpoint transaction
+        ``row.batch_id``: in one commit holding every transaction on the local engine, one
+        commit per row otherwise (a Spark write records one transaction). Either way a row is
+        durable together with its transaction, which is all the protocol needs."""
+        topics = [row.topic for row in rows]
+        if len(set(topics)) != len(topics):
+            raise ValueError(f"checkpoint rows of one commit need distinct topics (got {topics})")
+        if not rows:
+            return []
         checkpoints = self._tables.checkpoints
         writer = self._writer
         if writer is not None and self._direct is None:
             self._direct = writer.accepts(checkpoints, CHECKPOINT_SCHEMA)
-        try:
-            if writer is not None and self._direct:
-                result = writer.append(checkpoints, table, txn=txn, metadata=metadata)
-            else:
-                result = self._engine.append(checkpoints, table, txn=txn, metadata=metadata)
-        except LakeError as exc:
-            raise CheckpointError(
-                f"{row.topic}: writing checkpoint batch {row.batch_id} failed: {exc}"
-            ) from exc
-        if result.skipped:
-            raise CheckpointError(
-                f"{row.topic}: checkpoint batch {row.batch_id} was already committed by another "
-                "writer; two landings of the same topic into the same tables cannot run at once"
+        one_commit = writer is not None and bool(self._direct)
+        groups = [list(rows)] if one_commit else [[row] for row in rows]
+        results = []
+        for group in groups:
+            table = pa.Table.from_pylist(
+                [self._record(row) for row in group], schema=CHECKPOINT_SCHEMA
             )
-        return result
+            txns = [Txn(checkpoint_app_id(row.topic), row.batch_id) for row in group]
+            metadata = {
+                "sfcdc.topic": ",".join(row.topic for row in group),
+                "sfcdc.kind": ",".join(row.kind for row in group),
+            }
+            described = ", ".join(f"{row.topic} batch {row.batch_id}" for row in group)
+            try:
+                if len(group) > 1:
+                    assert writer is not None
+                    result = writer.append_all(checkpoints, table, txns=txns, metadata=metadata)
+                elif writer is not None and self._direct:
+                    result = writer.append(checkpoints, table, txn=txns[0], metadata=metadata)
+                else:
+                    result = self._engine.append(checkpoints, table, txn=txns[0], metadata=metadata)
+            except LakeError as exc:
+                raise CheckpointError(
+                    f"writing checkpoint rows ({described}) failed: {exc}"
+                ) from exc
+            if result.skipped:
+                raise CheckpointError(
+                    f"checkpoint rows ({described}) were already committed by another writer; "
+                    "two landings of the same topic into the same tables cannot run at once"
+                )
+            results.extend([result] * len(group))
+        return results
 
     def register_schemas(self, topic: str, schemas: Mapping[str, str]) -> None:
         """Append registry rows (schema id -> JSON) for ids first seen on ``topic``."""

@@ -25,7 +25,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -165,25 +165,42 @@ class LocalBronzeWriter:
         """Write ``data`` as one file and commit it under ``txn``; an already applied ``txn``
         writes nothing and reports ``skipped``. ``table`` must have been :meth:`accepts`-ed
         for the schema of ``data``."""
+        return self.append_all(table, data, txns=[txn], metadata=metadata)
+
+    def append_all(
+        self,
+        table: TableRef,
+        data: pa.Table,
+        *,
+        txns: Sequence[Txn],
+        metadata: Mapping[str, str],
+    ) -> CommitResult:
+        """:meth:`append` recording several application transactions (of distinct app ids) in
+        the one commit; if any of them is applied already, nothing is written and the result
+        is ``skipped``. (The commit's ``userMetadata`` names a transaction only when there is
+        one: Delta's own transaction actions are what readers of these tables look up.)"""
         schema = self._schemas.get(table)
         if schema is None or data.schema != schema:
             expected = f"rows of {schema.names}" if schema is not None else "an accepted table"
             raise LakeError(
                 f"{table}: a direct append needs {expected}; got rows of {data.schema.names}"
             )
-        dt, recorded = self._recorded(table, txn.app_id)
-        if recorded is not None and txn.version <= recorded:
-            _log.info(
-                "%s: skipping write of txn %s version %d (already applied up to %d)",
-                table,
-                txn.app_id,
-                txn.version,
-                recorded,
-            )
-            return CommitResult(table, dt.version(), skipped=True, rows=0)
+        if not txns or len({txn.app_id for txn in txns}) != len(txns):
+            raise LakeError(f"{table}: a direct append needs distinct transactions (got {txns})")
+        for txn in txns:
+            dt, recorded = self._recorded(table, txn.app_id)
+            if recorded is not None and txn.version <= recorded:
+                _log.info(
+                    "%s: skipping write of txn %s version %d (already applied up to %d)",
+                    table,
+                    txn.app_id,
+                    txn.version,
+                    recorded,
+                )
+                return CommitResult(table, dt.version(), skipped=True, rows=0)
         root = self._path_of(table)
         name = f"part-00000-{uuid.uuid4()}-c000.parquet"
-        text = encode_user_metadata(metadata, txn)
+        text = encode_user_metadata(metadata, txns[0] if len(txns) == 1 else None)
         bronze = schema == BRONZE_SCHEMA
         try:
             if bronze:
@@ -213,7 +230,7 @@ class LocalBronzeWriter:
                 schema=dt.schema(),
                 commit_properties=CommitProperties(
                     custom_metadata={"userMetadata": text} if text else None,
-                    app_transactions=[Transaction(txn.app_id, txn.version)],
+                    app_transactions=[Transaction(t.app_id, t.version) for t in txns],
                 ),
             )
             dt.update_incremental()
@@ -228,7 +245,8 @@ class LocalBronzeWriter:
                     else ""
                 )
             ) from exc
-        self._applied[table][txn.app_id] = txn.version
+        for txn in txns:
+            self._applied[table][txn.app_id] = txn.version
         version = dt.version()
         _log.debug("%s: appended %d rows as version %d", table, data.num_rows, version)
         return CommitResult(table, version, skipped=False, rows=data.num_rows)

@@ -40,7 +40,7 @@ import functools
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -202,13 +202,29 @@ class _Topic:
 
 
 class _Committer:
-    """The one thread that writes Delta: batches in hand-over order, at most one at a time."""
+    """The one thread that writes Delta. Batches are committed in rounds: a round takes the
+    oldest waiting batch of each topic (so each topic's batches stay in hand-over order) and
+    ``commit`` lands them together, their checkpoint rows in one commit.
 
-    def __init__(self, commit: Callable[[_Sealed], None], *, logger: logging.Logger) -> None:
+    Batches of ``limit`` topics, or of ``max_bytes`` payload bytes, may wait while a round is
+    under way; :meth:`submit` waits beyond that, which bounds memory whatever the backlog.
+    """
+
+    def __init__(
+        self,
+        commit: Callable[[list[_Sealed]], None],
+        *,
+        logger: logging.Logger,
+        limit: int = 1,
+        max_bytes: int | None = None,
+    ) -> None:
         self._commit = commit
         self._log = logger
+        self._limit = max(1, limit)
+        self._max_bytes = max_bytes
         self._cond = threading.Condition()
-        self._pending: _Sealed | None = None
+        self._pending: deque[_Sealed] = deque()
+        self._pending_bytes = 0
         self._busy = False
         self._closing = False
         self._error: BaseException | None = None
@@ -223,45 +239,71 @@ class _Committer:
         if error is not None:
             raise error
 
+    def _full(self) -> bool:
+        if not self._pending:
+            return False
+        if len(self._pending) >= self._limit:
+            return True
+        return self._max_bytes is not None and self._pending_bytes >= self._max_bytes
+
     def submit(self, sealed: _Sealed) -> None:
-        """Hand a batch over; waits while the committer still holds the previous one."""
+        """Hand a batch over; waits while as many as the committer holds are waiting."""
         with self._cond:
-            while self._pending is not None or self._busy:
+            while self._full():
                 self.check()
                 self._cond.wait(_WAIT)
             self.check()
-            self._pending = sealed
+            self._pending.append(sealed)
+            self._pending_bytes += sealed.batch.nbytes
             self._cond.notify_all()
 
     def wait_idle(self) -> None:
         """Wait until every batch handed over is committed."""
         with self._cond:
-            while self._pending is not None or self._busy:
+            while self._pending or self._busy:
                 self.check()
                 self._cond.wait(_WAIT)
         self.check()
 
     def close(self) -> None:
-        """Let the batch under way finish, then stop the thread."""
+        """Let the round under way finish, then stop the thread."""
         with self._cond:
             self._closing = True
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join()
 
+    def _take_round(self) -> list[_Sealed]:
+        # Under the lock: the oldest waiting batch of each topic, in hand-over order.
+        taken: list[_Sealed] = []
+        topics: set[str] = set()
+        rest: deque[_Sealed] = deque()
+        for sealed in self._pending:
+            if sealed.topic in topics:
+                rest.append(sealed)
+            else:
+                topics.add(sealed.topic)
+                taken.append(sealed)
+        self._pending = rest
+        self._pending_bytes = sum(s.batch.nbytes for s in rest)
+        return taken
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                while self._pending is None and not self._closing:
+                while not self._pending and not self._closing:
                     self._cond.wait()
-                if self._pending is None:
+                if not self._pending:
                     return
-                sealed, self._pending, self._busy = self._pending, None, True
+                round_, self._busy = self._take_round(), True
+                self._cond.notify_all()
             try:
-                self._commit(sealed)
+                self._commit(round_)
             except BaseException as exc:  # surfaced in the consuming thread, which stops
                 self._log.error(
-                    "%s: committing batch %d failed: %s", sealed.topic, sealed.batch_id, exc
+                    "committing %s failed: %s",
+                    ", ".join(f"{s.topic} batch {s.batch_id}" for s in round_),
+                    exc,
                 )
                 with self._cond:
                     self._error = exc
@@ -320,7 +362,13 @@ class BronzeLanding:
         self._store = CheckpointStore(
             engine, self.tables, clock=clock, logger=self._log, writer=self._writer
         )
-        self._committer = _Committer(self._commit, logger=self._log)
+        # A batch of each topic may wait while a round commits (within one batch's bytes).
+        self._committer = _Committer(
+            self._commit,
+            logger=self._log,
+            limit=len(specs),
+            max_bytes=max(t.batching.max_bytes for t in specs),
+        )
         self._direct: set[TableRef] = set()
         self._lock = threading.Lock()
         self._topics: dict[str, _Topic] = {}
@@ -727,47 +775,72 @@ class BronzeLanding:
         if last is not None and last.value in t.positions:
             t.acked_batch = max(t.positions[last.value], t.acked_batch or 0)
 
-    def _commit(self, sealed: _Sealed) -> None:
+    def _commit(self, round_: list[_Sealed]) -> None:
+        """Land a round (at most one batch per topic): each batch's schemas and events (steps
+        0 and 1 of the protocol, topic by topic), then every batch's checkpoint row in one
+        commit (step 2), then the ManagedSubscribe commits (step 3). Each topic's protocol is
+        unchanged; the rows of a round share a commit so that a landing of many topics makes
+        one checkpoint commit per round instead of one per batch."""
         started = self._monotonic()
+        landed = [self._land_events(sealed) for sealed in round_]
+        rows = [
+            self._checkpoint_row(sealed, version)
+            for sealed, (version, _) in zip(round_, landed, strict=True)
+        ]
+        self._store.write_all(rows)
+        seconds = self._monotonic() - started
+        for sealed, (_, new_schemas) in zip(round_, landed, strict=True):
+            self._committed(sealed, new_schemas, seconds)
+
+    def _land_events(self, sealed: _Sealed) -> tuple[int | None, list[str]]:
+        """Steps 0 and 1 for an events batch: (bronze version, schema ids registered)."""
+        if sealed.kind != "events":
+            return None, []
         t = self._topics[sealed.topic]
         batch = sealed.batch
-        count = len(batch.replay_ids)
-        bronze_version = None
-        new_schemas: list[str] = []
-        if sealed.kind == "events":
-            new_schemas = sorted(set(batch.schema_ids) - self._known_schemas)
-            if new_schemas:
-                self._store.register_schemas(
-                    sealed.topic, {sid: self._schemas.schema_json(sid) for sid in new_schemas}
-                )
-                self._known_schemas.update(new_schemas)
-            result = self._append(t.table, sealed)
-            if result.skipped:
-                raise CheckpointError(
-                    f"{sealed.topic}: bronze batch {sealed.batch_id} was already committed by "
-                    f"another writer; two landings of the same topic into {t.table} cannot run "
-                    "at once"
-                )
-            bronze_version = result.version
+        new_schemas = sorted(set(batch.schema_ids) - self._known_schemas)
+        if new_schemas:
+            self._store.register_schemas(
+                sealed.topic, {sid: self._schemas.schema_json(sid) for sid in new_schemas}
+            )
+            self._known_schemas.update(new_schemas)
+        result = self._append(t.table, sealed)
+        if result.skipped:
+            raise CheckpointError(
+                f"{sealed.topic}: bronze batch {sealed.batch_id} was already committed by "
+                f"another writer; two landings of the same topic into {t.table} cannot run "
+                "at once"
+            )
+        return result.version, new_schemas
+
+    def _checkpoint_row(self, sealed: _Sealed, bronze_version: int | None) -> CheckpointRow:
+        t = self._topics[sealed.topic]
         with self._lock:
             if t.managed:
                 self._note_acks(t)
             acked = t.acked_batch if t.managed else None
         gap = sealed.gap
-        row = CheckpointRow(
+        return CheckpointRow(
             topic=sealed.topic,
             batch_id=sealed.batch_id,
             kind=sealed.kind,
             replay_id=sealed.position,
-            event_count=count,
-            payload_bytes=batch.nbytes,
+            event_count=len(sealed.batch.replay_ids),
+            payload_bytes=sealed.batch.nbytes,
             bronze_version=bronze_version,
             gap_requested=describe_position(gap.requested) if gap else None,
             gap_resumed=gap.resumed.kind if gap else None,
             detail=gap.reason if gap else None,
             server_acked_batch_id=acked,
         )
-        self._store.write(row)
+
+    def _committed(self, sealed: _Sealed, new_schemas: list[str], seconds: float) -> None:
+        """After the checkpoint commit: the topic's durable position and counters, step 3,
+        the commit's log line and maintenance."""
+        t = self._topics[sealed.topic]
+        batch = sealed.batch
+        count = len(batch.replay_ids)
+        gap = sealed.gap
         position: StartPosition
         if gap is not None:
             position = gap.resumed
@@ -789,7 +862,7 @@ class BronzeLanding:
                     t.positions.popitem(last=False)
         if isinstance(t.sub, ManagedSubscription) and sealed.position is not None:
             t.sub.commit(sealed.position)
-        self._log_commit(sealed, count, batch.nbytes, new_schemas, self._monotonic() - started)
+        self._log_commit(sealed, count, batch.nbytes, new_schemas, seconds)
         self._maintain(t, sealed.kind)
 
     def _append(self, table: TableRef, sealed: _Sealed) -> CommitResult:

@@ -20,6 +20,7 @@ from pipelines.bronze import (
     checkpoint_app_id,
     ensure_tables,
 )
+from pipelines.bronze.files import LocalBronzeWriter
 from pipelines.engines import LocalEngine, TableRef, Txn
 from pipelines.spec import BatchingSpec, ReplaySpec, TopicSpec
 
@@ -219,3 +220,42 @@ def test_table_layout_refuses_reserved_and_shared_names() -> None:
     assert str(tables.checkpoints) == "bronze.sfcdc_checkpoints"
     with pytest.raises(KeyError, match="not landed here"):
         tables.bronze(OTHER)
+
+
+def test_rows_of_several_topics_share_one_commit_on_the_local_writer(lake: Fixture) -> None:
+    store = CheckpointStore(
+        lake.engine,
+        lake.tables,
+        clock=lambda: 1_700_000_000.0,
+        writer=LocalBronzeWriter(lake.engine.path),
+    )
+    lake.land(1, 100, 3, checkpoint=False)
+    before = lake.engine.version(lake.tables.checkpoints)
+    store.write_all(
+        [
+            CheckpointRow(TOPIC, 1, "events", rid(102), event_count=3),
+            CheckpointRow(OTHER, 1, "keepalive", rid(999)),
+        ]
+    )
+    # One commit, holding both topics' transactions.
+    assert lake.engine.version(lake.tables.checkpoints) == before + 1
+    assert lake.engine.txn_version(lake.tables.checkpoints, checkpoint_app_id(TOPIC)) == 1
+    assert lake.engine.txn_version(lake.tables.checkpoints, checkpoint_app_id(OTHER)) == 1
+    assert store.recover(TOPIC, default_start=Earliest()).start == After(rid(102))
+    assert store.recover(OTHER, default_start=Earliest()).start == After(rid(999))
+    # A row already committed refuses the whole commit: nothing of it is written.
+    with pytest.raises(CheckpointError, match="already committed by another writer"):
+        store.write_all(
+            [
+                CheckpointRow(OTHER, 2, "keepalive", rid(1000)),
+                CheckpointRow(TOPIC, 1, "events", rid(102), event_count=3),
+            ]
+        )
+    assert lake.engine.version(lake.tables.checkpoints) == before + 1
+    with pytest.raises(ValueError, match="distinct topics"):
+        store.write_all(
+            [
+                CheckpointRow(OTHER, 2, "keepalive", rid(1)),
+                CheckpointRow(OTHER, 3, "keepalive", rid(2)),
+            ]
+        )

@@ -1,5 +1,5 @@
-"""Parts of landing that need no server: the committer's hand-over bound and failure path, the
-Arrow columns of a batch, and choosing topics and the engine for `sfcdc ingest`."""
+"""Parts of landing that need no server: the committer's rounds, hand-over bounds and failure
+path, the Arrow columns of a batch, and choosing topics and the engine for `sfcdc ingest`."""
 
 from __future__ import annotations
 
@@ -20,39 +20,100 @@ from pipelines.spec import LakeSpec, load_conf
 LOG = logging.getLogger("test")
 
 
-def _sealed(batch_id: int) -> _Sealed:
-    return _Sealed("/event/Order__e", batch_id, "keepalive", ReplayId(b"\x01"), _OpenBatch())
+def _sealed(batch_id: int, topic: str = "/event/Order__e", nbytes: int = 0) -> _Sealed:
+    batch = _OpenBatch()
+    batch.nbytes = nbytes
+    return _Sealed(topic, batch_id, "keepalive", ReplayId(b"\x01"), batch)
 
 
-def test_one_batch_at_a_time_is_handed_to_the_committer() -> None:
+def _submitting(committer: _Committer, sealed: _Sealed) -> threading.Thread:
+    thread = threading.Thread(target=committer.submit, args=(sealed,))
+    thread.start()
+    thread.join(0.3)
+    return thread
+
+
+def test_a_batch_may_wait_while_a_round_commits_and_the_next_hand_over_blocks() -> None:
     release = threading.Event()
     started = threading.Event()
-    committed: list[int] = []
+    rounds: list[list[int]] = []
 
-    def commit(sealed: _Sealed) -> None:
+    def commit(round_: list[_Sealed]) -> None:
         started.set()
         release.wait(10)
-        committed.append(sealed.batch_id)
+        rounds.append([s.batch_id for s in round_])
 
     committer = _Committer(commit, logger=LOG)
     committer.start()
     committer.submit(_sealed(1))
     assert started.wait(10)
-    second = threading.Thread(target=committer.submit, args=(_sealed(2),))
-    second.start()
-    second.join(0.3)
-    # While batch 1 is being committed, handing over batch 2 waits: the receiver blocks.
-    assert second.is_alive() and committed == []
+    # While batch 1 is being committed, batch 2 may wait in the committer...
+    assert not _submitting(committer, _sealed(2)).is_alive()
+    # ...and handing over batch 3 waits: the receiver blocks, memory stays bounded.
+    third = _submitting(committer, _sealed(3))
+    assert third.is_alive() and rounds == []
     release.set()
-    second.join(10)
+    third.join(10)
     committer.wait_idle()
     committer.close()
-    assert committed == [1, 2]
+    assert rounds == [[1], [2], [3]]
+
+
+def test_a_round_takes_the_oldest_waiting_batch_of_each_topic() -> None:
+    release = threading.Event()
+    started = threading.Event()
+    rounds: list[list[tuple[str, int]]] = []
+
+    def commit(round_: list[_Sealed]) -> None:
+        started.set()
+        release.wait(10)
+        rounds.append([(s.topic[-1], s.batch_id) for s in round_])
+
+    committer = _Committer(commit, logger=LOG, limit=3, max_bytes=100)
+    committer.start()
+    committer.submit(_sealed(1, "/event/A"))
+    assert started.wait(10)
+    for sealed in (_sealed(2, "/event/A"), _sealed(1, "/event/B"), _sealed(3, "/event/A")):
+        assert not _submitting(committer, sealed).is_alive()
+    # Three are waiting (the limit): the next hand-over waits.
+    blocked = _submitting(committer, _sealed(2, "/event/B"))
+    assert blocked.is_alive()
+    release.set()
+    blocked.join(10)
+    committer.wait_idle()
+    committer.close()
+    assert rounds[:2] == [[("A", 1)], [("A", 2), ("B", 1)]]
+    # A3 and B2 follow, together or apart (B2 was handed over while they committed).
+    assert sorted(x for r in rounds[2:] for x in r) == [("A", 3), ("B", 2)]
+    assert all(len({topic for topic, _ in r}) == len(r) for r in rounds)
+
+
+def test_waiting_batches_are_bounded_by_bytes_too() -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def commit(round_: list[_Sealed]) -> None:
+        started.set()
+        release.wait(10)
+
+    committer = _Committer(commit, logger=LOG, limit=10, max_bytes=100)
+    committer.start()
+    committer.submit(_sealed(1, "/event/A", nbytes=80))
+    assert started.wait(10)
+    assert not _submitting(committer, _sealed(1, "/event/B", nbytes=80)).is_alive()
+    # 80 bytes wait (under 100): one more may join them; then 160 wait and hand-overs block.
+    assert not _submitting(committer, _sealed(1, "/event/C", nbytes=80)).is_alive()
+    blocked = _submitting(committer, _sealed(1, "/event/D", nbytes=1))
+    assert blocked.is_alive()
+    release.set()
+    blocked.join(10)
+    committer.wait_idle()
+    committer.close()
 
 
 def test_a_failed_commit_surfaces_in_the_consuming_thread() -> None:
-    def commit(sealed: _Sealed) -> None:
-        raise LakeError(f"disk full while writing batch {sealed.batch_id}")
+    def commit(round_: list[_Sealed]) -> None:
+        raise LakeError(f"disk full while writing batch {round_[0].batch_id}")
 
     committer = _Committer(commit, logger=LOG)
     committer.start()
