@@ -129,8 +129,8 @@ def test_a_second_writer_of_the_same_transaction_is_refused(tmp_path: Path) -> N
     app = "sfcdc.bronze:x"
     first.append(table, _reference(_batch(1, 5)), txn=Txn(app, 1), metadata={})
     second.append(table, _reference(_batch(2, 5)), txn=Txn(app, 2), metadata={})
-    # The first writer commits on the snapshot of its own last commit; delta-rs sees that
-    # the transaction moved meanwhile.
+    # The first writer commits after its own last commit; finding that version taken, it
+    # reads the table again and sees that the transaction moved meanwhile.
     with pytest.raises(LakeError, match="another writer committed"):
         first.append(table, _reference(_batch(3, 5)), txn=Txn(app, 3), metadata={})
     # After a failure the writer reads the table again, so the repeat is recognised.
@@ -194,3 +194,85 @@ def test_file_stats_bound_the_filtered_columns() -> None:
         "batch_id",
         "batch_seq",
     }
+
+
+def _log_entry(engine: LocalEngine, table: TableRef, version: int) -> list[dict[str, object]]:
+    path = engine.path(table) / "_delta_log" / f"{version:020d}.json"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_plain_tables_are_committed_as_delta_log_entries_readers_understand(
+    tmp_path: Path,
+) -> None:
+    engine, table = _engine(tmp_path)
+    writer = LocalBronzeWriter(engine.path, clock=lambda: 1_700_000_000.0)
+    assert writer.accepts(table)
+    result = writer.append(
+        table, _reference(_batch(1, 20)), txn=Txn("sfcdc.bronze:x", 1), metadata={"k": "v"}
+    )
+    assert result.version == 1
+    entry = _log_entry(engine, table, 1)
+    kinds = [next(iter(action)) for action in entry]
+    assert kinds == ["commitInfo", "add", "txn"]
+    info = entry[0]["commitInfo"]
+    assert isinstance(info, dict) and info["operation"] == "WRITE"
+    assert info["timestamp"] == 1_700_000_000_000
+    # delta-rs reads it back: rows, transaction, history, statistics-based skipping.
+    assert engine.version(table) == 1
+    assert engine.txn_version(table, "sfcdc.bronze:x") == 1
+    assert engine.read_arrow(table).num_rows == 20
+    (last, *_rest) = engine.history(table, limit=1)
+    assert last.metadata == {"k": "v"} and last.txn == Txn("sfcdc.bronze:x", 1)
+    assert engine.read_arrow(table, where=[("batch_id", "=", 2)]).num_rows == 0
+    # No temporary file is left next to the log.
+    assert [
+        p.name for p in (engine.path(table) / "_delta_log").iterdir() if p.suffix == ".tmp"
+    ] == []
+
+
+def test_a_version_taken_by_maintenance_is_not_a_conflict(tmp_path: Path) -> None:
+    engine, table = _engine(tmp_path)
+    writer = LocalBronzeWriter(engine.path)
+    assert writer.accepts(table)
+    app = "sfcdc.bronze:x"
+    for batch_id in (1, 2, 3):
+        writer.append(table, _reference(_batch(batch_id, 5)), txn=Txn(app, batch_id), metadata={})
+    engine.maintain(table)  # compaction and a Delta checkpoint: versions this writer did not see
+    compacted = engine.version(table)
+    assert compacted is not None and compacted > 3
+    result = writer.append(table, _reference(_batch(4, 5)), txn=Txn(app, 4), metadata={})
+    assert result.version == compacted + 1 and not result.skipped
+    assert engine.txn_version(table, app) == 4
+    assert sorted(set(engine.read_arrow(table).column("batch_id").to_pylist())) == [1, 2, 3, 4]
+    assert engine.read_arrow(table).num_rows == 20
+
+
+def test_tables_with_other_protocols_are_committed_through_delta_rs(tmp_path: Path) -> None:
+    engine = LocalEngine(None, location=tmp_path / "lake")
+    table = TableRef("bronze", "account")
+    engine.ensure_table(
+        table,
+        arrow_schema_to_spark(BRONZE_SCHEMA),
+        properties={"delta.enableChangeDataFeed": "true"},  # needs writer version 4
+    )
+    writer = LocalBronzeWriter(engine.path)
+    assert writer.accepts(table)
+    first = writer.append(table, _reference(_batch(1, 5)), txn=Txn("a", 1), metadata={})
+    second = writer.append(table, _reference(_batch(2, 5)), txn=Txn("a", 2), metadata={})
+    assert first.version is not None and second.version == first.version + 1
+    info = _log_entry(engine, table, second.version)[0]["commitInfo"]
+    # delta-rs wrote this commit (it names itself in it), not the writer's own log entry.
+    assert isinstance(info, dict) and str(info.get("engineInfo", "")).startswith("delta-rs")
+    assert engine.txn_version(table, "a") == 2 and engine.read_arrow(table).num_rows == 10
+
+
+def test_nulls_in_not_null_columns_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    engine, table = _engine(tmp_path)
+    writer = LocalBronzeWriter(engine.path)
+    assert writer.accepts(table)
+    rows = _reference(_batch(1, 3))
+    broken = rows.set_column(1, rows.schema.field("event_id"), pa.array(["a", None, "c"]))
+    with pytest.raises(LakeError, match=r"nulls in NOT NULL columns \['event_id'\]"):
+        writer.append(table, broken, txn=Txn("a", 1), metadata={})
+    assert list(engine.path(table).glob("*.parquet")) == []
+    assert engine.version(table) == 0
