@@ -39,7 +39,13 @@ from deltalake.transaction import AddAction
 
 from ingest.errors import LakeError
 from pipelines.bronze.tables import BRONZE_SCHEMA
-from pipelines.engines.base import CommitResult, TableRef, Txn, encode_user_metadata
+from pipelines.engines.base import (
+    CommitResult,
+    TableRef,
+    Txn,
+    encode_user_metadata,
+    txn_applied,
+)
 
 __all__ = ["LocalBronzeWriter", "bronze_file_stats"]
 
@@ -208,14 +214,7 @@ class LocalBronzeWriter:
             raise LakeError(f"{table}: a direct append needs distinct transactions (got {txns})")
         for txn in txns:
             dt, recorded = self._recorded(table, txn.app_id)
-            if recorded is not None and txn.version <= recorded:
-                _log.info(
-                    "%s: skipping write of txn %s version %d (already applied up to %d)",
-                    table,
-                    txn.app_id,
-                    txn.version,
-                    recorded,
-                )
+            if txn_applied(table, txn, recorded, _log):
                 return CommitResult(
                     table, self._versions.get(table, dt.version()), skipped=True, rows=0
                 )

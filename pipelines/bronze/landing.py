@@ -315,6 +315,58 @@ class _Committer:
                 self._cond.notify_all()
 
 
+class _Maintainer:
+    """Runs table maintenance (compaction, a log checkpoint) on a thread of its own, one table at
+    a time, so a round's commits never wait for it: landing's commits follow a version that
+    maintenance took meanwhile (see :class:`~pipelines.bronze.files.LocalBronzeWriter`). A table
+    asked for while it waits is maintained once. A failure is logged and leaves the table as it
+    was, only slower to read; the next request tries again. :meth:`close` lets the maintenance
+    under way finish and drops the ones waiting (counts start again with the next run)."""
+
+    def __init__(self, maintain: Callable[[TableRef], object], *, logger: logging.Logger) -> None:
+        self._maintain = maintain
+        self._log = logger
+        self._cond = threading.Condition()
+        self._waiting: list[TableRef] = []
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    def request(self, table: TableRef) -> None:
+        with self._cond:
+            if self._closing:
+                return
+            if table not in self._waiting:
+                self._waiting.append(table)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="sfcdc-maintainer", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._waiting.clear()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._closing:
+                    self._cond.wait()
+                if self._closing:
+                    return
+                table = self._waiting.pop(0)
+            try:
+                self._maintain(table)
+            except Exception as exc:  # maintenance must not stop landing
+                self._log.error("maintenance of %s failed (landing goes on): %s", table, exc)
+
+
 class BronzeLanding:
     """Lands the events of ``topics`` in their bronze tables through ``engine``.
 
@@ -370,6 +422,10 @@ class BronzeLanding:
             max_bytes=max(t.batching.max_bytes for t in specs),
         )
         self._direct: set[TableRef] = set()
+        # On the local engine (whose commits follow maintenance's) it runs beside the commits.
+        self._maintainer = (
+            _Maintainer(engine.maintain, logger=self._log) if self._writer is not None else None
+        )
         self._lock = threading.Lock()
         self._topics: dict[str, _Topic] = {}
         self._known_schemas: set[str] = set()
@@ -426,6 +482,8 @@ class BronzeLanding:
         finally:
             multi.close()
             self._committer.close()
+            if self._maintainer is not None:
+                self._maintainer.close()
         return self._result(self._monotonic() - started)
 
     # -- start --------------------------------------------------------------------------------
@@ -787,10 +845,11 @@ class BronzeLanding:
             self._checkpoint_row(sealed, version)
             for sealed, (version, _) in zip(round_, landed, strict=True)
         ]
-        self._store.write_all(rows)
+        results = self._store.write_all(rows)
         seconds = self._monotonic() - started
         for sealed, (_, new_schemas) in zip(round_, landed, strict=True):
             self._committed(sealed, new_schemas, seconds)
+        self._maintain_checkpoints(len({r.version for r in results}))
 
     def _land_events(self, sealed: _Sealed) -> tuple[int | None, list[str]]:
         """Steps 0 and 1 for an events batch: (bronze version, schema ids registered)."""
@@ -912,17 +971,27 @@ class BronzeLanding:
 
     def _maintain(self, t: _Topic, kind: CheckpointKind) -> None:
         every = self._ingest.maintain_every_commits
+        if every <= 0 or kind != "events":
+            return
+        t.since_maintenance += 1
+        if t.since_maintenance >= every:
+            t.since_maintenance = 0
+            self._run_maintenance(t.table)
+
+    def _maintain_checkpoints(self, commits: int) -> None:
+        every = self._ingest.maintain_every_commits
         if every <= 0:
             return
-        self._checkpoint_commits += 1
-        if kind == "events":
-            t.since_maintenance += 1
-            if t.since_maintenance >= every:
-                t.since_maintenance = 0
-                self._engine.maintain(t.table)
+        self._checkpoint_commits += commits
         if self._checkpoint_commits >= every:
             self._checkpoint_commits = 0
-            self._engine.maintain(self.tables.checkpoints)
+            self._run_maintenance(self.tables.checkpoints)
+
+    def _run_maintenance(self, table: TableRef) -> None:
+        if self._maintainer is not None:
+            self._maintainer.request(table)
+        else:
+            self._engine.maintain(table)
 
 
 def _binary(values: list[bytes]) -> pa.Array:

@@ -19,6 +19,7 @@ history reads the same whichever engine wrote the commit.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,6 +51,7 @@ __all__ = [
     "decode_user_metadata",
     "encode_user_metadata",
     "merge_keys",
+    "txn_applied",
 ]
 
 LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
@@ -329,6 +331,21 @@ class LakeEngine(Protocol):
         """Make ``tables`` (default: every existing one) queryable by name in ``spark.sql``;
         returns the qualified names."""
         ...
+
+
+def txn_applied(table: TableRef, txn: Txn, recorded: int | None, logger: logging.Logger) -> bool:
+    """Whether ``txn`` is applied already, given the version the table ``recorded`` for its
+    app id; if so, the skipped write is logged (one INFO line)."""
+    if recorded is None or txn.version > recorded:
+        return False
+    logger.info(
+        "%s: skipping write of txn %s version %d (already applied up to %d)",
+        table,
+        txn.app_id,
+        txn.version,
+        recorded,
+    )
+    return True
 
 
 def encode_user_metadata(metadata: Mapping[str, str] | None, txn: Txn | None) -> str | None:

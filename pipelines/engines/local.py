@@ -69,6 +69,7 @@ from pipelines.engines.base import (
     decode_user_metadata,
     encode_user_metadata,
     merge_keys,
+    txn_applied,
 )
 from pipelines.engines.sql import conform_expression, quote_identifier, spark_type_sql
 from pipelines.spec import LakeSpec, SchemasSpec, is_identifier
@@ -290,17 +291,7 @@ class LocalEngine:
     def _already_applied(self, dt: DeltaTable | None, table: TableRef, txn: Txn | None) -> bool:
         if dt is None or txn is None:
             return False
-        recorded = dt.transaction_version(txn.app_id)
-        if recorded is None or txn.version > recorded:
-            return False
-        _log.info(
-            "%s: skipping write of txn %s version %d (already applied up to %d)",
-            table,
-            txn.app_id,
-            txn.version,
-            recorded,
-        )
-        return True
+        return txn_applied(table, txn, dt.transaction_version(txn.app_id), _log)
 
     @staticmethod
     def _to_arrow(data: DataFrame | pa.Table) -> pa.Table:

@@ -46,6 +46,7 @@ from pipelines.engines.base import (
     decode_user_metadata,
     encode_user_metadata,
     merge_keys,
+    txn_applied,
 )
 from pipelines.engines.sql import (
     column_list_ddl,
@@ -423,17 +424,7 @@ class SparkEngine:
     def _already_applied(self, table: TableRef, txn: Txn | None) -> bool:
         if txn is None:
             return False
-        recorded = self.txn_version(table, txn.app_id)
-        if recorded is None or txn.version > recorded:
-            return False
-        _log.info(
-            "%s: skipping write of txn %s version %d (already applied up to %d)",
-            table,
-            txn.app_id,
-            txn.version,
-            recorded,
-        )
-        return True
+        return txn_applied(table, txn, self.txn_version(table, txn.app_id), _log)
 
     def _remember(self, table: TableRef, txn: Txn | None) -> None:
         if txn is not None:

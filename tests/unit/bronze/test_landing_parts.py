@@ -11,10 +11,10 @@ import pytest
 
 from ingest.errors import ConfigError, LakeError
 from ingest.replay import ReplayId
-from pipelines.bronze.landing import _arrow, _Committer, _OpenBatch, _Sealed
+from pipelines.bronze.landing import _arrow, _Committer, _Maintainer, _OpenBatch, _Sealed
 from pipelines.bronze.tables import BRONZE_SCHEMA
 from pipelines.commands.ingest import lake_engine, select_topics
-from pipelines.engines import LocalEngine
+from pipelines.engines import LocalEngine, TableRef
 from pipelines.spec import LakeSpec, load_conf
 
 LOG = logging.getLogger("test")
@@ -183,3 +183,61 @@ def test_landing_uses_the_local_engine_without_spark(tmp_path: Path) -> None:
         assert isinstance(chosen, LocalEngine)
         with pytest.raises(LakeError, match="without a Spark session"):
             _ = chosen.spark
+
+
+def test_maintenance_runs_beside_the_commits_once_per_waiting_table_and_failures_are_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    release = threading.Event()
+    started = threading.Event()
+    done: list[str] = []
+    a, b = TableRef("bronze", "a"), TableRef("bronze", "b")
+
+    def maintain(table: TableRef) -> None:
+        started.set()
+        release.wait(10)
+        if table == b:
+            raise LakeError("disk full")
+        done.append(table.name)
+
+    maintainer = _Maintainer(maintain, logger=LOG)
+    maintainer.request(a)  # returns at once: the caller (the committer) goes on
+    assert started.wait(10)
+    for table in (b, a, b):  # asked for while waiting: once each
+        maintainer.request(table)
+    with caplog.at_level(logging.ERROR, logger="test"):
+        release.set()
+        deadline = threading.Event()
+        while len(done) < 2 and not deadline.wait(0.01):
+            pass
+        maintainer.close()
+    assert done == ["a", "a"]
+    assert any(
+        "maintenance of bronze.b failed (landing goes on): disk full" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+def test_closing_the_maintainer_drops_what_waits() -> None:
+    release = threading.Event()
+    started = threading.Event()
+    done: list[str] = []
+
+    def maintain(table: TableRef) -> None:
+        started.set()
+        release.wait(10)
+        done.append(table.name)
+
+    maintainer = _Maintainer(maintain, logger=LOG)
+    maintainer.request(TableRef("bronze", "a"))
+    assert started.wait(10)
+    maintainer.request(TableRef("bronze", "b"))
+    closing = threading.Thread(target=maintainer.close)
+    closing.start()
+    closing.join(0.2)
+    assert closing.is_alive()  # the maintenance under way finishes first
+    release.set()
+    closing.join(10)
+    assert done == ["a"]
+    maintainer.request(TableRef("bronze", "c"))  # after close: ignored
+    assert done == ["a"]
