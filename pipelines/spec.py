@@ -829,7 +829,8 @@ class IngestSpec:
         default=100,
         metadata=meta(
             "Compact a bronze table and checkpoint its Delta log after this many commits to it "
-            "(0: never), so commits and reads stay fast on long runs.",
+            "(0: never), so reads stay fast on long runs (on the local engine this runs beside "
+            "landing's commits, which do not wait for it).",
             minimum=0,
         ),
     )
