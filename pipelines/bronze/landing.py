@@ -321,7 +321,8 @@ class _Maintainer:
     maintenance took meanwhile (see :class:`~pipelines.bronze.files.LocalBronzeWriter`). A table
     asked for while it waits is maintained once. A failure is logged and leaves the table as it
     was, only slower to read; the next request tries again. :meth:`close` lets the maintenance
-    under way finish and drops the ones waiting (counts start again with the next run)."""
+    under way and the waiting ones finish (as when maintenance ran between commits), then
+    ignores further requests."""
 
     def __init__(self, maintain: Callable[[TableRef], object], *, logger: logging.Logger) -> None:
         self._maintain = maintain
@@ -347,7 +348,6 @@ class _Maintainer:
     def close(self) -> None:
         with self._cond:
             self._closing = True
-            self._waiting.clear()
             self._cond.notify_all()
             thread = self._thread
         if thread is not None:
@@ -358,7 +358,7 @@ class _Maintainer:
             with self._cond:
                 while not self._waiting and not self._closing:
                     self._cond.wait()
-                if self._closing:
+                if not self._waiting:
                     return
                 table = self._waiting.pop(0)
             try:

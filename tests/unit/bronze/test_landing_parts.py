@@ -218,7 +218,7 @@ def test_maintenance_runs_beside_the_commits_once_per_waiting_table_and_failures
     )
 
 
-def test_closing_the_maintainer_drops_what_waits() -> None:
+def test_closing_the_maintainer_finishes_what_waits_then_ignores_requests() -> None:
     release = threading.Event()
     started = threading.Event()
     done: list[str] = []
@@ -235,9 +235,10 @@ def test_closing_the_maintainer_drops_what_waits() -> None:
     closing = threading.Thread(target=maintainer.close)
     closing.start()
     closing.join(0.2)
-    assert closing.is_alive()  # the maintenance under way finishes first
+    assert closing.is_alive()  # the maintenance under way, then the waiting one, finish first
     release.set()
     closing.join(10)
-    assert done == ["a"]
+    assert not closing.is_alive()
+    assert done == ["a", "b"]
     maintainer.request(TableRef("bronze", "c"))  # after close: ignored
-    assert done == ["a"]
+    assert done == ["a", "b"]
