@@ -45,7 +45,7 @@ from ingest.decoding.event import BITMAP_FIELDS, HEADER_VALUE_FIELDS, ChangeEven
 from ingest.errors import DecodeError
 from ingest.schema import HEADER_FIELD, EventSchema
 
-__all__ = ["DecodedBatch", "EventDecoder", "compile_decoder"]
+__all__ = ["DecodedBatch", "EventDecoder", "compile_decoder", "resolve_type"]
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +168,38 @@ def _as_bytes(payload: object) -> bytes:
 Mode = Literal["record", "event", "batch"]
 
 
+_COMPOSITE = frozenset({"record", "error", "enum", "fixed", "array", "map"})
+
+
+def resolve_type(
+    t: Any,
+    named: dict[str, Any],
+    *,
+    kinds: frozenset[str],
+    unsupported: type[Exception],
+) -> Any:
+    """A node of a parsed Avro schema with references to ``named`` types resolved: a primitive
+    type's name, a union's list of branches, or the definition (a dict) of a type of one of
+    ``kinds``. Logical types and anything else raise ``unsupported``."""
+    if isinstance(t, str):
+        if t in _PRIMITIVES:
+            return t
+        if t in named:
+            return named[t]
+        raise unsupported(f"unknown named type {t!r}")
+    if isinstance(t, list):
+        return t
+    if isinstance(t, dict):
+        if "logicalType" in t:
+            raise unsupported(f"logical type {t['logicalType']!r}")
+        kind = t.get("type")
+        if kind in _PRIMITIVES:
+            return kind
+        if kind in kinds:
+            return t
+    raise unsupported(f"type {t!r}")
+
+
 class _Unsupported(Exception):
     """The schema uses a construct the generator leaves to fastavro."""
 
@@ -228,23 +260,7 @@ class _Generator:
         return name
 
     def resolve(self, t: Any) -> Any:
-        if isinstance(t, str):
-            if t in _PRIMITIVES:
-                return t
-            if t in self.named:
-                return self.named[t]
-            raise _Unsupported(f"unknown named type {t!r}")
-        if isinstance(t, list):
-            return t
-        if isinstance(t, dict):
-            if "logicalType" in t:
-                raise _Unsupported(f"logical type {t['logicalType']!r}")
-            kind = t.get("type")
-            if kind in _PRIMITIVES:
-                return kind
-            if kind in {"record", "error", "enum", "fixed", "array", "map"}:
-                return t
-        raise _Unsupported(f"type {t!r}")
+        return resolve_type(t, self.named, kinds=_COMPOSITE, unsupported=_Unsupported)
 
     def min_size(self, t: Any, seen: frozenset[str] = frozenset()) -> int:
         """The fewest bytes a value of ``t`` takes (bounds block counts by bytes left)."""

@@ -30,11 +30,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.decoding.avro import resolve_type
 from ingest.schema import HEADER_FIELD, EventSchema
 
 __all__ = ["Column", "ColumnarDecoder", "UnionColumn", "expanded_bitmaps"]
 
-_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+# Maps are left to the row decoder.
+_COMPOSITE = frozenset({"record", "error", "enum", "fixed", "array"})
 _U64 = np.uint64
 _MAX_OFFSET = 2**31 - 1  # string and binary arrays use 32-bit offsets
 
@@ -202,24 +204,7 @@ class ColumnarDecoder:
     # ------------------------------------------------------------------- the schema
 
     def _resolve(self, t: Any) -> Any:
-        if isinstance(t, str):
-            if t in _PRIMITIVES:
-                return t
-            if t in self._named:
-                return self._named[t]
-            raise _Unsupported(f"unknown named type {t!r}")
-        if isinstance(t, dict):
-            if "logicalType" in t:
-                raise _Unsupported(f"logical type {t['logicalType']!r}")
-            kind = t.get("type")
-            if kind in _PRIMITIVES:
-                return kind
-            if kind in ("record", "error", "enum", "fixed", "array"):
-                return t
-            raise _Unsupported(f"type {kind!r}")
-        if isinstance(t, list):
-            return t
-        raise _Unsupported(f"type {t!r}")
+        return resolve_type(t, self._named, kinds=_COMPOSITE, unsupported=_Unsupported)
 
     def _check(self, t: Any, *, top: bool, seen: tuple[str, ...]) -> None:
         t = self._resolve(t)
