@@ -429,6 +429,17 @@ class CachingEngine(LocalEngine):
     name = "spark"  # type: ignore[assignment]
 
 
+def _outcome(engine: LocalEngine, result: Any) -> tuple[Any, ...]:
+    """What a silver run left: its counts, the silver rows and the quarantine rows (without
+    their timestamps), for comparing two engines' runs."""
+    return (
+        result.rows,
+        result.quarantined,
+        silver(engine, ACCOUNT),
+        [{k: v for k, v in r.items() if k != "quarantined_at"} for r in quarantine(engine)],
+    )
+
+
 def test_the_dataframe_path_writes_what_the_arrow_path_writes(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -444,15 +455,7 @@ def test_the_dataframe_path_writes_what_the_arrow_path_writes(
         register(engine, s)
         land(engine, ACCOUNT, events, batch_id=1)
         result = run_silver(engine, conf_of(ACCOUNT))
-        drop = {"quarantined_at"}
-        outcomes.append(
-            (
-                result.rows,
-                result.quarantined,
-                silver(engine, ACCOUNT),
-                [{k: v for k, v in r.items() if k not in drop} for r in quarantine(engine)],
-            )
-        )
+        outcomes.append(_outcome(engine, result))
     assert outcomes[0] == outcomes[1]
     rows, quarantined, silver_rows, bad = outcomes[0]
     assert (rows, quarantined, len(silver_rows), len(bad)) == (2, 2, 2, 2)
@@ -502,15 +505,7 @@ def test_bronze_files_read_by_the_tasks_give_what_the_spark_scan_gives(
             result = run_silver(engine, conf_of(ACCOUNT))
         read_by_tasks = "the tasks read 3 bronze files themselves" in caplog.text
         assert read_by_tasks == (kind == "arrow")
-        drop = {"quarantined_at"}
-        outcomes.append(
-            (
-                result.rows,
-                result.quarantined,
-                silver(engine, ACCOUNT),
-                [{k: v for k, v in r.items() if k not in drop} for r in quarantine(engine)],
-            )
-        )
+        outcomes.append(_outcome(engine, result))
     assert outcomes[0] == outcomes[1]
     rows, quarantined, silver_rows, bad = outcomes[0]
     assert (rows, quarantined, len(silver_rows), len(bad)) == (4, 2, 4, 2)
