@@ -55,7 +55,7 @@ from __future__ import annotations
 import itertools
 import math
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
@@ -704,6 +704,24 @@ def _normal(value: Any) -> Any:
     return value
 
 
+def _in_order(
+    changes: Iterable[Mapping[str, Any]], key_of: Callable[[Mapping[str, Any]], str]
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """``(order key, change)`` pairs sorted by key, each event once: the same event delivered
+    twice lands in two bronze positions, and the first one is kept."""
+    seen: set[Any] = set()
+    keyed = []
+    for change in changes:
+        event_id = change.get(_EVENT_ID)
+        if event_id is not None:
+            if event_id in seen:
+                continue
+            seen.add(event_id)
+        keyed.append((key_of(change), change))
+    keyed.sort(key=lambda kc: kc[0])
+    return keyed
+
+
 def fold_record(
     plan: FoldPlan,
     body: Sequence[str],
@@ -720,18 +738,9 @@ def fold_record(
     whole-object re-sync row.
     """
     order_by = plan.order_by
-    seen: set[Any] = set()
-    keyed = []
-    for change in changes:
-        event_id = change.get(_EVENT_ID)
-        if event_id is not None:
-            # The same event delivered twice lands in two bronze positions: keep the first.
-            if event_id in seen:
-                continue
-            seen.add(event_id)
-        key = change.get(_KEY) or encode_order_key(change.get(c) for c in order_by)
-        keyed.append((key, change))
-    keyed.sort(key=lambda kc: kc[0])
+    keyed = _in_order(
+        changes, lambda c: c.get(_KEY) or encode_order_key(c.get(col) for col in order_by)
+    )
     fold = _Fold(plan, body, record_id)
     if record_id is None:
         for _, change in keyed:
@@ -1100,16 +1109,7 @@ def _wildcard_template(
     wildcards do not all apply one after the other; each record is then folded alone."""
     if plan.track is not None:
         return None  # SCD2 versions carry each record's tracked values
-    seen: set[Any] = set()
-    keyed: list[tuple[str, Mapping[str, Any]]] = []
-    for change in wildcards:
-        event_id = change.get(_EVENT_ID)
-        if event_id is not None:
-            if event_id in seen:
-                continue
-            seen.add(event_id)
-        keyed.append((change[_KEY], change))
-    keyed.sort(key=lambda kc: kc[0])
+    keyed = _in_order(wildcards, lambda c: c[_KEY])
     keys = [k for k, _ in keyed]
     if not keyed or any(a >= b for a, b in itertools.pairwise(keys)):
         return None
