@@ -26,6 +26,7 @@ COMMANDS: tuple[str, ...] = (
     "bootstrap",
     "resync",
     "emulator",
+    "delta-jars",
 )
 
 
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        module = importlib.import_module(f"pipelines.commands.{name}")
+        module = importlib.import_module(f"pipelines.commands.{name.replace('-', '_')}")
         module.register(sub)
     return parser
 

@@ -3,6 +3,12 @@
 On Databricks the session already exists and is passed in by the job; locally sfcdc starts a
 Spark local-mode session with settings chosen for the pipeline (UTC, Arrow, few shuffle
 partitions). Library code never creates a session itself: it receives one.
+
+:func:`session_for` is what the commands use: the active session when there is one (a
+cluster, a notebook, ``spark-submit``), else a local session; with ``lake.engine: spark`` that
+session loads Delta Lake from the jars :mod:`pipelines.delta_jars` resolved (no download at
+start). Each lake gets its own Spark warehouse and Derby home (under ``<location>/.spark``),
+so two pipelines, or two test runs, on one machine never share them.
 """
 
 from __future__ import annotations
@@ -16,7 +22,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["LOCAL_SESSION_CONF", "local_session"]
+    from pipelines.spec import LakeSpec
+
+__all__ = [
+    "DELTA_SESSION_CONF",
+    "LOCAL_SESSION_CONF",
+    "local_session",
+    "session_for",
+    "spark_dirs",
+]
 
 LOCAL_SESSION_CONF: Mapping[str, str] = {
     "spark.ui.enabled": "false",
@@ -29,21 +43,30 @@ LOCAL_SESSION_CONF: Mapping[str, str] = {
     "spark.sql.adaptive.enabled": "true",
     "spark.default.parallelism": "4",
     "spark.driver.memory": "4g",
-    "spark.sql.warehouse.dir": str(Path.home() / ".cache" / "sfcdc" / "warehouse"),
-    # Arrow's per-access bounds and null checks cost a tenth of the JVM's time when it turns
-    # wide rows into Arrow for Python (silver); Spark alone writes and reads those buffers.
-    "spark.driver.extraJavaOptions": (
-        "-Dderby.system.home=/tmp/sfcdc-derby -Darrow.enable_unsafe_memory_access=true "
-        "-Darrow.enable_null_check_for_get=false"
-    ),
     # Silver rows have more than Spark's default 100 fields (nested ones included); above that
     # Spark stops generating code for a query and interprets it, several times slower.
     "spark.sql.codegen.maxFields": "1000",
-    # The local engine collects each write to the driver (it is the executor too) and hands it
-    # to delta-rs; silver.max_rows_per_commit bounds one write, not this.
+    # Writes of the local engine are collected to the driver (it is the executor too);
+    # silver.max_rows_per_commit bounds one write, not this.
     "spark.driver.maxResultSize": "0",
     "spark.python.worker.reuse": "true",
 }
+
+# Delta Lake in a plain Spark session (Databricks sets these itself).
+DELTA_SESSION_CONF: Mapping[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+# Arrow's per-access bounds and null checks cost a tenth of the JVM's time when it turns wide
+# rows into Arrow for Python (silver); Spark alone writes and reads those buffers.
+_JVM_OPTIONS = "-Darrow.enable_unsafe_memory_access=true -Darrow.enable_null_check_for_get=false"
+
+
+def spark_dirs(root: str | Path) -> tuple[Path, Path]:
+    """``(warehouse, derby home)`` of a session working for the lake at ``root``."""
+    base = Path(root).expanduser().absolute() / ".spark"
+    return base / "warehouse", base / "derby"
 
 
 def _python_workers() -> dict[str, str]:
@@ -63,13 +86,47 @@ def local_session(
     *,
     cores: int | str = "*",
     conf: Mapping[str, str] | None = None,
+    delta: bool = False,
+    workdir: str | Path | None = None,
 ) -> SparkSession:
-    """Return a local-mode Spark session (the existing one if a session is already active)."""
+    """Return a local-mode Spark session (the existing one if a session is already active).
+
+    ``delta``: load Delta Lake from the resolved jars (:func:`pipelines.delta_jars.find_jars`;
+    a :class:`~ingest.errors.ConfigError` says how to resolve them when missing). ``workdir``:
+    the folder whose ``.spark`` holds the session's warehouse and Derby home (default: the
+    user's cache folder).
+    """
     from pyspark.sql import SparkSession
 
+    warehouse, derby = spark_dirs(workdir or Path.home() / ".cache" / "sfcdc")
+    settings: dict[str, str] = {
+        **LOCAL_SESSION_CONF,
+        "spark.sql.warehouse.dir": str(warehouse),
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={derby} {_JVM_OPTIONS}",
+        **_python_workers(),
+    }
+    if delta:
+        from pipelines.delta_jars import find_jars
+
+        settings.update(DELTA_SESSION_CONF)
+        settings["spark.jars"] = find_jars().class_path
+    settings.update(conf or {})
     builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
-    for key, value in {**LOCAL_SESSION_CONF, **_python_workers(), **(conf or {})}.items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def session_for(lake: LakeSpec, *, environ: Mapping[str, str] = os.environ) -> SparkSession:
+    """The session a command runs ``lake`` with: the active one (Databricks, a notebook,
+    ``spark-submit``), else a local session, with Delta Lake for the spark engine."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    if "DATABRICKS_RUNTIME_VERSION" in environ:
+        return SparkSession.builder.getOrCreate()
+    return local_session(delta=lake.engine == "spark", workdir=lake.location)

@@ -1,7 +1,10 @@
 """Fixtures shared by every test layer.
 
 One local Spark session serves the whole run (starting one costs seconds); tests that need it
-ask for the ``spark`` fixture and are marked ``spark``. Unit tests never start a JVM.
+ask for the ``spark`` fixture and are marked ``spark``. Unit tests never start a JVM. The
+session loads Delta Lake from the jars ``sfcdc delta-jars`` resolves (resolved here on first
+use), so the ``spark`` lake engine runs on real delta-spark tables; its warehouse and Derby
+home live in a folder of this run.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    from pipelines.delta_jars import resolve_jars
     from pipelines.session import local_session
 
     # Python workers must run the interpreter (and virtualenv) that runs the tests, and import
@@ -29,7 +33,14 @@ def spark() -> Iterator[SparkSession]:
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join([root, *[p for p in paths if p != root]])
 
-    session = local_session("sfcdc-tests", cores=2, conf={"spark.driver.memory": "2g"})
+    resolve_jars()  # a no-op once `sfcdc delta-jars` has run (.ci/run runs it)
+    session = local_session(
+        "sfcdc-tests",
+        cores=2,
+        conf={"spark.driver.memory": "2g"},
+        delta=True,
+        workdir=tmp_path_factory.mktemp("spark"),
+    )
     yield session
     session.stop()
 

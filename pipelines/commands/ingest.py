@@ -158,10 +158,9 @@ def lake_engine(lake: LakeSpec, *, environ: dict[str, str] | None = None) -> Lak
         lake.engine == "auto" and "DATABRICKS_RUNTIME_VERSION" not in env
     ):
         return LocalEngine.from_spec(lake, None)
-    from pyspark.sql import SparkSession
+    from pipelines.session import session_for
 
-    spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-    return make_engine(lake, spark, environ=env)
+    return make_engine(lake, session_for(lake, environ=env), environ=env)
 
 
 @contextlib.contextmanager

@@ -54,17 +54,9 @@ def register(subparsers: Any) -> None:
 
 
 def _session(conf: Conf) -> SparkSession:
-    from pyspark.sql import SparkSession
+    from pipelines.session import session_for
 
-    from pipelines.session import local_session
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    if conf.pipeline.lake.engine == "spark":
-        # A cluster or spark-submit session configured with Delta Lake.
-        return SparkSession.builder.getOrCreate()
-    return local_session()
+    return session_for(conf.pipeline.lake)
 
 
 def summary(result: SilverResult) -> list[str]:

@@ -520,8 +520,8 @@ class SparkEngine:
         if not self.exists(table):
             self.ensure_table(table, df.schema)
         before = self._require(table)
-        builder = DeltaTable.forName(self._spark, self.qualified_name(table)).alias("target")
-        builder = builder.merge(df.alias("source"), condition)
+        target = DeltaTable.forName(self._spark, self.qualified_name(table)).alias("target")
+        builder = target.merge(df.alias("source"), condition)
         if delete_condition:
             builder = builder.whenMatchedDelete(condition=delete_condition)
         builder = builder.whenMatchedUpdateAll(condition=update_condition)

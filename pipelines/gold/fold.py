@@ -917,7 +917,7 @@ def fold_changes(
 
     arrow_schema = spark_schema_to_arrow(out_schema)
     function = _FoldFunction(plan, tuple(body_names), arrow_schema, wildcards)
-    return combined.mapInArrow(function, out_schema)
+    return combined.mapInArrow(function, out_schema)  # type: ignore[arg-type]
 
 
 def fold_changes_arrow(

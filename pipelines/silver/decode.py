@@ -41,11 +41,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 
 from ingest.decoding import DecodedBatch, DecoderCache, EventDecoder, expander_for
 from ingest.errors import BitmapError, DecodeError
 from ingest.schema import EventSchema, FieldInfo
+from pipelines.engines.arrow import spark_schema_to_arrow, spark_type_to_arrow
 from pipelines.silver.columnar import Column, ColumnarDecoder, UnionColumn, expanded_bitmaps
 from pipelines.silver.columns import FieldLayout, LeafKind, SilverLayout, leaf_kind
 from pipelines.silver.shape import shape_batch, shaped_schema
@@ -199,7 +199,7 @@ def decode_batches(plan: DecodePlan, batches: Iterator[pa.RecordBatch]) -> Itera
     docstring). Used through :func:`decode_function`."""
     with _SCHEMA_LOCK:
         _SCHEMA_JSON.update(plan.schemas)
-    out_schema = to_arrow_schema(decoded_schema(plan), timezone="UTC")
+    out_schema = spark_schema_to_arrow(decoded_schema(plan))
     for batch in batches:
         # Decoding creates millions of small acyclic objects (strings, floats); the cyclic
         # collector would walk all of them again and again and find nothing.
@@ -225,7 +225,7 @@ def spool_batches(
             writer.write_batch(shaped)
             rows += shaped.num_rows
     yield pa.RecordBatch.from_pylist(
-        [{"path": path, "rows": rows}], schema=to_arrow_schema(SPOOL_SCHEMA)
+        [{"path": path, "rows": rows}], schema=spark_schema_to_arrow(SPOOL_SCHEMA)
     )
 
 
@@ -423,8 +423,7 @@ def _source_kind(info: FieldInfo) -> LeafKind | None:
 
 
 def _arrow(t: T.DataType) -> pa.DataType:
-    arrow_type: pa.DataType = to_arrow_type(t, timezone="UTC")
-    return arrow_type
+    return spark_type_to_arrow(t)
 
 
 _Column = Callable[[list[Any], int], pa.Array]

@@ -421,7 +421,7 @@ class _Parts:
         themselves (:func:`_bronze_files`)."""
         if not self.local:
             frame = (
-                rows.mapInArrow(decode_function(plan), decoded_schema(plan))
+                rows.mapInArrow(decode_function(plan), decoded_schema(plan))  # type: ignore[arg-type]
                 .transform(to_silver_and_quarantine(plan.layout))
                 .persist()
             )
@@ -460,7 +460,7 @@ class _Parts:
         else:
             tasks = rows
             function = spool_function(plan, self.spool)
-        listing = tasks.mapInArrow(function, SPOOL_SCHEMA).collect()
+        listing = tasks.mapInArrow(function, SPOOL_SCHEMA).collect()  # type: ignore[arg-type]
         tables = [pa.ipc.open_file(pa.memory_map(row["path"])).read_all() for row in listing]
         if not tables:
             return shaped_schema(plan.layout).empty_table()

@@ -6,8 +6,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.pandas.types import to_arrow_schema
 
+from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.silver import decode
 from pipelines.silver.columnar import ColumnarDecoder
 from pipelines.silver.columns import build_layout
@@ -34,7 +34,7 @@ def plan_for(*schemas: Any, compounds: str = "struct") -> DecodePlan:
 def run(plan: DecodePlan, events: list[tuple[str, bytes]], **options: Any) -> list[dict[str, Any]]:
     table = bronze_batch(events, **options)
     batches = list(decode_batches(plan, iter(table.select(list(BRONZE_COLUMNS)).to_batches())))
-    expected = to_arrow_schema(decoded_schema(plan), timezone="UTC")
+    expected = spark_schema_to_arrow(decoded_schema(plan))
     for batch in batches:
         assert batch.schema.equals(expected), batch.schema
     rows = pa.Table.from_batches(batches, schema=expected).to_pylist()
