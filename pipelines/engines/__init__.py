@@ -1,8 +1,11 @@
-"""Lake engines: where the pipeline's Delta tables are read and written.
+"""Lake engines: where the pipeline's Delta tables are read and written, and where the layer
+functions run.
 
 ``make_engine(conf.pipeline.lake, spark)`` returns the engine the ``lake.engine`` key asks
 for; ``auto`` picks ``spark`` where Delta's Spark classes are present (Databricks, clusters
-with the delta-spark jar) and ``local`` elsewhere (laptops, CI).
+with the delta-spark jar) and ``local`` elsewhere (laptops, CI). The local engine needs
+delta-rs (the ``local`` extra) and no Spark session; it is imported only when asked for, so a
+Databricks runtime without delta-rs imports this package.
 """
 
 from __future__ import annotations
@@ -19,17 +22,19 @@ from pipelines.engines.base import (
     LakeEngine,
     MaintenanceResult,
     MergeMetrics,
+    Rows,
     TableChanges,
     TableRef,
     Txn,
     WriteLayout,
 )
-from pipelines.engines.local import LocalEngine
 from pipelines.engines.spark import SparkEngine
 from pipelines.spec import LakeSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from pipelines.engines.local import LocalEngine
 
 __all__ = [
     "DELTA_CLASS",
@@ -40,6 +45,7 @@ __all__ = [
     "LocalEngine",
     "MaintenanceResult",
     "MergeMetrics",
+    "Rows",
     "SparkEngine",
     "TableChanges",
     "TableRef",
@@ -47,6 +53,7 @@ __all__ = [
     "WriteLayout",
     "delta_classes_present",
     "detect_engine",
+    "local_engine",
     "make_engine",
 ]
 
@@ -94,8 +101,8 @@ def make_engine(
     environ: Mapping[str, str] = os.environ,
     probe: Callable[[SparkSession], bool | None] = delta_classes_present,
 ) -> LakeEngine:
-    """The engine for a ``lake:`` section. ``spark`` may be ``None`` only for the local
-    engine used write-only (bronze landing without a JVM)."""
+    """The engine for a ``lake:`` section. ``spark`` may be ``None`` for the local engine
+    (it needs a session only to answer Spark SQL)."""
     choice = lake.engine
     if choice == "auto":
         if spark is None:
@@ -111,4 +118,25 @@ def make_engine(
         if spark is None:
             raise LakeError("the spark lake engine needs a Spark session with Delta Lake")
         return SparkEngine.from_spec(lake, spark)
+    return local_engine(lake, spark)
+
+
+def local_engine(lake: LakeSpec, spark: SparkSession | None = None) -> LocalEngine:
+    """The local engine of ``lake`` (delta-rs: the ``local`` extra)."""
+    try:
+        from pipelines.engines.local import LocalEngine
+    except ImportError as exc:
+        raise LakeError(
+            f"the local lake engine needs delta-rs, which is not installed here ({exc}); "
+            'install sfcdc[local] (pip install "sfcdc[local]"), or use lake.engine: spark'
+        ) from exc
     return LocalEngine.from_spec(lake, spark)
+
+
+def __getattr__(name: str) -> Any:
+    # LocalEngine on first use only: importing it imports delta-rs.
+    if name == "LocalEngine":
+        from pipelines.engines.local import LocalEngine
+
+        return LocalEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -46,6 +46,7 @@ __all__ = [
     "arrow_type_to_spark",
     "conform_to_schema",
     "dataframe_to_arrow",
+    "fit_to_schema",
     "normalize_arrow",
     "same_type",
     "spark_schema_from_delta_json",
@@ -303,6 +304,31 @@ def conform_to_schema(
         fields.append(table.schema.field(i))
         grows = True
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields)), grows
+
+
+def fit_to_schema(table: pa.Table, target: pa.Schema) -> pa.Table:
+    """``table`` as rows of ``target``: its columns by name (case-insensitively), in
+    ``target``'s order and types (view and large types included), columns it lacks as nulls;
+    nullability is ``target``'s where the data allows it."""
+    if table.schema.equals(target, check_metadata=False):
+        return table
+    by_lower = {name.lower(): i for i, name in enumerate(table.column_names)}
+    arrays = []
+    fields = []
+    for field in target:
+        index = by_lower.get(field.name.lower())
+        if index is None:
+            arrays.append(pa.chunked_array([pa.nulls(table.num_rows, field.type)]))
+            fields.append(field.with_nullable(True))
+            continue
+        column = table.column(index)
+        arrays.append(
+            column if column.type == field.type else _cast_column(column, field.type, field.name)
+        )
+        fields.append(
+            field if field.nullable or column.null_count == 0 else field.with_nullable(True)
+        )
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def same_type(a: T.DataType, b: T.DataType) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -30,24 +30,30 @@ from pipelines.spec import Layer, is_identifier
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
 __all__ = [
+    "CDF_PROPERTY",
+    "DEFAULT_PROPERTIES",
     "LAYERS",
     "TXN_APP_ID_KEY",
     "TXN_VERSION_KEY",
+    "BatchFunction",
     "CommitResult",
     "Condition",
     "HistoryEntry",
     "LakeEngine",
     "MaintenanceResult",
     "MergeMetrics",
+    "Rows",
     "TableChanges",
+    "TableFunction",
     "TableRef",
     "Txn",
     "WriteLayout",
     "check_conditions",
+    "check_until",
     "decode_user_metadata",
     "encode_user_metadata",
     "merge_keys",
@@ -62,6 +68,20 @@ _CONDITION_OPS = ("=", "!=", "<", "<=", ">", ">=", "in")
 _CONDITION_VALUES = (str, bytes, int, float, bool)
 TXN_APP_ID_KEY = "sfcdc.txn.app_id"
 TXN_VERSION_KEY = "sfcdc.txn.version"
+# Every table the engines create has the change data feed on: read_appends reads it.
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+DEFAULT_PROPERTIES: Mapping[str, str] = {CDF_PROPERTY: "true"}
+
+Rows = Any
+"""Rows an engine holds: a ``pyarrow.Table`` in the local engine, a DataFrame in the spark
+engine. Jobs never look inside; they hand them back to the engine that made them."""
+
+BatchFunction = Callable[[Iterator["pa.RecordBatch"]], Iterator["pa.RecordBatch"]]
+"""A pure layer function over Arrow record batches (what Spark's ``mapInArrow`` runs):
+module-level or an instance of a module-level class, so that it pickles to executors."""
+
+TableFunction = Callable[["pa.Table"], "pa.Table"]
+"""A pure layer function over an Arrow table holding every row of each key it sees."""
 
 
 @dataclass(frozen=True)
@@ -110,12 +130,14 @@ class WriteLayout:
     payloads: dictionary encoding them costs time and memory and saves nothing. ``unindexed``
     names columns no reader filters on (payloads): no min/max statistics are computed for them.
     ``row_group_rows`` bounds the rows of a Parquet row group, and so what the writer buffers
-    while it encodes a large batch. Engines apply what their writer supports.
+    while it encodes a large batch. ``uncompressed`` names columns written as they are
+    (payloads that compress poorly). Engines apply what their writer supports.
     """
 
     distinct: tuple[str, ...] = ()
     unindexed: tuple[str, ...] = ()
     row_group_rows: int | None = None
+    uncompressed: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.row_group_rows is not None and self.row_group_rows < 1:
@@ -156,13 +178,13 @@ class TableChanges:
 
     ``start_version``..``end_version`` (inclusive) is the range read; ``start_version`` is
     ``None`` when nothing was committed after the requested version. ``full_read`` is true
-    when the engine could not read the range incrementally (the log was cleaned up, or a
-    commit in it rewrote or deleted rows) and returned the whole table at ``end_version``
-    instead; consumers must then treat ``df`` as a snapshot, not as new rows.
+    when the engine could not read the range incrementally (its log or change data feed no
+    longer covers it) and returned the whole table at ``end_version`` instead; consumers
+    must then treat ``rows`` as a snapshot, not as new rows.
     """
 
     table: TableRef
-    df: DataFrame
+    rows: Rows
     start_version: int | None
     end_version: int | None
     full_read: bool = False
@@ -194,16 +216,17 @@ class MaintenanceResult:
 
 @runtime_checkable
 class LakeEngine(Protocol):
-    """Table I/O of the pipeline. Both implementations read and write real Delta tables."""
+    """Table I/O of the pipeline, and where its layer functions run.
+
+    Both implementations read and write real Delta tables. The layer logic is defined once,
+    as pure functions over Arrow batches (:data:`BatchFunction`, :data:`TableFunction`);
+    :meth:`map_batches` and :meth:`map_groups` run them -- in this process (local engine) or
+    on Spark executors (spark engine). Jobs never ask which engine they have.
+    """
 
     @property
     def name(self) -> Literal["local", "spark"]:
-        """Which implementation this is."""
-        ...
-
-    @property
-    def spark(self) -> SparkSession:
-        """The session DataFrames are read into."""
+        """Which implementation this is (for messages and logs only)."""
         ...
 
     def qualified_name(self, table: TableRef) -> str:
@@ -226,29 +249,107 @@ class LakeEngine(Protocol):
         self, table: TableRef, schema: StructType, *, properties: Mapping[str, str] | None = None
     ) -> None:
         """Create ``table`` when missing; otherwise add the columns of ``schema`` it lacks
-        and set ``properties`` that differ. A column whose type differs is an error."""
+        and set ``properties`` that differ. A column whose type differs is an error. Every
+        table has the change data feed on (``delta.enableChangeDataFeed``):
+        :meth:`read_appends` reads it."""
         ...
 
-    def read(self, table: TableRef, *, version: int | None = None) -> DataFrame:
-        """The table (at ``version``, default latest) as a DataFrame."""
+    # -------------------------------------------------------------------------- reading
+
+    def read(
+        self, table: TableRef, *, version: int | None = None, columns: Sequence[str] | None = None
+    ) -> Rows:
+        """The table's rows (at ``version``, default latest)."""
         ...
 
     def read_appends(
-        self, table: TableRef, *, after_version: int | None, until_version: int | None = None
+        self,
+        table: TableRef,
+        *,
+        after_version: int | None,
+        until_version: int | None = None,
+        columns: Sequence[str] | None = None,
     ) -> TableChanges:
-        """Rows added (data-changing adds) by the commits after ``after_version`` (``None``:
-        all rows) up to ``until_version`` (``None``: the current version), inclusive.
-        Compactions add nothing."""
+        """Rows inserted by the commits after ``after_version`` (``None``: all rows) up to
+        ``until_version`` (``None``: the current version), inclusive. Compactions add
+        nothing."""
+        ...
+
+    def read_keyed(
+        self, table: TableRef, *, key: str, keys: Rows, columns: Sequence[str] | None = None
+    ) -> Rows:
+        """The rows of ``table`` whose ``key`` column holds a value of ``keys``' ``key``
+        column (nulls match nothing): the few rows a batch touches, found without a scan
+        where the engine can skip files."""
+        ...
+
+    def read_arrow(
+        self,
+        table: TableRef,
+        *,
+        columns: Sequence[str] | None = None,
+        where: Sequence[Condition] = (),
+    ) -> pa.Table:
+        """The rows of ``table`` that satisfy every ``(column, op, value)`` condition of
+        ``where``, with ``columns`` (default: all), as Arrow in this process.
+
+        For the small reads a job makes of its own bookkeeping (checkpoints, a schema
+        registry, one landing batch): files whose statistics exclude the conditions are
+        skipped, and the local engine needs no Spark session for it.
+        """
         ...
 
     def txn_version(self, table: TableRef, app_id: str) -> int | None:
         """The latest txn version the table recorded for ``app_id``."""
         ...
 
+    def history(self, table: TableRef, *, limit: int = 20) -> list[HistoryEntry]:
+        """The latest ``limit`` commits, newest first."""
+        ...
+
+    # ------------------------------------------------------------------------ execution
+
+    def rows(self, data: pa.Table, schema: StructType | None = None) -> Rows:
+        """Rows of this engine holding ``data`` (typed as ``schema`` when given)."""
+        ...
+
+    def map_batches(self, rows: Rows, function: BatchFunction, schema: StructType) -> Rows:
+        """``function`` applied to ``rows`` batch by batch; it yields batches of ``schema``."""
+        ...
+
+    def map_groups(
+        self, rows: Rows, *, key: str, function: TableFunction, schema: StructType
+    ) -> Rows:
+        """``function`` applied to tables of ``rows`` that each hold every row of the ``key``
+        values they hold (all nulls in one table); it returns rows of ``schema``."""
+        ...
+
+    def union(self, parts: Sequence[Rows], schema: StructType) -> Rows:
+        """The rows of ``parts`` (each of ``schema``'s columns) as one."""
+        ...
+
+    def persist(self, rows: Rows) -> Rows:
+        """``rows`` computed once for the several reads that follow (see :meth:`release`)."""
+        ...
+
+    def release(self, rows: Rows) -> None:
+        """Free what :meth:`persist` kept."""
+        ...
+
+    def to_arrow(self, rows: Rows) -> pa.Table:
+        """``rows`` collected into this process (keep it to small results)."""
+        ...
+
+    def count(self, rows: Rows) -> int:
+        """How many rows ``rows`` holds."""
+        ...
+
+    # -------------------------------------------------------------------------- writing
+
     def append(
         self,
         table: TableRef,
-        data: DataFrame | pa.Table,
+        data: Rows | pa.Table,
         *,
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
@@ -259,10 +360,22 @@ class LakeEngine(Protocol):
         ``layout`` tunes the files written (see :class:`WriteLayout`)."""
         ...
 
+    def append_parts(
+        self,
+        table: TableRef,
+        parts: Sequence[tuple[pa.Table, Txn]],
+        *,
+        metadata: Mapping[str, str] | None = None,
+    ) -> list[CommitResult]:
+        """Append each ``(rows, txn)`` part idempotently under its own txn (distinct app
+        ids), in as few commits as the engine can (the local engine: one); a part whose txn
+        is applied already is skipped. One result per part."""
+        ...
+
     def merge(
         self,
         table: TableRef,
-        source: DataFrame | pa.Table,
+        source: Rows | pa.Table,
         *,
         on: Sequence[str],
         update_condition: str | None = None,
@@ -286,17 +399,13 @@ class LakeEngine(Protocol):
     def overwrite(
         self,
         table: TableRef,
-        data: DataFrame | pa.Table,
+        data: Rows | pa.Table,
         *,
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
         replace_schema: bool = False,
     ) -> CommitResult:
         """Replace all rows; the schema grows (or is replaced with ``replace_schema``)."""
-        ...
-
-    def history(self, table: TableRef, *, limit: int = 20) -> list[HistoryEntry]:
-        """The latest ``limit`` commits, newest first."""
         ...
 
     def maintain(
@@ -311,25 +420,15 @@ class LakeEngine(Protocol):
         (with ``vacuum_hours``) delete unreferenced files older than that."""
         ...
 
-    def read_arrow(
-        self,
-        table: TableRef,
-        *,
-        columns: Sequence[str] | None = None,
-        where: Sequence[Condition] = (),
-    ) -> pa.Table:
-        """The rows of ``table`` that satisfy every ``(column, op, value)`` condition of
-        ``where``, with ``columns`` (default: all), as Arrow.
-
-        For the small reads a job makes of its own bookkeeping (checkpoints, a schema
-        registry, one landing batch): files whose statistics exclude the conditions are
-        skipped, and the local engine needs no Spark session for it.
-        """
-        ...
+    # ---------------------------------------------------------------------------- SQL
 
     def register_sql(self, tables: Iterable[TableRef] | None = None) -> list[str]:
-        """Make ``tables`` (default: every existing one) queryable by name in ``spark.sql``;
+        """Make ``tables`` (default: every existing one) queryable by name in :meth:`sql`;
         returns the qualified names."""
+        ...
+
+    def sql(self, text: str) -> DataFrame:
+        """A Spark SQL query over the registered tables."""
         ...
 
 
@@ -383,6 +482,29 @@ def decode_user_metadata(text: object) -> tuple[dict[str, str], Txn | None]:
     if isinstance(app_id, str) and isinstance(version, str) and version.isdigit():
         txn = Txn(app_id, int(version))
     return metadata, txn
+
+
+def check_until(
+    table: TableRef, current: int, after_version: int | None, until_version: int | None
+) -> int:
+    """The last version :meth:`LakeEngine.read_appends` reads, checked against the table's
+    versions (``current`` is the latest)."""
+    if after_version is not None and after_version > current:
+        raise LakeError(
+            f"{table} is at version {current}, before the requested after_version "
+            f"{after_version}; was the table dropped and re-created?"
+        )
+    if until_version is None:
+        return current
+    if until_version > current or until_version < 0:
+        raise LakeError(
+            f"{table} has versions 0..{current}; cannot read appends up to version {until_version}"
+        )
+    if after_version is not None and until_version < after_version:
+        raise LakeError(
+            f"{table}: until_version {until_version} is before after_version {after_version}"
+        )
+    return until_version
 
 
 def merge_keys(on: Sequence[str] | str) -> list[str]:

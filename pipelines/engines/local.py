@@ -1,18 +1,21 @@
-"""The ``local`` lake engine: delta-rs for the Delta log, commits and MERGE; Spark local mode
-for reading; Arrow between them.
+"""The ``local`` lake engine: delta-rs for the Delta log, commits and MERGE, pyarrow for
+files, and the layer functions run in this process.
 
 Tables live under ``<location>/<layer>/<prefix><name>`` and are never partitioned (the
 pipeline's tables are small to medium and partitioning a CDC stream by date only produces
-small files). They are ordinary Delta tables: any Delta reader, delta-spark included, opens
-them.
+small files). They are ordinary Delta tables with the change data feed on: any Delta reader,
+delta-spark included, opens them, and the spark engine pointed at the same location reads and
+writes them too.
 
-- Writes go straight from Arrow to delta-rs (a DataFrame is collected with ``toArrow``
-  first), so landing bronze needs no Spark at all: an engine built without a session can
-  append, merge Arrow tables and maintain, and only refuses to read.
-- Reads let delta-rs resolve the snapshot's live files and Spark read those Parquet files
-  natively with the table's schema, so columns added later read as null from older files.
-- ``register_sql`` creates permanent views in Spark's catalog over the same files, named
-  like the tables (``gold.account``), and refreshes them after every write this engine makes.
+- The pipeline needs no JVM here: rows are Arrow tables, :meth:`LocalEngine.map_batches` and
+  :meth:`LocalEngine.map_groups` call the layer functions directly, reads go through delta-rs
+  (snapshots as Parquet files read with pyarrow, appended rows from the change data feed).
+- Appends to a table of the plain protocol whose schema the rows already have are committed
+  by :class:`~pipelines.engines.deltalog.DirectAppender` (a constant cost per commit, however
+  long the log); everything else is ``write_deltalake`` and delta-rs' MERGE.
+- A Spark session is needed only to query tables with Spark SQL (:meth:`LocalEngine.sql`):
+  ``register_sql`` creates views named like the tables over their current files
+  (:mod:`pipelines.engines.local_views`) and refreshes them after every write of this engine.
 """
 
 from __future__ import annotations
@@ -46,36 +49,43 @@ from pyspark.sql.types import StructType
 from ingest.errors import LakeError
 from pipelines.engines.arrow import (
     arrow_schema_to_spark,
-    arrow_to_dataframe,
     conform_to_schema,
     dataframe_to_arrow,
+    fit_to_schema,
     normalize_arrow,
     same_type,
     spark_schema_from_delta_json,
     spark_schema_to_arrow,
 )
 from pipelines.engines.base import (
+    DEFAULT_PROPERTIES,
     LAYERS,
+    BatchFunction,
     CommitResult,
     Condition,
     HistoryEntry,
     MaintenanceResult,
     MergeMetrics,
     TableChanges,
+    TableFunction,
     TableRef,
     Txn,
     WriteLayout,
     check_conditions,
+    check_until,
     decode_user_metadata,
     encode_user_metadata,
     merge_keys,
     txn_applied,
 )
-from pipelines.engines.sql import conform_expression, quote_identifier, spark_type_sql
+from pipelines.engines.deltalog import DirectAppender
+from pipelines.engines.sql import quote_identifier
 from pipelines.spec import LakeSpec, SchemasSpec, is_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from pipelines.engines.local_views import ViewRegistry
 
 __all__ = ["NATIVE_READER_FEATURES", "LocalEngine"]
 
@@ -86,14 +96,10 @@ _log = logging.getLogger(__name__)
 NATIVE_READER_FEATURES = frozenset(
     {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "checkpointProtection"}
 )
-# Hadoop glob metacharacters; Spark globs every path it is given.
-_GLOB_SPECIAL = "\\*?[]{},"
-_FILES_PER_GLOB = 500
 _MIN_SAFE_VACUUM_HOURS = 168.0
-
-
-def _escape_glob(text: str) -> str:
-    return "".join("\\" + c if c in _GLOB_SPECIAL else c for c in text)
+# Rows per batch handed to a layer function (what Spark's Arrow batches hold here too).
+BATCH_ROWS = 20_000
+_CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
 def _dq(name: str) -> str:
@@ -102,37 +108,40 @@ def _dq(name: str) -> str:
 
 
 class LocalEngine:
-    """Delta tables on a local (or mounted) file system, through delta-rs and Spark local mode.
+    """Delta tables on a local (or mounted) file system, through delta-rs and pyarrow.
 
-    ``spark`` may be ``None`` for processes that only write (bronze landing); reading then
-    raises :class:`~ingest.errors.LakeError`. ``clock`` times merges.
+    ``spark`` (optional) is the session :meth:`sql` and :meth:`register_sql` use; nothing
+    else needs one. ``clock`` times merges.
     """
 
     name: Literal["local"] = "local"
 
     def __init__(
         self,
-        spark: SparkSession | None,
+        spark: SparkSession | None = None,
         *,
         location: str | Path,
         schemas: SchemasSpec | None = None,
         table_prefix: str = "",
         clock: Callable[[], float] = time.perf_counter,
+        default_properties: Mapping[str, str] = DEFAULT_PROPERTIES,
     ) -> None:
         self._spark = spark
         self.location = Path(location).expanduser().absolute()
         self.schemas = schemas or SchemasSpec()
         self.table_prefix = table_prefix
+        self.default_properties = dict(default_properties)
         self._clock = clock
         self._tables: dict[Path, DeltaTable] = {}
         self._registered: dict[TableRef, None] = {}
-        self._footers: dict[str, StructType] = {}
+        self._views: ViewRegistry | None = None
+        self._direct = DirectAppender(self.path)
 
     @classmethod
     def from_spec(
         cls,
         lake: LakeSpec,
-        spark: SparkSession | None,
+        spark: SparkSession | None = None,
         *,
         clock: Callable[[], float] = time.perf_counter,
     ) -> LocalEngine:
@@ -149,15 +158,6 @@ class LocalEngine:
         return f"LocalEngine(location={str(self.location)!r})"
 
     # ------------------------------------------------------------------------- naming
-
-    @property
-    def spark(self) -> SparkSession:
-        if self._spark is None:
-            raise LakeError(
-                "this local engine was created without a Spark session; reading tables and "
-                "registering views need one (pass spark=local_session())"
-            )
-        return self._spark
 
     def physical_name(self, table: TableRef) -> str:
         return f"{self.table_prefix}{table.name}"
@@ -237,7 +237,7 @@ class LocalEngine:
     def ensure_table(
         self, table: TableRef, schema: StructType, *, properties: Mapping[str, str] | None = None
     ) -> None:
-        wanted = dict(properties or {})
+        wanted = {**self.default_properties, **(properties or {})}
         dt = self._load(table)
         if dt is None:
             path = self.path(table)
@@ -294,7 +294,7 @@ class LocalEngine:
         return txn_applied(table, txn, dt.transaction_version(txn.app_id), _log)
 
     @staticmethod
-    def _to_arrow(data: DataFrame | pa.Table) -> pa.Table:
+    def _to_arrow(data: Any) -> pa.Table:
         if isinstance(data, pa.Table):
             return data
         if isinstance(data, pa.RecordBatch):
@@ -322,57 +322,78 @@ class LocalEngine:
     def append(
         self,
         table: TableRef,
-        data: DataFrame | pa.Table,
+        data: Any,
         *,
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
         evolve_schema: bool = True,
         layout: WriteLayout | None = None,
     ) -> CommitResult:
-        dt = self._load(table)
-        if self._already_applied(dt, table, txn):
-            assert dt is not None
-            return CommitResult(table, dt.version(), skipped=True, rows=0)
         arrow = self._to_arrow(data)
+        dt = self._load(table)
+        if dt is None:
+            if arrow.num_rows == 0 and txn is None:
+                return CommitResult(table, None, skipped=False, rows=0)
+            self.ensure_table(table, arrow_schema_to_spark(normalize_arrow(arrow).schema))
+            dt = self._require(table)
+        target = spark_schema_to_arrow(self._schema_of(dt))
+        arrow, grows = conform_to_schema(arrow, target, evolve=evolve_schema, table_name=str(table))
+        if not grows and self._direct.accepts(table, arrow.schema):
+            (result,) = self._direct.append_parts(
+                table, [(arrow, txn)], metadata=metadata, layout=layout
+            )
+            if result.version is not None and not result.skipped:
+                self._after_write(table)
+            return result
+        if self._already_applied(dt, table, txn):
+            return CommitResult(table, dt.version(), skipped=True, rows=0)
         if arrow.num_rows == 0 and txn is None:
             return CommitResult(table, None, skipped=False, rows=0)
-        props = self._commit_properties(txn, metadata)
         writer = self._writer_properties(layout)
         # delta-rs takes no explicit None for its writer defaults.
         tuning: dict[str, Any] = {"writer_properties": writer} if writer is not None else {}
         with self._errors("append to", table):
-            if dt is None:
-                self.path(table).mkdir(parents=True, exist_ok=True)
-                write_deltalake(
-                    str(self.path(table)),
-                    normalize_arrow(arrow),
-                    mode="append",
-                    commit_properties=props,
-                    **tuning,
-                )
-                dt = self._require(table)
-            else:
-                target = spark_schema_to_arrow(self._schema_of(dt))
-                arrow, grows = conform_to_schema(
-                    arrow, target, evolve=evolve_schema, table_name=str(table)
-                )
-                write_deltalake(
-                    dt,
-                    arrow,
-                    mode="append",
-                    schema_mode="merge" if grows else None,
-                    commit_properties=props,
-                    **tuning,
-                )
-        version = dt.version()
-        _log.debug("%s: appended %d rows as version %d", table, arrow.num_rows, version)
+            write_deltalake(
+                dt,
+                arrow,
+                mode="append",
+                schema_mode="merge" if grows else None,
+                commit_properties=self._commit_properties(txn, metadata),
+                **tuning,
+            )
+            dt.update_incremental()
+        self._direct.forget(table)
+        _log.debug("%s: appended %d rows as version %d", table, arrow.num_rows, dt.version())
         self._after_write(table)
-        return CommitResult(table, version, skipped=False, rows=arrow.num_rows)
+        return CommitResult(table, dt.version(), skipped=False, rows=arrow.num_rows)
+
+    def append_parts(
+        self,
+        table: TableRef,
+        parts: Sequence[tuple[pa.Table, Txn]],
+        *,
+        metadata: Mapping[str, str] | None = None,
+    ) -> list[CommitResult]:
+        if not parts:
+            return []
+        dt = self._load(table)
+        if dt is not None:
+            target = spark_schema_to_arrow(self._schema_of(dt))
+            fitted = [
+                (conform_to_schema(data, target, evolve=False, table_name=str(table))[0], txn)
+                for data, txn in parts
+            ]
+            if self._direct.accepts(table, target):
+                results = self._direct.append_parts(table, fitted, metadata=metadata)
+                if any(r.version is not None and not r.skipped for r in results):
+                    self._after_write(table)
+                return results
+        return [self.append(table, data, txn=txn, metadata=metadata) for data, txn in parts]
 
     def overwrite(
         self,
         table: TableRef,
-        data: DataFrame | pa.Table,
+        data: Any,
         *,
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
@@ -384,23 +405,14 @@ class LocalEngine:
             return CommitResult(table, dt.version(), skipped=True, rows=0)
         arrow = self._to_arrow(data)
         props = self._commit_properties(txn, metadata)
+        if dt is None:
+            self.ensure_table(table, arrow_schema_to_spark(normalize_arrow(arrow).schema))
+            dt = self._require(table)
         with self._errors("overwrite", table):
-            if dt is None:
-                self.path(table).mkdir(parents=True, exist_ok=True)
+            if replace_schema:
+                arrow = normalize_arrow(arrow)
                 write_deltalake(
-                    str(self.path(table)),
-                    normalize_arrow(arrow),
-                    mode="overwrite",
-                    commit_properties=props,
-                )
-                dt = self._require(table)
-            elif replace_schema:
-                write_deltalake(
-                    dt,
-                    normalize_arrow(arrow),
-                    mode="overwrite",
-                    schema_mode="overwrite",
-                    commit_properties=props,
+                    dt, arrow, mode="overwrite", schema_mode="overwrite", commit_properties=props
                 )
             else:
                 target = spark_schema_to_arrow(self._schema_of(dt))
@@ -412,6 +424,8 @@ class LocalEngine:
                     schema_mode="merge" if grows else None,
                     commit_properties=props,
                 )
+            dt.update_incremental()
+        self._direct.forget(table)
         _log.info("%s: overwrote with %d rows as version %d", table, arrow.num_rows, dt.version())
         self._after_write(table)
         return CommitResult(table, dt.version(), skipped=False, rows=arrow.num_rows)
@@ -419,7 +433,7 @@ class LocalEngine:
     def merge(
         self,
         table: TableRef,
-        source: DataFrame | pa.Table,
+        source: Any,
         *,
         on: Sequence[str],
         update_condition: str | None = None,
@@ -476,6 +490,8 @@ class LocalEngine:
                     mode="append",
                     commit_properties=self._commit_properties(txn, metadata),
                 )
+                dt.update_incremental()
+        self._direct.forget(table)
         metrics = MergeMetrics(
             table,
             inserted=int(reported.get("num_target_rows_inserted", 0)),
@@ -510,33 +526,13 @@ class LocalEngine:
             and mapping in (None, "none")
         )
 
-    def _dataframe(self, dt: DeltaTable, table: TableRef, files: Sequence[str]) -> DataFrame:
-        schema = self._schema_of(dt)
-        if not self._reads_natively(dt):
-            _log.info(
-                "%s uses Delta features (partitions, deletion vectors or column mapping) that "
-                "a plain Parquet read cannot honour; reading it through delta-rs",
-                table,
-            )
-            with self._errors("read", table):
-                return arrow_to_dataframe(self.spark, dt.to_pyarrow_table(), schema)
-        if not files:
-            return self.spark.createDataFrame([], schema)
-        return self.spark.read.schema(schema).parquet(*files)
-
-    def read(self, table: TableRef, *, version: int | None = None) -> DataFrame:
-        dt = self._require(table, version)
-        return self._dataframe(dt, table, dt.file_uris())
-
-    def read_arrow(
+    def _snapshot(
         self,
         table: TableRef,
-        *,
-        columns: Sequence[str] | None = None,
-        where: Sequence[Condition] = (),
+        dt: DeltaTable,
+        columns: Sequence[str] | None,
+        conditions: Sequence[Condition] = (),
     ) -> pa.Table:
-        conditions = check_conditions(where)
-        dt = self._require(table)
         schema = spark_schema_to_arrow(self._schema_of(dt))
         names = list(schema.names if columns is None else columns)
         unknown = sorted({*names, *(c for c, _op, _v in conditions)} - set(schema.names))
@@ -547,80 +543,118 @@ class LocalEngine:
             )
         with self._errors("read", table):
             if not self._reads_natively(dt):
-                return dt.to_pyarrow_table(columns=names, filters=conditions or None)
+                rows = dt.to_pyarrow_table(columns=names, filters=list(conditions) or None)
+                return fit_to_schema(rows, pa.schema([schema.field(n) for n in names]))
             # The snapshot's files are read with pyarrow's Parquet reader itself: delta-rs'
             # dataset wrapper leaves threads behind that abort the interpreter at exit
             # ("terminate called without an active exception"), and pyarrow.dataset imports
             # pandas, half a second of start-up for a landing process that never uses it.
             return _read_parquet(dt.file_uris(), schema, names, conditions)
 
+    def read(
+        self, table: TableRef, *, version: int | None = None, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        return self._snapshot(table, self._require(table, version), columns)
+
+    def read_arrow(
+        self,
+        table: TableRef,
+        *,
+        columns: Sequence[str] | None = None,
+        where: Sequence[Condition] = (),
+    ) -> pa.Table:
+        return self._snapshot(table, self._require(table), columns, check_conditions(where))
+
+    def read_keyed(
+        self, table: TableRef, *, key: str, keys: Any, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        values = pc.unique(pc.drop_null(self._to_arrow(keys).column(key))).to_pylist()
+        if not values:
+            schema = spark_schema_to_arrow(self._schema_of(self._require(table)))
+            names = list(schema.names if columns is None else columns)
+            return pa.schema([schema.field(n) for n in names]).empty_table()
+        return self.read_arrow(table, columns=columns, where=[(key, "in", values)])
+
     def read_appends(
-        self, table: TableRef, *, after_version: int | None, until_version: int | None = None
+        self,
+        table: TableRef,
+        *,
+        after_version: int | None,
+        until_version: int | None = None,
+        columns: Sequence[str] | None = None,
     ) -> TableChanges:
         dt = self._require(table)
-        current = _until(table, dt.version(), after_version, until_version)
+        current = check_until(table, dt.version(), after_version, until_version)
         if current != dt.version():
             dt = self._require(table, current)
         if after_version is None:
-            return TableChanges(table, self._dataframe(dt, table, dt.file_uris()), 0, current)
+            return TableChanges(table, self._snapshot(table, dt, columns), 0, current)
+        schema = spark_schema_to_arrow(self._schema_of(dt))
+        names = list(schema.names if columns is None else columns)
         if after_version == current:
-            return TableChanges(table, self._dataframe(dt, table, []), None, current)
-        files, reason = self._added_files(table, after_version + 1, current)
-        if files is None or not self._reads_natively(dt):
+            empty = pa.schema([schema.field(n) for n in names]).empty_table()
+            return TableChanges(table, empty, None, current)
+        try:
+            with self._errors("read the change data feed of", table):
+                # Every column: delta-rs' column list is parsed as SQL, which folds the case of
+                # names such as "Id".
+                reader = dt.load_cdf(starting_version=after_version + 1, ending_version=current)
+                changes = pa.table(reader)
+        except LakeError as exc:
             _log.warning(
-                "%s: cannot read the rows added after version %d incrementally (%s); "
-                "reading the whole table at version %d instead",
+                "%s: cannot read the rows added after version %d from the change data feed "
+                "(%s); reading the whole table at version %d instead",
                 table,
                 after_version,
-                reason or "the table needs a delta-rs read",
+                exc,
                 current,
             )
             return TableChanges(
-                table,
-                self._dataframe(dt, table, dt.file_uris()),
-                after_version + 1,
-                current,
-                full_read=True,
+                table, self._snapshot(table, dt, columns), after_version + 1, current, True
             )
-        return TableChanges(table, self._dataframe(dt, table, files), after_version + 1, current)
+        wanted = pa.schema(
+            [*(schema.field(n) for n in names), pa.field("_change_type", pa.string())]
+        )
+        # Cast first: delta-rs answers with view types, which Arrow's filter does not take.
+        changes = fit_to_schema(changes, wanted)
+        inserted = changes.filter(pc.equal(changes.column("_change_type"), "insert"))
+        rows = inserted.drop_columns(["_change_type"])
+        return TableChanges(table, rows, after_version + 1, current)
 
-    def _added_files(
-        self, table: TableRef, first: int, last: int
-    ) -> tuple[list[str] | None, str | None]:
-        """Data files added with dataChange=true by commits first..last, or why not."""
-        root = self.path(table)
-        files: list[str] = []
-        for version in range(first, last + 1):
-            commit = root / "_delta_log" / f"{version:020d}.json"
-            try:
-                lines = commit.read_text(encoding="utf-8").splitlines()
-            except FileNotFoundError:
-                return None, f"commit {version} was removed from the log by log cleanup"
-            operation = "?"
-            for line in lines:
-                if not line.strip():
-                    continue
-                action = json.loads(line)
-                if "commitInfo" in action:
-                    operation = action["commitInfo"].get("operation", "?")
-                add, remove = action.get("add"), action.get("remove")
-                if add and add.get("dataChange", True):
-                    if add.get("deletionVector"):
-                        return None, f"commit {version} ({operation}) uses deletion vectors"
-                    files.append(self._data_file(root, add["path"]))
-                if remove and remove.get("dataChange", True):
-                    return None, f"commit {version} ({operation}) rewrote or deleted rows"
-        return files, None
+    # ---------------------------------------------------------------------- execution
 
-    @staticmethod
-    def _data_file(root: Path, path: str) -> str:
-        # Paths in the log are URIs: percent-encoded and relative to the table root unless
-        # absolute.
-        decoded = urllib.parse.unquote(path)
-        if "://" in path:
-            parsed = urllib.parse.urlparse(path)
-            return urllib.parse.unquote(parsed.path) if parsed.scheme == "file" else path
-        return decoded if decoded.startswith("/") else str(root / decoded)
+    def rows(self, data: pa.Table, schema: StructType | None = None) -> pa.Table:
+        if schema is None:
+            return normalize_arrow(data)
+        return fit_to_schema(data, spark_schema_to_arrow(schema))
+
+    def map_batches(self, rows: Any, function: BatchFunction, schema: StructType) -> pa.Table:
+        target = spark_schema_to_arrow(schema)
+        batches = self._to_arrow(rows).to_batches(max_chunksize=BATCH_ROWS)
+        out = [fit_to_schema(pa.Table.from_batches([b]), target) for b in function(iter(batches))]
+        return pa.concat_tables(out) if out else target.empty_table()
+
+    def map_groups(
+        self, rows: Any, *, key: str, function: TableFunction, schema: StructType
+    ) -> pa.Table:
+        return fit_to_schema(function(self._to_arrow(rows)), spark_schema_to_arrow(schema))
+
+    def union(self, parts: Sequence[Any], schema: StructType) -> pa.Table:
+        target = spark_schema_to_arrow(schema)
+        tables = [fit_to_schema(self._to_arrow(p), target) for p in parts]
+        return pa.concat_tables(tables) if tables else target.empty_table()
+
+    def persist(self, rows: Any) -> pa.Table:
+        return self._to_arrow(rows)
+
+    def release(self, rows: Any) -> None:
+        """Nothing to free: the rows are Arrow tables of this process."""
+
+    def to_arrow(self, rows: Any) -> pa.Table:
+        return self._to_arrow(rows)
+
+    def count(self, rows: Any) -> int:
+        return int(self._to_arrow(rows).num_rows)
 
     # ---------------------------------------------------------------------- operations
 
@@ -638,10 +672,14 @@ class LocalEngine:
         checkpoint: bool = True,
         vacuum_hours: float | None = None,
     ) -> MaintenanceResult:
-        dt = self._require(table)
+        # A table of its own: maintenance may run on a thread beside this engine's appends.
+        path = self.path(table)
+        if not DeltaTable.is_deltatable(str(path)):
+            raise LakeError(f"table {table} does not exist (no Delta table at {path})")
         removed = added = 0
         checkpoint_version = vacuumed = None
         with self._errors("maintain", table):
+            dt = DeltaTable(str(path))
             if compact:
                 report = dt.optimize.compact()
                 removed = int(report.get("numFilesRemoved", 0))
@@ -697,6 +735,16 @@ class LocalEngine:
                     found.append(TableRef(layer, name))
         return found
 
+    @property
+    def spark(self) -> SparkSession:
+        """The session queries run in (:meth:`sql`)."""
+        if self._spark is None:
+            raise LakeError(
+                "this local engine was created without a Spark session; querying tables with "
+                "Spark SQL needs one (pass spark=local_session())"
+            )
+        return self._spark
+
     def register_sql(self, tables: Iterable[TableRef] | None = None) -> list[str]:
         refs = self.tables() if tables is None else list(tables)
         names = []
@@ -706,85 +754,38 @@ class LocalEngine:
             names.append(self.qualified_name(table))
         return names
 
+    def sql(self, text: str) -> DataFrame:
+        return self.spark.sql(text)
+
     def _after_write(self, table: TableRef) -> None:
         if table in self._registered:
             self._create_view(table)
 
     def _create_view(self, table: TableRef) -> None:
+        from pipelines.engines.local_views import ViewRegistry
+
         dt = self._require(table)
         if not self._reads_natively(dt):
             raise LakeError(
                 f"{table} uses Delta features (partitions, deletion vectors or column mapping) "
                 "that a view over its Parquet files cannot honour; read it with engine.read()"
             )
-        schema = self._schema_of(dt)
-        database = quote_identifier(self.schemas.for_layer(table.layer))
-        self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
-        body = self._view_query(schema, dt.file_uris())
-        self.spark.sql(f"CREATE OR REPLACE VIEW {self.qualified_name(table)} AS {body}")
-        _log.debug(
-            "%s: view %s refreshed at version %d", table, self.qualified_name(table), dt.version()
+        if self._views is None:
+            self._views = ViewRegistry(self.spark)
+        self._views.create(
+            self.schemas.for_layer(table.layer),
+            self.qualified_name(table),
+            self._schema_of(dt),
+            [_data_file(u) for u in dt.file_uris()],
         )
 
-    def _footer_schema(self, file: str) -> StructType:
-        if file not in self._footers:
-            self._footers[file] = arrow_schema_to_spark(pq.read_schema(file))
-        return self._footers[file]
 
-    def _view_query(self, schema: StructType, files: Sequence[str]) -> str:
-        """SELECT over the files, typed as the table: files are grouped by their own
-        schema (older files lack columns added later) and each group is projected onto the
-        table schema."""
-        if not files:
-            columns = ", ".join(
-                f"CAST(NULL AS {spark_type_sql(f.dataType)}) AS {quote_identifier(f.name)}"
-                for f in schema.fields
-            )
-            return f"SELECT {columns} FROM (SELECT 1) AS empty WHERE false"
-        groups: dict[tuple[str, str], list[str]] = {}
-        for file in files:
-            directory, name = file.rsplit("/", 1)
-            groups.setdefault((self._footer_schema(file).json(), directory), []).append(name)
-        selects = []
-        for (file_schema_json, directory), names in groups.items():
-            file_schema = spark_schema_from_delta_json(file_schema_json)
-            have = {f.name.lower(): f for f in file_schema.fields}
-            columns = ", ".join(
-                conform_expression(
-                    quote_identifier(have[f.name.lower()].name) if f.name.lower() in have else "",
-                    have[f.name.lower()].dataType if f.name.lower() in have else None,
-                    f.dataType,
-                )
-                + f" AS {quote_identifier(f.name)}"
-                for f in schema.fields
-            )
-            for start in range(0, len(names), _FILES_PER_GLOB):
-                chunk = names[start : start + _FILES_PER_GLOB]
-                glob = _escape_glob(directory) + "/{" + ",".join(map(_escape_glob, chunk)) + "}"
-                selects.append(f"SELECT {columns} FROM parquet.{quote_identifier(glob)}")
-        return "\nUNION ALL\n".join(selects)
-
-
-def _until(
-    table: TableRef, current: int, after_version: int | None, until_version: int | None
-) -> int:
-    """The last version ``read_appends`` reads, checked against the table's versions."""
-    if after_version is not None and after_version > current:
-        raise LakeError(
-            f"{table} is at version {current}, before the requested after_version "
-            f"{after_version}; was the table dropped and re-created?"
-        )
-    if until_version is None:
-        return current
-    if until_version > current or until_version < 0:
-        raise LakeError(
-            f"{table} has versions 0..{current}; cannot read appends up to version {until_version}"
-        )
-    if after_version is not None and until_version < after_version:
-        raise LakeError(
-            f"{table}: until_version {until_version} is before after_version {after_version}"
-        )
-    return until_version
+def _data_file(uri: str) -> str:
+    """A local path from a file URI delta-rs lists (or the text as it is)."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme == "file":
+        return urllib.parse.unquote(parsed.path)
+    return uri
 
 
 def _read_parquet(
@@ -796,7 +797,7 @@ def _read_parquet(
     needed = list(dict.fromkeys([*names, *(column for column, _op, _v in conditions)]))
     pieces = []
     for file in files:
-        parquet = pq.ParquetFile(file)
+        parquet = pq.ParquetFile(_data_file(file))
         metadata = parquet.metadata
         groups = [
             i
@@ -853,9 +854,11 @@ def _may_match(row_group: Any, conditions: Sequence[Condition]) -> bool:
         if stats is None or not stats.has_min_max:
             continue
         low, high = stats.min, stats.max
-        candidates = value if op == "in" else [value]
         try:
-            if op in ("=", "in") and all(v < low or v > high for v in candidates):
+            if op == "in":
+                if not _any_between(value, low, high):
+                    return False
+            elif op == "=" and (value < low or value > high):
                 return False
             if (op == "<" and not low < value) or (op == "<=" and not low <= value):
                 return False
@@ -864,6 +867,11 @@ def _may_match(row_group: Any, conditions: Sequence[Condition]) -> bool:
         except TypeError:
             continue  # statistics of another type (timestamps, decimals): no pruning
     return True
+
+
+def _any_between(values: Sequence[Any], low: Any, high: Any) -> bool:
+    """Whether some of ``values`` lies in ``[low, high]``."""
+    return any(low <= v <= high for v in values)
 
 
 def _history_entry(commit: Mapping[str, Any]) -> HistoryEntry:

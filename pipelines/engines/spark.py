@@ -1,15 +1,24 @@
-"""The ``spark`` lake engine: delta-spark on Databricks or any Spark cluster with the Delta jar.
+"""The ``spark`` lake engine: delta-spark on Databricks or any Spark cluster with the Delta jars.
 
-Tables are catalog tables named ```catalog`.`schema`.`table``` (Unity Catalog) or
-```schema`.`table``` when no catalog is configured. Everything is plain Delta Spark:
+Where tables live:
+
+- with a ``catalog`` (Unity Catalog on Databricks, or any catalog of the session), tables are
+  the catalog's managed tables named ```catalog`.`schema`.`table```;
+- without one, tables are Delta directories under ``location`` (``<location>/<layer>/<prefix>
+  <name>``, the local engine's layout, so either engine reads and writes the other's lake),
+  registered in the session catalog as ```schema`.`table``` external tables.
+
+The layer functions run on the executors: :meth:`SparkEngine.map_batches` is ``mapInArrow``,
+:meth:`SparkEngine.map_groups` repartitions by the key and runs the function on each
+partition's rows. Everything else is plain Delta Spark:
 
 - appends and overwrites are ``DataFrameWriter.saveAsTable`` with ``format("delta")``;
   idempotency uses Delta's own ``txnAppId`` / ``txnVersion`` writer options (and, for MERGE,
   the ``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` session settings), so Delta
   itself skips a write it has already committed;
 - merges are ``DeltaTable.forName(...).merge`` with schema evolution;
-- ``read_appends`` reads the Change Data Feed (inserts only) of the version range, which is
-  why :meth:`SparkEngine.ensure_table` turns ``delta.enableChangeDataFeed`` on;
+- ``read_appends`` reads the change data feed (inserts) of the version range, which is why
+  every table has ``delta.enableChangeDataFeed`` on;
 - history, OPTIMIZE and VACUUM are SQL. Delta Spark writes log checkpoints by itself (every
   ``delta.checkpointInterval`` commits) and cleans the log up after them.
 
@@ -25,6 +34,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -32,17 +42,22 @@ import pyarrow as pa
 from ingest.errors import LakeError
 from pipelines.engines.arrow import arrow_to_dataframe, dataframe_to_arrow, same_type
 from pipelines.engines.base import (
+    CDF_PROPERTY,
+    DEFAULT_PROPERTIES,
     LAYERS,
+    BatchFunction,
     CommitResult,
     Condition,
     HistoryEntry,
     MaintenanceResult,
     MergeMetrics,
     TableChanges,
+    TableFunction,
     TableRef,
     Txn,
     WriteLayout,
     check_conditions,
+    check_until,
     decode_user_metadata,
     encode_user_metadata,
     merge_keys,
@@ -61,8 +76,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructField, StructType
 
 __all__ = [
-    "CDF_PROPERTY",
-    "DEFAULT_PROPERTIES",
     "TXN_APP_ID_CONF",
     "TXN_VERSION_CONF",
     "USER_METADATA_CONF",
@@ -80,13 +93,24 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-CDF_PROPERTY = "delta.enableChangeDataFeed"
-DEFAULT_PROPERTIES: Mapping[str, str] = {CDF_PROPERTY: "true"}
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 AUTO_MERGE_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
+# Delta's log class in open-source Delta and in Databricks runtimes.
+_DELTA_LOG_CLASSES = (
+    "org.apache.spark.sql.delta.DeltaLog",
+    "com.databricks.sql.transaction.tahoe.DeltaLog",
+)
+
+
+def _jvm_class(jvm: Any, name: str) -> Any:
+    target = jvm
+    for part in name.split("."):
+        target = getattr(target, part)
+    return target
+
 
 # Operations that only add rows (or change no rows at all), as DESCRIBE HISTORY names them.
 _METADATA_ONLY = frozenset(
@@ -261,8 +285,24 @@ def history_entry(row: Mapping[str, Any]) -> HistoryEntry:
 # ----------------------------------------------------------------------------- the engine
 
 
+class _PerPartition:
+    """Runs a :data:`~pipelines.engines.base.TableFunction` on all the rows of a partition
+    (``mapInArrow`` after a repartition by key): picklable."""
+
+    def __init__(self, function: TableFunction) -> None:
+        self.function = function
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        collected = list(batches)
+        if not collected:
+            return
+        result = self.function(pa.Table.from_batches(collected))
+        yield from result.to_batches()
+
+
 class SparkEngine:
-    """Delta tables in the Spark catalog (Unity Catalog on Databricks), through delta-spark."""
+    """Delta tables through delta-spark: catalog tables (Unity Catalog on Databricks) when a
+    ``catalog`` is given, else Delta directories under ``location``."""
 
     name: Literal["spark"] = "spark"
 
@@ -271,13 +311,17 @@ class SparkEngine:
         spark: SparkSession,
         *,
         catalog: str | None = None,
+        location: str | Path | None = None,
         schemas: SchemasSpec | None = None,
         table_prefix: str = "",
         default_properties: Mapping[str, str] = DEFAULT_PROPERTIES,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        if catalog is None and location is None:
+            raise LakeError("the spark engine needs a catalog or a location for its tables")
         self._spark = spark
         self.catalog = catalog
+        self.location = None if catalog else _absolute(location)
         self.schemas = schemas or SchemasSpec()
         self.table_prefix = table_prefix
         self.default_properties = dict(default_properties)
@@ -288,16 +332,19 @@ class SparkEngine:
     def from_spec(
         cls, lake: LakeSpec, spark: SparkSession, *, clock: Callable[[], float] = time.perf_counter
     ) -> SparkEngine:
+        """Catalog tables when ``lake.catalog`` is set, else tables under ``lake.location``."""
         return cls(
             spark,
             catalog=lake.catalog,
+            location=None if lake.catalog else lake.location,
             schemas=lake.schemas,
             table_prefix=lake.table_prefix,
             clock=clock,
         )
 
     def __repr__(self) -> str:
-        return f"SparkEngine(catalog={self.catalog!r})"
+        where = f"catalog={self.catalog!r}" if self.catalog else f"location={self.location!r}"
+        return f"SparkEngine({where})"
 
     @property
     def spark(self) -> SparkSession:
@@ -317,6 +364,18 @@ class SparkEngine:
         schema = self.schemas.for_layer(layer)  # type: ignore[arg-type]
         parts = [self.catalog, schema] if self.catalog else [schema]
         return ".".join(quote_identifier(p) for p in parts)
+
+    def path(self, table: TableRef) -> str:
+        """Directory of ``table`` (location mode): ``<location>/<layer>/<prefix><name>``."""
+        if self.location is None:
+            raise LakeError(f"{table} is a catalog table ({self.qualified_name(table)}): no path")
+        return f"{self.location}/{table.layer}/{self.table_prefix}{table.name}"
+
+    def _ident(self, table: TableRef) -> str:
+        """How SQL names the table itself: its catalog name, or ``delta.`<path>```."""
+        if self.location is None:
+            return self.qualified_name(table)
+        return f"delta.{quote_identifier(self.path(table))}"
 
     # ------------------------------------------------------------------------ helpers
 
@@ -339,11 +398,21 @@ class SparkEngine:
                 else:
                     conf.set(key, old)
 
+    @contextlib.contextmanager
+    def _errors(self, action: str, table: TableRef) -> Iterator[None]:
+        try:
+            yield
+        except LakeError:
+            raise
+        except Exception as exc:  # py4j and pyspark raise many types; keep the cause
+            raise LakeError(f"{action} {self._ident(table)} ({table}) failed: {exc}") from exc
+
     def _history_rows(self, table: TableRef, limit: int | None) -> list[dict[str, Any]]:
-        text = f"DESCRIBE HISTORY {self.qualified_name(table)}"
+        text = f"DESCRIBE HISTORY {self._ident(table)}"
         if limit is not None:
             text += f" LIMIT {int(limit)}"
-        return [row.asDict(recursive=True) for row in self._sql(text).collect()]
+        with self._errors("read the history of", table):
+            return [row.asDict(recursive=True) for row in self._sql(text).collect()]
 
     def _require(self, table: TableRef) -> int:
         version = self.version(table)
@@ -351,16 +420,35 @@ class SparkEngine:
             raise LakeError(f"table {self.qualified_name(table)} ({table}) does not exist")
         return version
 
-    def _dataframe(self, data: DataFrame | pa.Table) -> DataFrame:
+    def _dataframe(self, data: Any) -> DataFrame:
         if isinstance(data, pa.Table):
             return arrow_to_dataframe(self._spark, data)
-        return data
+        frame: DataFrame = data
+        return frame
+
+    def _reader(self, table: TableRef) -> Any:
+        return self._spark.read.format("delta")
+
+    def _load(self, reader: Any, table: TableRef) -> DataFrame:
+        frame: DataFrame = (
+            reader.table(self.qualified_name(table))
+            if self.location is None
+            else reader.load(self.path(table))
+        )
+        return frame
 
     # ----------------------------------------------------------------------- metadata
 
     def exists(self, table: TableRef) -> bool:
-        # Identifiers are validated plain names, so the dotted form needs no quoting here.
-        return bool(self._spark.catalog.tableExists(".".join(self._parts(table))))
+        if self.location is None:
+            # Identifiers are validated plain names, so the dotted form needs no quoting.
+            return bool(self._spark.catalog.tableExists(".".join(self._parts(table))))
+        path = self.path(table)
+        if "://" not in path:
+            return Path(path, "_delta_log").is_dir()
+        from delta.tables import DeltaTable
+
+        return bool(DeltaTable.isDeltaTable(self._spark, path))
 
     def version(self, table: TableRef) -> int | None:
         if not self.exists(table):
@@ -371,21 +459,25 @@ class SparkEngine:
     def schema(self, table: TableRef) -> StructType | None:
         if not self.exists(table):
             return None
-        return self._spark.table(self.qualified_name(table)).schema
+        with self._errors("read the schema of", table):
+            return self._load(self._reader(table), table).schema
 
     def properties(self, table: TableRef) -> dict[str, str]:
-        rows = self._sql(f"SHOW TBLPROPERTIES {self.qualified_name(table)}").collect()
+        with self._errors("read the properties of", table):
+            rows = self._sql(f"SHOW TBLPROPERTIES {self._ident(table)}").collect()
         return {str(r["key"]): str(r["value"]) for r in rows}
 
     def ensure_table(
         self, table: TableRef, schema: StructType, *, properties: Mapping[str, str] | None = None
     ) -> None:
         wanted = {**self.default_properties, **(properties or {})}
-        qualified = self.qualified_name(table)
+        ident = self._ident(table)
         if not self.exists(table):
-            self._sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_name(table.layer)}")
-            self._sql(create_table_sql(qualified, schema, wanted))
-            _log.info("created %s", qualified)
+            with self._errors("create", table):
+                if self.location is None:
+                    self._sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_name(table.layer)}")
+                self._sql(create_table_sql(ident, schema, wanted))
+            _log.info("created %s (%s)", table, ident)
             return
         current = self.schema(table)
         assert current is not None
@@ -397,28 +489,65 @@ class SparkEngine:
                 missing.append(f)
             elif not same_type(existing.dataType, f.dataType):
                 raise LakeError(
-                    f"column {f.name!r} of {qualified} is {existing.dataType.simpleString()}, "
-                    f"not {f.dataType.simpleString()}; changing a column type needs a rewrite"
+                    f"column {f.name!r} of {self.qualified_name(table)} is "
+                    f"{existing.dataType.simpleString()}, not {f.dataType.simpleString()}; "
+                    "changing a column type needs a rewrite"
                 )
-        if missing:
-            self._sql(add_columns_sql(qualified, missing))
-        have = self.properties(table)
-        changed = {k: v for k, v in wanted.items() if have.get(k) != v}
-        if changed:
-            self._sql(set_properties_sql(qualified, changed))
+        with self._errors("alter", table):
+            if missing:
+                self._sql(add_columns_sql(ident, missing))
+            have = self.properties(table)
+            changed = {k: v for k, v in wanted.items() if have.get(k) != v}
+            if changed:
+                self._sql(set_properties_sql(ident, changed))
 
     def txn_version(self, table: TableRef, app_id: str) -> int | None:
-        """Latest txn version for ``app_id``, from this process's writes or else from the
-        ``userMetadata`` of the table's history (Delta exposes no SQL for its txn actions;
-        Delta itself still refuses a duplicate even when history no longer shows it)."""
+        """Latest txn version for ``app_id``: from this process's writes, else from the
+        snapshot's transactions (read through Delta's JVM classes), else -- where those
+        classes cannot be reached -- from the ``userMetadata`` of the table's history."""
         known = self._txns.get((table, app_id))
         if known is not None or not self.exists(table):
             return known
-        for row in self._history_rows(table, None):
-            _metadata, txn = decode_user_metadata(row.get("userMetadata"))
-            if txn is not None and txn.app_id == app_id:
-                self._txns[(table, app_id)] = txn.version
-                return txn.version
+        transactions = self._snapshot_transactions(table)
+        if transactions is not None:
+            found = transactions.get(app_id)
+        else:
+            found = None
+            for row in self._history_rows(table, None):
+                _metadata, txn = decode_user_metadata(row.get("userMetadata"))
+                if txn is not None and txn.app_id == app_id:
+                    found = txn.version
+                    break
+        if found is not None:
+            self._txns[(table, app_id)] = found
+        return found
+
+    def _snapshot_transactions(self, table: TableRef) -> dict[str, int] | None:
+        """The application transactions of the table's latest snapshot, or ``None`` when
+        Delta's classes are not reachable through the JVM gateway (Spark Connect)."""
+        jvm: Any = getattr(self._spark, "_jvm", None)
+        if jvm is None:
+            return None
+        if self.location is not None:
+            path = self.path(table)
+        else:
+            with self._errors("describe", table):
+                detail = self._sql(f"DESCRIBE DETAIL {self._ident(table)}").collect()[0]
+            path = str(detail["location"])
+        for name in _DELTA_LOG_CLASSES:
+            try:
+                delta_log = _jvm_class(jvm, name).forTable(self._spark._jsparkSession, path)
+                empty = jvm.scala.Option.empty()
+                snapshot = delta_log.update(False, empty, empty)
+                entries = snapshot.transactions()
+                out: dict[str, int] = {}
+                iterator = entries.iterator()
+                while iterator.hasNext():
+                    pair = iterator.next()
+                    out[str(pair._1())] = int(pair._2())
+                return out
+            except Exception as exc:  # a class or signature this runtime does not have
+                _log.debug("reading the transactions of %s with %s failed: %s", table, name, exc)
         return None
 
     def _already_applied(self, table: TableRef, txn: Txn | None) -> bool:
@@ -435,7 +564,7 @@ class SparkEngine:
     def _write(
         self,
         table: TableRef,
-        data: DataFrame | pa.Table,
+        data: Any,
         *,
         mode: Literal["append", "overwrite"],
         txn: Txn | None,
@@ -450,10 +579,11 @@ class SparkEngine:
         writer = df.write.format("delta").mode(mode)
         for key, value in options.items():
             writer = writer.option(key, value)
-        try:
-            writer.saveAsTable(self.qualified_name(table))
-        except Exception as exc:  # py4j and pyspark raise many types; keep the cause
-            raise LakeError(f"{mode} to {self.qualified_name(table)} failed: {exc}") from exc
+        with self._errors(mode, table):
+            if self.location is None:
+                writer.saveAsTable(self.qualified_name(table))
+            else:
+                writer.save(self.path(table))
         (latest,) = self._history_rows(table, 1)
         after = int(latest["version"])
         self._remember(table, txn)
@@ -467,20 +597,32 @@ class SparkEngine:
     def append(
         self,
         table: TableRef,
-        data: DataFrame | pa.Table,
+        data: Any,
         *,
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
         evolve_schema: bool = True,
         layout: WriteLayout | None = None,
     ) -> CommitResult:
+        if isinstance(data, pa.Table) and data.num_rows == 0 and txn is None:
+            return CommitResult(table, None, skipped=False, rows=0)
         options = write_options(txn, metadata, merge_schema=evolve_schema, layout=layout)
         return self._write(table, data, mode="append", txn=txn, options=options)
+
+    def append_parts(
+        self,
+        table: TableRef,
+        parts: Sequence[tuple[pa.Table, Txn]],
+        *,
+        metadata: Mapping[str, str] | None = None,
+    ) -> list[CommitResult]:
+        # A Delta Spark write records one application transaction: a commit per part.
+        return [self.append(table, data, txn=txn, metadata=metadata) for data, txn in parts]
 
     def overwrite(
         self,
         table: TableRef,
-        data: DataFrame | pa.Table,
+        data: Any,
         *,
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
@@ -494,7 +636,7 @@ class SparkEngine:
     def merge(
         self,
         table: TableRef,
-        source: DataFrame | pa.Table,
+        source: Any,
         *,
         on: Sequence[str],
         update_condition: str | None = None,
@@ -517,33 +659,38 @@ class SparkEngine:
         if self._already_applied(table, txn):
             return MergeMetrics(table, 0, 0, 0, 0, self.version(table), True, 0.0)
         df = self._dataframe(source)
+        lower = {c.lower() for c in df.columns}
+        absent = [k for k in on if k.lower() not in lower]
+        if absent:
+            raise LakeError(
+                f"merge into {table}: key columns {absent} are not in the source (columns: "
+                f"{', '.join(df.columns)})"
+            )
         if not self.exists(table):
             self.ensure_table(table, df.schema)
         before = self._require(table)
-        target = DeltaTable.forName(self._spark, self.qualified_name(table)).alias("target")
-        builder = target.merge(df.alias("source"), condition)
-        if delete_condition:
-            builder = builder.whenMatchedDelete(condition=delete_condition)
-        builder = builder.whenMatchedUpdateAll(condition=update_condition)
-        if insert:
-            builder = builder.whenNotMatchedInsertAll()
-        conf: dict[str, str] = {}
-        if evolve_schema:
-            if hasattr(builder, "withSchemaEvolution"):  # Delta 3.2+
-                builder = builder.withSchemaEvolution()
+        with self._errors("merge into", table):
+            if self.location is None:
+                target = DeltaTable.forName(self._spark, self.qualified_name(table))
             else:
-                conf[AUTO_MERGE_CONF] = "true"
-        if txn is not None:
-            conf[TXN_APP_ID_CONF] = txn.app_id
-            conf[TXN_VERSION_CONF] = str(txn.version)
-        user_metadata = encode_user_metadata(metadata, txn)
-        if user_metadata:
-            conf[USER_METADATA_CONF] = user_metadata
-        try:
+                target = DeltaTable.forPath(self._spark, self.path(table))
+            builder = target.alias("target").merge(df.alias("source"), condition)
+            if delete_condition:
+                builder = builder.whenMatchedDelete(condition=delete_condition)
+            builder = builder.whenMatchedUpdateAll(condition=update_condition)
+            if insert:
+                builder = builder.whenNotMatchedInsertAll()
+            conf: dict[str, str] = {}
+            if evolve_schema:
+                builder = builder.withSchemaEvolution()
+            if txn is not None:
+                conf[TXN_APP_ID_CONF] = txn.app_id
+                conf[TXN_VERSION_CONF] = str(txn.version)
+            user_metadata = encode_user_metadata(metadata, txn)
+            if user_metadata:
+                conf[USER_METADATA_CONF] = user_metadata
             with self._session_conf(conf):
                 builder.execute()
-        except Exception as exc:
-            raise LakeError(f"merge into {self.qualified_name(table)} failed: {exc}") from exc
         self._remember(table, txn)
         (latest,) = self._history_rows(table, 1)
         after = int(latest["version"])
@@ -566,11 +713,27 @@ class SparkEngine:
 
     # ------------------------------------------------------------------------- reading
 
-    def read(self, table: TableRef, *, version: int | None = None) -> DataFrame:
+    def read(
+        self, table: TableRef, *, version: int | None = None, columns: Sequence[str] | None = None
+    ) -> DataFrame:
         self._require(table)
-        if version is None:
-            return self._spark.table(self.qualified_name(table))
-        return self._sql(f"SELECT * FROM {self.qualified_name(table)} VERSION AS OF {int(version)}")
+        reader = self._reader(table)
+        if version is not None:
+            reader = reader.option("versionAsOf", str(int(version)))
+        with self._errors("read", table):
+            df = self._load(reader, table)
+        return df if columns is None else df.select(*[quote_identifier(c) for c in columns])
+
+    def read_keyed(
+        self, table: TableRef, *, key: str, keys: Any, columns: Sequence[str] | None = None
+    ) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        wanted = self._dataframe(keys).select(F.col(quote_identifier(key)).alias(key))
+        # The batch's keys are few next to the table's rows: broadcast them, so the table's
+        # rows are filtered where they are read instead of being shuffled for the join.
+        ids = F.broadcast(wanted.where(F.col(key).isNotNull()).distinct())
+        return self.read(table, columns=columns).join(ids, on=key, how="left_semi")
 
     def read_arrow(
         self,
@@ -580,59 +743,50 @@ class SparkEngine:
         where: Sequence[Condition] = (),
     ) -> pa.Table:
         self._require(table)
-        text = select_sql(self.qualified_name(table), columns, where)
-        try:
+        text = select_sql(self._ident(table), columns, where)
+        with self._errors("read", table):
             return dataframe_to_arrow(self._sql(text))
-        except LakeError:
-            raise
-        except Exception as exc:  # py4j and pyspark raise many types; keep the cause
-            raise LakeError(f"reading {self.qualified_name(table)} failed: {exc}") from exc
 
     def read_appends(
-        self, table: TableRef, *, after_version: int | None, until_version: int | None = None
+        self,
+        table: TableRef,
+        *,
+        after_version: int | None,
+        until_version: int | None = None,
+        columns: Sequence[str] | None = None,
     ) -> TableChanges:
         latest = self._require(table)
-        qualified = self.qualified_name(table)
-        if after_version is not None and after_version > latest:
-            raise LakeError(
-                f"{qualified} is at version {latest}, before the requested after_version "
-                f"{after_version}; was the table dropped and re-created?"
-            )
-        current = latest if until_version is None else until_version
-        if current > latest or current < 0:
-            raise LakeError(
-                f"{qualified} has versions 0..{latest}; cannot read appends up to version {current}"
-            )
-        if after_version is not None and current < after_version:
-            raise LakeError(
-                f"{qualified}: until_version {current} is before after_version {after_version}"
-            )
+        current = check_until(table, latest, after_version, until_version)
         if after_version is None:
-            return TableChanges(table, self.read(table, version=current), 0, current)
+            return TableChanges(
+                table, self.read(table, version=current, columns=columns), 0, current
+            )
         if after_version == current:
-            return TableChanges(table, self.read(table, version=current).limit(0), None, current)
+            empty = self.read(table, version=current, columns=columns).limit(0)
+            return TableChanges(table, empty, None, current)
         reason = self._incremental_obstacle(table, after_version + 1, current, latest)
         if reason is not None:
             _log.warning(
-                "%s: cannot read the rows added after version %d incrementally (%s); reading "
-                "the whole table at version %d instead",
+                "%s: cannot read the rows added after version %d from the change data feed "
+                "(%s); reading the whole table at version %d instead",
                 table,
                 after_version,
                 reason,
                 current,
             )
-            return TableChanges(
-                table, self.read(table, version=current), after_version + 1, current, True
-            )
-        df = (
-            self._spark.read.format("delta")
+            rows = self.read(table, version=current, columns=columns)
+            return TableChanges(table, rows, after_version + 1, current, True)
+        reader = (
+            self._reader(table)
             .option("readChangeFeed", "true")
             .option("startingVersion", str(after_version + 1))
             .option("endingVersion", str(current))
-            .table(qualified)
-            .where("_change_type = 'insert'")
-            .drop("_change_type", "_commit_version", "_commit_timestamp")
         )
+        with self._errors("read the change data feed of", table):
+            df = self._load(reader, table).where("_change_type = 'insert'")
+        df = df.drop("_change_type", "_commit_version", "_commit_timestamp")
+        if columns is not None:
+            df = df.select(*[quote_identifier(c) for c in columns])
         return TableChanges(table, df, after_version + 1, current)
 
     def _incremental_obstacle(
@@ -654,9 +808,66 @@ class SparkEngine:
                 CDF_PROPERTY in str(entry.parameters)
             ):
                 return f"{CDF_PROPERTY} changed in version {entry.version}"
-            if not is_append_only(entry.operation, entry.parameters, entry.metrics):
-                return f"version {entry.version} ({entry.operation}) rewrote or deleted rows"
         return None
+
+    # ---------------------------------------------------------------------- execution
+
+    def rows(self, data: pa.Table, schema: StructType | None = None) -> DataFrame:
+        return arrow_to_dataframe(self._spark, data, schema)
+
+    def map_batches(self, rows: Any, function: BatchFunction, schema: StructType) -> DataFrame:
+        return self._dataframe(rows).mapInArrow(function, schema)  # type: ignore[arg-type]
+
+    def map_groups(
+        self, rows: Any, *, key: str, function: TableFunction, schema: StructType
+    ) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        grouped = self._dataframe(rows).repartition(F.col(quote_identifier(key)))
+        return grouped.mapInArrow(_PerPartition(function), schema)  # type: ignore[arg-type]
+
+    def union(self, parts: Sequence[Any], schema: StructType) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        frames = [self.rows(p, schema) if isinstance(p, pa.Table) else p for p in parts] or [
+            self._spark.createDataFrame([], schema)
+        ]
+        shaped = [
+            f.select(
+                *[
+                    (
+                        F.col(quote_identifier(field.name))
+                        if field.name in f.columns
+                        else F.lit(None)
+                    )
+                    .cast(field.dataType)
+                    .alias(field.name)
+                    for field in schema.fields
+                ]
+            )
+            for f in frames
+        ]
+        out = shaped[0]
+        for frame in shaped[1:]:
+            out = out.unionByName(frame)
+        return out
+
+    def persist(self, rows: Any) -> DataFrame:
+        return self._dataframe(rows).persist()
+
+    def release(self, rows: Any) -> None:
+        if not isinstance(rows, pa.Table):
+            rows.unpersist()
+
+    def to_arrow(self, rows: Any) -> pa.Table:
+        if isinstance(rows, pa.Table):
+            return rows
+        return dataframe_to_arrow(rows)
+
+    def count(self, rows: Any) -> int:
+        if isinstance(rows, pa.Table):
+            return int(rows.num_rows)
+        return int(rows.count())
 
     # ---------------------------------------------------------------------- operations
 
@@ -673,31 +884,32 @@ class SparkEngine:
         vacuum_hours: float | None = None,
     ) -> MaintenanceResult:
         self._require(table)
-        qualified = self.qualified_name(table)
+        ident = self._ident(table)
         removed = added = 0
-        if compact:
-            rows = self._sql(f"OPTIMIZE {qualified}").collect()
-            report = rows[0].asDict(recursive=True).get("metrics") if rows else None
-            if isinstance(report, Mapping):
-                removed = _int(report, "numFilesRemoved")
-                added = _int(report, "numFilesAdded")
-        if checkpoint:
-            _log.debug("%s: Delta Spark writes log checkpoints itself", qualified)
-        if vacuum_hours is not None:
-            if vacuum_hours < 0:
-                raise LakeError(f"vacuum_hours must be >= 0 (got {vacuum_hours})")
-            hours = math.ceil(vacuum_hours)
-            conf = {RETENTION_CHECK_CONF: "false"} if hours < 168 else {}
-            with self._session_conf(conf):
-                self._sql(f"VACUUM {qualified} RETAIN {hours} HOURS")
+        with self._errors("maintain", table):
+            if compact:
+                rows = self._sql(f"OPTIMIZE {ident}").collect()
+                report = rows[0].asDict(recursive=True).get("metrics") if rows else None
+                if isinstance(report, Mapping):
+                    removed = _int(report, "numFilesRemoved")
+                    added = _int(report, "numFilesAdded")
+            if checkpoint:
+                _log.debug("%s: Delta Spark writes log checkpoints itself", ident)
+            if vacuum_hours is not None:
+                if vacuum_hours < 0:
+                    raise LakeError(f"vacuum_hours must be >= 0 (got {vacuum_hours})")
+                hours = math.ceil(vacuum_hours)
+                conf = {RETENTION_CHECK_CONF: "false"} if hours < 168 else {}
+                with self._session_conf(conf):
+                    self._sql(f"VACUUM {ident} RETAIN {hours} HOURS")
         return MaintenanceResult(table, removed, added, None, None)
 
-    def register_sql(self, tables: Iterable[TableRef] | None = None) -> list[str]:
-        """Catalog tables are queryable already: this only lists the existing ones."""
-        refs = list(tables) if tables is not None else self._catalog_tables()
-        return [self.qualified_name(t) for t in refs if self.exists(t)]
+    # ---------------------------------------------------------------------------- SQL
 
-    def _catalog_tables(self) -> list[TableRef]:
+    def tables(self) -> list[TableRef]:
+        """Every table of this engine's lake (its directories, or its catalog schemas)."""
+        if self.location is not None:
+            return _tables_under(self.location, self.table_prefix)
         found = []
         for layer in LAYERS:
             try:
@@ -710,3 +922,71 @@ class SparkEngine:
                     with contextlib.suppress(ValueError):
                         found.append(TableRef(layer, name.removeprefix(self.table_prefix)))
         return found
+
+    def register_sql(self, tables: Iterable[TableRef] | None = None) -> list[str]:
+        """Catalog tables are queryable already; tables under a location are registered in
+        the session catalog as external tables named like them."""
+        refs = [t for t in (self.tables() if tables is None else tables) if self.exists(t)]
+        if self.location is not None:
+            for table in refs:
+                self._bind(table)
+        return [self.qualified_name(t) for t in refs]
+
+    def _bind(self, table: TableRef) -> None:
+        """Point the session catalog's name of ``table`` at its directory."""
+        qualified = self.qualified_name(table)
+        dotted = ".".join(self._parts(table))
+        path = self.path(table)
+        with self._errors("register", table):
+            self._sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_name(table.layer)}")
+            if self._spark.catalog.tableExists(dotted):
+                detail = self._sql(f"DESCRIBE DETAIL {qualified}").collect()[0]
+                if _same_location(str(detail["location"]), path):
+                    return
+                if str(self._spark.catalog.getTable(dotted).tableType).upper() != "EXTERNAL":
+                    raise LakeError(
+                        f"the session catalog has a managed table {qualified}; the spark "
+                        f"engine cannot name the table at {path} so"
+                    )
+                self._sql(f"DROP TABLE {qualified}")
+            self._sql(f"CREATE TABLE {qualified} USING DELTA LOCATION {quote_string(path)}")
+
+    def sql(self, text: str) -> DataFrame:
+        return self._sql(text)
+
+
+def _absolute(location: str | Path | None) -> str:
+    text = str(location)
+    if "://" in text:
+        return text.rstrip("/")
+    return str(Path(text).expanduser().absolute())
+
+
+def _same_location(listed: str, path: str) -> bool:
+    def plain(text: str) -> str:
+        for prefix in ("file://", "file:"):
+            if text.startswith(prefix):
+                text = text[len(prefix) :]
+                break
+        return text.rstrip("/")
+
+    return plain(listed) == plain(path)
+
+
+def _tables_under(location: str, prefix: str) -> list[TableRef]:
+    from pipelines.spec import is_identifier
+
+    found = []
+    for layer in LAYERS:
+        layer_dir = Path(location) / layer
+        if not layer_dir.is_dir():
+            continue
+        for child in sorted(layer_dir.iterdir()):
+            name = child.name.removeprefix(prefix)
+            if (
+                child.name.startswith(prefix)
+                and is_identifier(name)
+                and (child / "_delta_log").is_dir()
+            ):
+                found.append(TableRef(layer, name))
+    return found
