@@ -19,8 +19,8 @@ dies (its stdin, a pipe from here, closes). A child that exits with an error fai
 Each layer keeps its own exactly-once bookkeeping in Delta (replay checkpoints, app
 transactions), so a run that is killed at any instant resumes where the tables say.
 
-The landing writes without a JVM, but the Spark session silver and gold need is started
-before the landing connects: launching the JVM forks this process, and a fork while gRPC's
+With the spark engine, the Spark session silver and gold need is started before the landing
+connects: launching the JVM forks this process, and a fork while gRPC's
 threads run can leave the child unable to start Java.
 """
 
@@ -45,6 +45,7 @@ from ingest.errors import ReplayIdError, SfcdcError
 from pipelines.bronze import BronzeLanding, LandingResult
 from pipelines.connect import connect, secret_resolver
 from pipelines.gold.job import GoldResult, run_gold
+from pipelines.session import engine_for
 from pipelines.silver.job import SilverResult, run_silver
 from pipelines.spec import Conf
 
@@ -312,10 +313,11 @@ class _ChildLanding:
 class Pipeline:
     """Runs landing, silver and gold for ``conf`` (optionally only ``objects``).
 
-    ``lake_engine`` makes the engine the landing writes with (no Spark session needed);
-    ``spark_engine`` makes the one silver and gold read and write with, called once, before
-    the landing connects. ``report`` receives progress lines of a continuous run;
-    ``environ`` resolves secret references; ``monotonic`` times passes and intervals.
+    ``landing_engine`` makes the engine the landing writes with, ``engine`` the one silver and
+    gold read and write with (called once, before the landing connects: a Spark session
+    starts then); both default to :func:`~pipelines.session.engine_for` of the lake.
+    ``report`` receives progress lines of a continuous run; ``environ`` resolves secret
+    references; ``monotonic`` times passes and intervals.
     ``landing_process``: continuous runs land in that child process instead of a thread
     (:meth:`run_once` always lands in this process).
     """
@@ -325,25 +327,25 @@ class Pipeline:
         conf: Conf,
         *,
         objects: Sequence[str] | None = None,
-        lake_engine: Callable[[], LakeEngine] | None = None,
-        spark_engine: Callable[[], LakeEngine] | None = None,
+        landing_engine: Callable[[], LakeEngine] | None = None,
+        engine: Callable[[], LakeEngine] | None = None,
         report: Callable[[str], None] | None = None,
         environ: dict[str, str] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         logger: logging.Logger | None = None,
         landing_process: LandingProcess | None = None,
     ) -> None:
-        from pipelines.commands.ingest import lake_engine as landing_engine
         from pipelines.commands.ingest import select_topics
 
         self.conf = conf
         self.objects = tuple(objects) if objects else None
         self._topics = select_topics(conf, self.objects)
-        self._lake_engine = lake_engine or (
-            lambda: landing_engine(conf.pipeline.lake, environ=environ)
+        # Two engines: the landing commits from its own thread (or process) while passes run.
+        self._landing_engine = landing_engine or (
+            lambda: engine_for(conf.pipeline.lake, environ=environ or os.environ)
         )
-        self._spark_engine_factory = spark_engine or (lambda: _default_spark_engine(conf))
-        self._spark_engine: LakeEngine | None = None
+        self._engine_factory = engine or (lambda: engine_for(conf.pipeline.lake))
+        self._pass_engine: LakeEngine | None = None
         self._log = logger or _log
         self._report = report or (lambda line: self._log.info("%s", line))
         self._environ = environ
@@ -512,21 +514,21 @@ class Pipeline:
         return PassResult(silver, gold, self._monotonic() - started)
 
     def engine(self) -> LakeEngine:
-        """The engine silver and gold use (its Spark session is started on the first call)."""
+        """The engine silver and gold use (made on the first call)."""
         return self._engine()
 
     # -----------------------------------------------------------------------------------------
 
     def _engine(self) -> LakeEngine:
-        if self._spark_engine is None:
-            self._spark_engine = self._spark_engine_factory()
-        return self._spark_engine
+        if self._pass_engine is None:
+            self._pass_engine = self._engine_factory()
+        return self._pass_engine
 
     def _land(
         self, *, once: bool, duration: float | None, ready: threading.Event | None = None
     ) -> LandingResult:
         conf = self.conf
-        engine = self._lake_engine()
+        engine = self._landing_engine()
         secrets = secret_resolver(environ=self._environ)
         with connect(conf.pipeline.connection, secrets=secrets, topics=self._topics) as source:
             landing = BronzeLanding(
@@ -554,10 +556,3 @@ class Pipeline:
                     error_code=exc.error_code,
                     rpc_id=exc.rpc_id,
                 ) from exc
-
-
-def _default_spark_engine(conf: Conf) -> LakeEngine:
-    from pipelines.commands.silver import _session
-    from pipelines.engines import make_engine
-
-    return make_engine(conf.pipeline.lake, _session(conf))

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from pipelines.engines import LakeEngine
     from pipelines.spec import LakeSpec
 
 __all__ = [
     "DELTA_SESSION_CONF",
     "LOCAL_SESSION_CONF",
+    "engine_for",
     "local_session",
     "session_for",
     "spark_dirs",
@@ -130,3 +132,24 @@ def session_for(lake: LakeSpec, *, environ: Mapping[str, str] = os.environ) -> S
     if "DATABRICKS_RUNTIME_VERSION" in environ:
         return SparkSession.builder.getOrCreate()
     return local_session(delta=lake.engine == "spark", workdir=lake.location)
+
+
+def engine_for(
+    lake: LakeSpec, *, sql: bool = False, environ: Mapping[str, str] = os.environ
+) -> LakeEngine:
+    """The lake engine a command runs ``lake`` with. The local engine needs no Spark session
+    (``sql``: it gets one, to answer Spark SQL); the spark engine gets :func:`session_for`'s.
+    ``auto`` is the spark engine on Databricks or in an active session that has Delta Lake,
+    else the local engine."""
+    from pipelines.engines import local_engine, make_engine
+
+    choice = lake.engine
+    if choice == "auto":
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if "DATABRICKS_RUNTIME_VERSION" not in environ and active is None:
+            choice = "local"
+    if choice == "local":
+        return local_engine(lake, session_for(lake, environ=environ) if sql else None)
+    return make_engine(lake, session_for(lake, environ=environ), environ=environ)

@@ -68,7 +68,6 @@ import pyarrow.compute as pc
 
 from ingest.errors import CheckpointError, LakeError
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
-from pipelines.bronze.files import LocalBronzeWriter
 from pipelines.bronze.tables import (
     CHECKPOINT_SCHEMA,
     SCHEMA_REGISTRY_SCHEMA,
@@ -185,12 +184,9 @@ class CheckpointStore:
         *,
         clock: Callable[[], float] = time.time,
         logger: logging.Logger | None = None,
-        writer: LocalBronzeWriter | None = None,
     ) -> None:
         self._engine = engine
         self._tables = tables
-        self._writer = writer
-        self._direct: bool | None = None
         self._clock = clock
         self._log = logger or _log
 
@@ -311,49 +307,36 @@ class CheckpointStore:
 
     def write_all(self, rows: Sequence[CheckpointRow]) -> list[CommitResult]:
         """Append ``rows`` (of distinct topics), each under its topic's checkpoint transaction
-        ``row.batch_id``: in one commit holding every transaction on the local engine, one
-        commit per row otherwise (a Spark write records one transaction). Either way a row is
-        durable together with its transaction, which is all the protocol needs."""
+        ``row.batch_id``: in one commit holding every transaction where the engine can (the
+        local engine), one commit per row otherwise (a Spark write records one transaction).
+        Either way a row is durable together with its transaction, which is all the protocol
+        needs."""
         topics = [row.topic for row in rows]
         if len(set(topics)) != len(topics):
             raise ValueError(f"checkpoint rows of one commit need distinct topics (got {topics})")
         if not rows:
             return []
-        checkpoints = self._tables.checkpoints
-        writer = self._writer
-        if writer is not None and self._direct is None:
-            self._direct = writer.accepts(checkpoints, CHECKPOINT_SCHEMA)
-        one_commit = writer is not None and bool(self._direct)
-        groups = [list(rows)] if one_commit else [[row] for row in rows]
-        results = []
-        for group in groups:
-            table = pa.Table.from_pylist(
-                [self._record(row) for row in group], schema=CHECKPOINT_SCHEMA
+        parts = [
+            (
+                pa.Table.from_pylist([self._record(row)], schema=CHECKPOINT_SCHEMA),
+                Txn(checkpoint_app_id(row.topic), row.batch_id),
             )
-            txns = [Txn(checkpoint_app_id(row.topic), row.batch_id) for row in group]
-            metadata = {
-                "sfcdc.topic": ",".join(row.topic for row in group),
-                "sfcdc.kind": ",".join(row.kind for row in group),
-            }
-            described = ", ".join(f"{row.topic} batch {row.batch_id}" for row in group)
-            try:
-                if len(group) > 1:
-                    assert writer is not None
-                    result = writer.append_all(checkpoints, table, txns=txns, metadata=metadata)
-                elif writer is not None and self._direct:
-                    result = writer.append(checkpoints, table, txn=txns[0], metadata=metadata)
-                else:
-                    result = self._engine.append(checkpoints, table, txn=txns[0], metadata=metadata)
-            except LakeError as exc:
-                raise CheckpointError(
-                    f"writing checkpoint rows ({described}) failed: {exc}"
-                ) from exc
-            if result.skipped:
-                raise CheckpointError(
-                    f"checkpoint rows ({described}) were already committed by another writer; "
-                    "two landings of the same topic into the same tables cannot run at once"
-                )
-            results.extend([result] * len(group))
+            for row in rows
+        ]
+        metadata = {
+            "sfcdc.topic": ",".join(row.topic for row in rows),
+            "sfcdc.kind": ",".join(row.kind for row in rows),
+        }
+        described = ", ".join(f"{row.topic} batch {row.batch_id}" for row in rows)
+        try:
+            results = self._engine.append_parts(self._tables.checkpoints, parts, metadata=metadata)
+        except LakeError as exc:
+            raise CheckpointError(f"writing checkpoint rows ({described}) failed: {exc}") from exc
+        if any(result.skipped for result in results):
+            raise CheckpointError(
+                f"checkpoint rows ({described}) were already committed by another writer; "
+                "two landings of the same topic into the same tables cannot run at once"
+            )
         return results
 
     def register_schemas(self, topic: str, schemas: Mapping[str, str]) -> None:

@@ -66,7 +66,6 @@ from ingest.client import (
 from ingest.errors import CheckpointError
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
 from pipelines.bronze.checkpoint import CheckpointRow, CheckpointStore, describe_position
-from pipelines.bronze.files import LocalBronzeWriter
 from pipelines.bronze.tables import (
     BRONZE_LAYOUT,
     BRONZE_SCHEMA,
@@ -77,7 +76,6 @@ from pipelines.bronze.tables import (
     ensure_tables,
 )
 from pipelines.engines.base import CommitResult, TableRef, Txn
-from pipelines.engines.local import LocalEngine
 from pipelines.spec import IngestSpec, TopicSpec
 
 if TYPE_CHECKING:
@@ -405,15 +403,7 @@ class BronzeLanding:
         self._ack_timeout = ack_timeout
         self._log = logger or _log
         self.tables: BronzeTables = bronze_tables(specs)
-        # On the local engine, bronze files and checkpoint rows are written by pyarrow and
-        # committed with add actions (see pipelines.bronze.files); tables it cannot take go
-        # through the engine.
-        self._writer = (
-            LocalBronzeWriter(engine.path, clock=clock) if isinstance(engine, LocalEngine) else None
-        )
-        self._store = CheckpointStore(
-            engine, self.tables, clock=clock, logger=self._log, writer=self._writer
-        )
+        self._store = CheckpointStore(engine, self.tables, clock=clock, logger=self._log)
         # A batch of each topic may wait while a round commits (within one batch's bytes).
         self._committer = _Committer(
             self._commit,
@@ -421,11 +411,8 @@ class BronzeLanding:
             limit=len(specs),
             max_bytes=max(t.batching.max_bytes for t in specs),
         )
-        self._direct: set[TableRef] = set()
-        # On the local engine (whose commits follow maintenance's) it runs beside the commits.
-        self._maintainer = (
-            _Maintainer(engine.maintain, logger=self._log) if self._writer is not None else None
-        )
+        # Maintenance runs beside the commits (appends follow the versions it takes).
+        self._maintainer = _Maintainer(engine.maintain, logger=self._log)
         self._lock = threading.Lock()
         self._topics: dict[str, _Topic] = {}
         self._known_schemas: set[str] = set()
@@ -482,16 +469,13 @@ class BronzeLanding:
         finally:
             multi.close()
             self._committer.close()
-            if self._maintainer is not None:
-                self._maintainer.close()
+            self._maintainer.close()
         return self._result(self._monotonic() - started)
 
     # -- start --------------------------------------------------------------------------------
 
     def _prepare(self) -> None:
         ensure_tables(self._engine, self.tables)
-        if self._writer is not None:
-            self._direct = {t for t in self.tables.topics.values() if self._writer.accepts(t)}
         self._known_schemas = self._store.registered_schemas()
         for spec in self._specs:
             default: StartPosition = Earliest() if spec.replay.start == "earliest" else Latest()
@@ -928,8 +912,6 @@ class BronzeLanding:
         rows = _arrow(sealed)
         txn = Txn(bronze_app_id(sealed.topic), sealed.batch_id)
         metadata = {"sfcdc.topic": sealed.topic, "sfcdc.kind": "events"}
-        if self._writer is not None and table in self._direct:
-            return self._writer.append(table, rows, txn=txn, metadata=metadata)
         return self._engine.append(
             table, rows, txn=txn, metadata=metadata, evolve_schema=False, layout=BRONZE_LAYOUT
         )
@@ -988,10 +970,7 @@ class BronzeLanding:
             self._run_maintenance(self.tables.checkpoints)
 
     def _run_maintenance(self, table: TableRef) -> None:
-        if self._maintainer is not None:
-            self._maintainer.request(table)
-        else:
-            self._engine.maintain(table)
+        self._maintainer.request(table)
 
 
 def _binary(values: list[bytes]) -> pa.Array:

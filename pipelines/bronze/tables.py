@@ -75,17 +75,16 @@ BRONZE_SCHEMA = pa.schema(
     ]
 )
 
-# Ids and payloads are unique per event, so dictionaries would be built only to be dropped; no
-# reader filters on payloads. The writer holds a whole encoded row group (and its working
-# copies) in memory: 4k events of 1 KB keep that near 4 MB per group, where a group as large
-# as a default 16 MiB batch added about 50 MB to peak memory for the same write time. (On the
-# local engine landing writes bronze files itself, one row group per batch, see
-# pipelines.bronze.files: pyarrow encodes straight from the batch's columns, one column at a
-# time, so that costs no such copy.)
+# Ids and payloads are unique per event, so dictionaries would be built only to be dropped;
+# readers filter on batch ids, positions and receive times only; Avro payloads of change
+# events compress poorly, and compressing them costs more CPU per event than writing them as
+# they are. Only the schema id and topic (a handful of values per batch) are dictionary-encoded
+# and compressed. A batch is one row group: the local engine's writer encodes straight from the
+# batch's columns, one column at a time (see pipelines.engines.deltalog).
 BRONZE_LAYOUT = WriteLayout(
-    distinct=("replay_id", "event_id", "payload", "batch_seq"),
-    unindexed=("payload",),
-    row_group_rows=4_096,
+    distinct=("replay_id", "event_id", "payload", "received_at", "batch_id", "batch_seq"),
+    unindexed=("replay_id", "event_id", "payload", "schema_id", "topic"),
+    uncompressed=("replay_id", "event_id", "payload", "received_at", "batch_id", "batch_seq"),
 )
 
 CHECKPOINT_SCHEMA = pa.schema(

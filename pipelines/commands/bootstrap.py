@@ -26,9 +26,9 @@ from pipelines.bootstrap import SnapshotResult, bootstrap_object
 from pipelines.bronze import BronzeLanding
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.commands.ingest import select_topics
-from pipelines.commands.silver import _session
 from pipelines.connect import Source, connect, secret_resolver
-from pipelines.engines import LakeEngine, make_engine
+from pipelines.engines import LakeEngine
+from pipelines.session import engine_for
 from pipelines.spec import Conf
 
 __all__ = ["describe", "open_rest", "register", "run"]
@@ -101,7 +101,7 @@ def _land(engine: LakeEngine, conf: Conf, source: Source, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Bootstrap the object the parsed arguments name."""
     conf = conf_from_args(args)
-    engine = make_engine(conf.pipeline.lake, _session(conf))
+    engine = engine_for(conf.pipeline.lake)
     with open_rest(conf, [args.object]) as (source, rest):
         schemas = SchemaCache(source.channel, tokens=source.tokens)
         result = bootstrap_object(

@@ -30,6 +30,7 @@ from typing import Any
 
 from pipelines.commands.sql import SqlShell, format_rows
 from pipelines.run import Pipeline, RunResult
+from pipelines.session import engine_for
 from pipelines.spec import load_conf
 
 __all__ = ["EXAMPLES", "Example", "register", "run", "write_conf"]
@@ -235,22 +236,18 @@ def _demo(directory: Path, *, events: int, seed: int, temp: bool = False) -> int
     conf = load_conf(conf_dir)
     log = directory / "spark.log"
 
-    def spark_engine() -> Any:
-        from pipelines.commands.silver import _session
-        from pipelines.engines import make_engine
-
+    def lake_engine(*, sql: bool = False) -> Any:
         with _stderr_to(log):
-            session = _session(conf)
-        return make_engine(conf.pipeline.lake, session)
+            return engine_for(conf.pipeline.lake, sql=sql)
 
     print(
         f"sfcdc demo: {events} change events (seed {seed}) from the in-process emulator over "
         f"TLS with an OAuth login; lake at {directory / 'lake'}",
         flush=True,
     )
-    pipeline = Pipeline(conf, spark_engine=spark_engine)
+    pipeline = Pipeline(conf, engine=lake_engine)
     result = pipeline.run_once()
-    shell = SqlShell(pipeline.engine())
+    shell = SqlShell(lake_engine(sql=True))
     lines = summary(result, shell, result.seconds)
     for line in lines:
         print(line)

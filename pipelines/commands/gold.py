@@ -16,10 +16,10 @@ import argparse
 from typing import Any
 
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
-from pipelines.commands.silver import _names, _session
-from pipelines.engines import make_engine
+from pipelines.commands.silver import _names
 from pipelines.gold.job import GoldResult, run_gold
 from pipelines.gold.resync import RESYNC_TABLE
+from pipelines.session import engine_for
 
 __all__ = ["register", "run", "summary"]
 
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the gold job for the parsed arguments."""
     conf = conf_from_args(args)
     objects = [name for group in args.objects for name in group] if args.objects else None
-    engine = make_engine(conf.pipeline.lake, _session(conf))
+    engine = engine_for(conf.pipeline.lake)
     result = run_gold(engine, conf, objects=objects)
     for line in summary(result):
         print(line)

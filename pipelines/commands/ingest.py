@@ -39,14 +39,13 @@ from ingest.errors import ConfigError, ReplayIdError
 from pipelines.bronze import BronzeLanding, LandingResult, TopicResult
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.connect import connect, secret_resolver
-from pipelines.engines import LakeEngine, LocalEngine, make_engine
-from pipelines.spec import Conf, LakeSpec, TopicSpec
+from pipelines.session import engine_for
+from pipelines.spec import Conf, TopicSpec
 
 __all__ = [
     "PROGRESS_PREFIX",
     "decode_progress",
     "encode_progress",
-    "lake_engine",
     "land",
     "register",
     "select_topics",
@@ -150,19 +149,6 @@ def select_topics(conf: Conf, objects: Sequence[str] | None) -> tuple[TopicSpec,
     return tuple(t for t in topics if t.topic in wanted)
 
 
-def lake_engine(lake: LakeSpec, *, environ: dict[str, str] | None = None) -> LakeEngine:
-    """The engine to land with. The local engine (and ``auto`` off Databricks) gets no Spark
-    session: landing only writes, and a JVM would cost seconds of start-up for nothing."""
-    env = dict(os.environ if environ is None else environ)
-    if lake.engine == "local" or (
-        lake.engine == "auto" and "DATABRICKS_RUNTIME_VERSION" not in env
-    ):
-        return LocalEngine.from_spec(lake, None)
-    from pipelines.session import session_for
-
-    return make_engine(lake, session_for(lake, environ=env), environ=env)
-
-
 @contextlib.contextmanager
 def _stop_on_signals(landing: BronzeLanding) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
@@ -260,7 +246,7 @@ def land(
     ``started`` is called with the landing before it runs (to watch it from other threads);
     the function it may return is called once the landing has stopped."""
     topics = select_topics(conf, objects)
-    engine = lake_engine(conf.pipeline.lake, environ=environ)
+    engine = engine_for(conf.pipeline.lake, environ=environ or os.environ)
     secrets = secret_resolver(environ=environ)
     with connect(conf.pipeline.connection, secrets=secrets, topics=topics) as source:
         landing = BronzeLanding(

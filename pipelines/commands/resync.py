@@ -19,8 +19,7 @@ from typing import Any
 from pipelines.bootstrap import resync_objects
 from pipelines.commands.bootstrap import describe, open_rest
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
-from pipelines.commands.silver import _session
-from pipelines.engines import make_engine
+from pipelines.session import engine_for
 
 __all__ = ["register", "run"]
 
@@ -42,7 +41,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Re-sync the objects the parsed arguments select."""
     conf = conf_from_args(args)
-    engine = make_engine(conf.pipeline.lake, _session(conf))
+    engine = engine_for(conf.pipeline.lake)
     names = [args.object] if args.object else None
     with open_rest(conf, names) as (_source, rest):
         results = resync_objects(engine, conf, names, rest=rest)

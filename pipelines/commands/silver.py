@@ -16,12 +16,11 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
-from pipelines.engines import make_engine
+from pipelines.session import engine_for
 from pipelines.silver.job import QUARANTINE_TABLE, SilverResult, run_silver
-from pipelines.spec import Conf
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    pass
 
 __all__ = ["register", "run", "summary"]
 
@@ -53,12 +52,6 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _session(conf: Conf) -> SparkSession:
-    from pipelines.session import session_for
-
-    return session_for(conf.pipeline.lake)
-
-
 def summary(result: SilverResult) -> list[str]:
     """One line per object and one for the quarantine, as the command prints them."""
     lines = []
@@ -85,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the silver job for the parsed arguments."""
     conf = conf_from_args(args)
     objects = [name for group in args.objects for name in group] if args.objects else None
-    engine = make_engine(conf.pipeline.lake, _session(conf))
+    engine = engine_for(conf.pipeline.lake)
     result = run_silver(engine, conf, objects=objects)
     for line in summary(result):
         print(line)

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
-from pipelines.commands.silver import _session
-from pipelines.engines import LocalEngine, TableRef, make_engine
+from pipelines.engines import TableRef
+from pipelines.session import engine_for
 from pipelines.spec import Conf
 
 if TYPE_CHECKING:
@@ -179,14 +179,12 @@ class SqlShell:
     def __init__(self, engine: LakeEngine, *, max_rows: int = 1000) -> None:
         self.engine = engine
         self.max_rows = max_rows
-        self._pending: dict[str, TableRef] = {}
-        if isinstance(engine, LocalEngine):
-            # A view per table costs a Spark round trip or two; only the tables a query
-            # names are registered, when it first names them.
-            self._pending = {_plain(engine.qualified_name(t)): t for t in engine.tables()}
-            self.tables: list[str] = list(self._pending)
-        else:
-            self.tables = [_plain(n) for n in engine.register_sql()]
+        # Registering a table may cost a Spark round trip or two; only the tables a query
+        # names are registered, when it first names them.
+        self._pending: dict[str, TableRef] = {
+            _plain(engine.qualified_name(t)): t for t in engine.tables()
+        }
+        self.tables: list[str] = list(self._pending)
         self._patterns = {
             name: re.compile(
                 r"(?<![\w`.])`?"
@@ -220,7 +218,7 @@ class SqlShell:
 
         try:
             self._register(sql)
-            frame = self.engine.spark.sql(sql)
+            frame = self.engine.sql(sql)
             columns = tuple(frame.columns)
             rows = frame.limit(self.max_rows + 1).collect()
         except PySparkException as exc:
@@ -239,7 +237,7 @@ class SqlShell:
         if name not in self.tables:
             raise QueryError(f"no table {name!r}\n{self.known()}")
         self._register(name)
-        frame = self.engine.spark.table(name)
+        frame = self.engine.sql(f"SELECT * FROM {name} LIMIT 0")
         rows = tuple((f.name, f.dataType.simpleString(), f.nullable) for f in frame.schema.fields)
         return Result(("column", "type", "nullable"), rows, truncated=False)
 
@@ -287,7 +285,7 @@ class SqlShell:
 
 def shell(conf: Conf, *, max_rows: int = 1000) -> SqlShell:
     """A shell over the tables of ``conf``'s lake (starts a local Spark session if needed)."""
-    return SqlShell(make_engine(conf.pipeline.lake, _session(conf)), max_rows=max_rows)
+    return SqlShell(engine_for(conf.pipeline.lake, sql=True), max_rows=max_rows)
 
 
 def _readline_input() -> Callable[[str], str]:

@@ -24,10 +24,10 @@ import pyarrow.compute as pc
 
 from pipelines.bronze import CHECKPOINT_TABLE
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
-from pipelines.commands.ingest import lake_engine
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold import job as gold_job
 from pipelines.gold.resync import OBJECT_LEVEL_REASONS, RESYNC_TABLE
+from pipelines.session import engine_for
 from pipelines.silver import job as silver_job
 from pipelines.spec import Conf
 
@@ -242,7 +242,7 @@ def format_status(status: Status) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Print the status of ``args.conf``'s lake."""
     conf = conf_from_args(args)
-    status = read_status(lake_engine(conf.pipeline.lake), conf)
+    status = read_status(engine_for(conf.pipeline.lake), conf)
     if args.format == "json":
         print(json.dumps(asdict(status), indent=2))
     else:

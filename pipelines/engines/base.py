@@ -318,10 +318,18 @@ class LakeEngine(Protocol):
         ...
 
     def map_groups(
-        self, rows: Rows, *, key: str, function: TableFunction, schema: StructType
+        self,
+        rows: Rows,
+        *,
+        key: str,
+        function: TableFunction,
+        schema: StructType,
+        partitions: int | None = None,
     ) -> Rows:
         """``function`` applied to tables of ``rows`` that each hold every row of the ``key``
-        values they hold (all nulls in one table); it returns rows of ``schema``."""
+        values they hold (all nulls in one table); it returns rows of ``schema``.
+        ``partitions``: how many tables to split the rows into, where the engine splits
+        them (default: the engine's choice)."""
         ...
 
     def union(self, parts: Sequence[Rows], schema: StructType) -> Rows:
@@ -421,6 +429,10 @@ class LakeEngine(Protocol):
         ...
 
     # ---------------------------------------------------------------------------- SQL
+
+    def tables(self) -> list[TableRef]:
+        """Every table of this engine's lake."""
+        ...
 
     def register_sql(self, tables: Iterable[TableRef] | None = None) -> list[str]:
         """Make ``tables`` (default: every existing one) queryable by name in :meth:`sql`;

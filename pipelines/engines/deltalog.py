@@ -51,7 +51,7 @@ from pipelines.engines.base import (
     txn_applied,
 )
 
-__all__ = ["DirectAppender", "file_stats", "plain_protocol"]
+__all__ = ["DirectAppender", "StaleTable", "file_stats", "plain_protocol"]
 
 _log = logging.getLogger(__name__)
 
@@ -63,6 +63,11 @@ _log = logging.getLogger(__name__)
 _MAX_WRITER_VERSION = 4
 _COMMIT_ATTEMPTS = 10
 _FIELD_RULES = ("delta.invariants", "delta.generationExpression", "delta.identity")
+
+
+class StaleTable(LakeError):
+    """Another writer changed the table's schema or protocol since this writer read it:
+    nothing was committed; write through delta-rs instead."""
 
 
 def plain_protocol(dt: DeltaTable) -> bool:
@@ -298,6 +303,8 @@ class DirectAppender:
                 }
             actions = _actions(now_ms, add, data.num_rows, text=text, txns=txns)
             return self._put(table, state, actions, txns)
+        except StaleTable:
+            raise
         except (DeltaError, pa.ArrowException, OSError) as exc:
             state.applied, state.version = None, None
             raise LakeError(f"append to {table} ({root}) failed: {exc}") from exc
@@ -325,12 +332,8 @@ class DirectAppender:
             if [(f.name, f.type) for f in pa.schema(dt.schema().to_arrow())] != [
                 (f.name, f.type) for f in state.schema or ()
             ] or not plain_protocol(dt):
-                state.applied, state.version = None, None
                 self.forget(table)
-                raise LakeError(
-                    f"append to {table} failed: the table's schema or protocol changed "
-                    "meanwhile; write again"
-                )
+                raise StaleTable(f"{table}: the schema or protocol changed since it was read")
             version = dt.version() + 1
         raise LakeError(f"append to {table}: no free version after {_COMMIT_ATTEMPTS} attempts")
 

@@ -78,7 +78,7 @@ from pipelines.engines.base import (
     merge_keys,
     txn_applied,
 )
-from pipelines.engines.deltalog import DirectAppender
+from pipelines.engines.deltalog import DirectAppender, StaleTable
 from pipelines.engines.sql import quote_identifier
 from pipelines.spec import LakeSpec, SchemasSpec, is_identifier
 
@@ -329,22 +329,22 @@ class LocalEngine:
         evolve_schema: bool = True,
         layout: WriteLayout | None = None,
     ) -> CommitResult:
-        arrow = self._to_arrow(data)
+        arrow = normalize_arrow(self._to_arrow(data))
+        direct = self._direct_append(table, [(arrow, txn)], metadata=metadata, layout=layout)
+        if direct is not None:
+            return direct[0]
         dt = self._load(table)
         if dt is None:
             if arrow.num_rows == 0 and txn is None:
                 return CommitResult(table, None, skipped=False, rows=0)
-            self.ensure_table(table, arrow_schema_to_spark(normalize_arrow(arrow).schema))
+            self.ensure_table(table, arrow_schema_to_spark(arrow.schema))
             dt = self._require(table)
         target = spark_schema_to_arrow(self._schema_of(dt))
         arrow, grows = conform_to_schema(arrow, target, evolve=evolve_schema, table_name=str(table))
-        if not grows and self._direct.accepts(table, arrow.schema):
-            (result,) = self._direct.append_parts(
-                table, [(arrow, txn)], metadata=metadata, layout=layout
-            )
-            if result.version is not None and not result.skipped:
-                self._after_write(table)
-            return result
+        if not grows:
+            direct = self._direct_append(table, [(arrow, txn)], metadata=metadata, layout=layout)
+            if direct is not None:
+                return direct[0]
         if self._already_applied(dt, table, txn):
             return CommitResult(table, dt.version(), skipped=True, rows=0)
         if arrow.num_rows == 0 and txn is None:
@@ -376,6 +376,10 @@ class LocalEngine:
     ) -> list[CommitResult]:
         if not parts:
             return []
+        fitted = [(normalize_arrow(data), txn) for data, txn in parts]
+        direct = self._direct_append(table, fitted, metadata=metadata)
+        if direct is not None:
+            return direct
         dt = self._load(table)
         if dt is not None:
             target = spark_schema_to_arrow(self._schema_of(dt))
@@ -383,12 +387,31 @@ class LocalEngine:
                 (conform_to_schema(data, target, evolve=False, table_name=str(table))[0], txn)
                 for data, txn in parts
             ]
-            if self._direct.accepts(table, target):
-                results = self._direct.append_parts(table, fitted, metadata=metadata)
-                if any(r.version is not None and not r.skipped for r in results):
-                    self._after_write(table)
-                return results
+            direct = self._direct_append(table, fitted, metadata=metadata)
+            if direct is not None:
+                return direct
         return [self.append(table, data, txn=txn, metadata=metadata) for data, txn in parts]
+
+    def _direct_append(
+        self,
+        table: TableRef,
+        parts: Sequence[tuple[pa.Table, Txn | None]],
+        *,
+        metadata: Mapping[str, str] | None,
+        layout: WriteLayout | None = None,
+    ) -> list[CommitResult] | None:
+        """The parts committed by :class:`~pipelines.engines.deltalog.DirectAppender` when it
+        takes them (they have the table's exact schema and the table a plain protocol);
+        ``None`` when they must go through delta-rs."""
+        if not all(self._direct.accepts(table, data.schema) for data, _ in parts):
+            return None
+        try:
+            results = self._direct.append_parts(table, parts, metadata=metadata, layout=layout)
+        except StaleTable:
+            return None
+        if any(r.version is not None and not r.skipped for r in results):
+            self._after_write(table)
+        return results
 
     def overwrite(
         self,
@@ -635,8 +658,15 @@ class LocalEngine:
         return pa.concat_tables(out) if out else target.empty_table()
 
     def map_groups(
-        self, rows: Any, *, key: str, function: TableFunction, schema: StructType
+        self,
+        rows: Any,
+        *,
+        key: str,
+        function: TableFunction,
+        schema: StructType,
+        partitions: int | None = None,
     ) -> pa.Table:
+        # One call over every row: the rows are in this process already.
         return fit_to_schema(function(self._to_arrow(rows)), spark_schema_to_arrow(schema))
 
     def union(self, parts: Sequence[Any], schema: StructType) -> pa.Table:

@@ -819,11 +819,19 @@ class SparkEngine:
         return self._dataframe(rows).mapInArrow(function, schema)  # type: ignore[arg-type]
 
     def map_groups(
-        self, rows: Any, *, key: str, function: TableFunction, schema: StructType
+        self,
+        rows: Any,
+        *,
+        key: str,
+        function: TableFunction,
+        schema: StructType,
+        partitions: int | None = None,
     ) -> DataFrame:
         from pyspark.sql import functions as F
 
-        grouped = self._dataframe(rows).repartition(F.col(quote_identifier(key)))
+        column = F.col(quote_identifier(key))
+        frame = self._dataframe(rows)
+        grouped = frame.repartition(partitions, column) if partitions else frame.repartition(column)
         return grouped.mapInArrow(_PerPartition(function), schema)  # type: ignore[arg-type]
 
     def union(self, parts: Sequence[Any], schema: StructType) -> DataFrame:

@@ -1,10 +1,9 @@
 """The fold: silver changes + current gold rows -> complete post-image rows, with Salesforce's
 semantics.
 
-:func:`fold_changes` is a pure DataFrame transform (no table read, no write, no action). It
-takes the silver rows of a batch and the gold rows (and tombstones) of the records they touch,
-brings each record's changes together (repartitioned by ``Id``, sorted), and replays them in
-order in Python (``mapInArrow``), one record at a time, exactly:
+:func:`fold_record` replays one record's changes in order onto its gold row (and tombstone),
+exactly as described below; :mod:`pipelines.gold.folding` applies it to tables of rows, as
+the pure functions both engines run.
 
 Order. Each change has an order key: the values of ``sequence_by`` (by default commit
 timestamp, commit number, transaction key, sequence number) followed by the stream order
@@ -43,24 +42,20 @@ Changes (see :mod:`pipelines.gold.resync` for the reasons a record is flagged):
 Several changes of one record in a batch fold into one row: the MERGE then is a plain upsert
 guarded by the order key (:func:`merge_conditions`).
 
-What the transform returns (:func:`fold_output_schema`): one row per record the batch touched
+What the fold returns (:func:`fold_output_schema`): one row per record the batch touched
 (and one per GAP_OVERFLOW, with a null ``Id``): the record's gold row after the batch, plus
-``_fold_*`` columns saying what to do with it. :func:`fold_changes_arrow` is the same
-transform on Arrow tables in this process, for the local engine. :func:`gold_changes`,
-:func:`tombstone_changes`, :func:`resync_entries` and :func:`history_versions` take it apart.
+``_fold_*`` columns saying what to do with it (:mod:`pipelines.gold.folding` takes it apart).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
-import pyarrow as pa
 from pyspark.sql import types as T
 
 from ingest.decoding import apply_diff
@@ -80,7 +75,6 @@ from pipelines.gold.columns import (
     RESYNC_REASON,
     UPDATED_AT,
     gold_schema,
-    tombstone_schema,
 )
 from pipelines.gold.resync import RESYNC_SCHEMA, Reason, resync_row
 from pipelines.gold.scd2 import (
@@ -96,8 +90,6 @@ from pipelines.gold.scd2 import (
 from pipelines.spec import DEFAULT_SEQUENCE_BY
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
     from pipelines.silver.columns import SilverLayout
 
 __all__ = [
@@ -109,19 +101,11 @@ __all__ = [
     "FoldedRecord",
     "Target",
     "encode_order_key",
-    "fold_changes",
-    "fold_changes_arrow",
     "fold_output_schema",
     "fold_plan",
     "fold_record",
-    "gold_changes",
-    "history_versions",
     "merge_conditions",
     "order_columns",
-    "resync_entries",
-    "tombstone_changes",
-    "wildcard_changes",
-    "wildcard_rows",
 ]
 
 DeleteMode = Literal["soft", "hard"]
@@ -785,7 +769,7 @@ def _version_type(tracked: Sequence[T.StructField]) -> T.StructType:
 def fold_output_schema(
     body: Sequence[T.StructField], track: Sequence[str] | None = None
 ) -> T.StructType:
-    """The schema :func:`fold_changes` returns for ``body`` columns (and SCD2 ``track``):
+    """The schema the fold returns for ``body`` columns (and SCD2 ``track``):
     the gold schema, then the ``_fold_*`` columns."""
     gold = gold_schema(body)
     by_name = {f.name: f for f in body}
@@ -803,10 +787,6 @@ def fold_output_schema(
             T.StructField(FOLD_IGNORED, T.IntegerType()),
         ]
     )
-
-
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _check_plan(plan: FoldPlan, body: Sequence[T.StructField], silver: T.StructType) -> None:
@@ -827,518 +807,6 @@ def _check_plan(plan: FoldPlan, body: Sequence[T.StructField], silver: T.StructT
             f"{plan.object_name}: scd2.track names {untracked}, which are not body columns "
             f"(body columns: {', '.join(f.name for f in body)})"
         )
-
-
-def wildcard_changes(changes: DataFrame) -> list[dict[str, Any]]:
-    """The wildcard changes (``_cdc_is_wildcard``, record id ``001*``) of a batch, collected
-    as dicts for :func:`fold_changes` (an action; Salesforce sends them rarely, for lossy
-    field type conversions, so there are few)."""
-    from pyspark.sql import functions as F
-
-    wild = changes.where(F.coalesce(F.col(_WILDCARD), F.lit(False)))
-    rows: list[dict[str, Any]] = wild.toArrow().to_pylist()
-    return rows
-
-
-def wildcard_rows(changes: pa.Table) -> list[dict[str, Any]]:
-    """:func:`wildcard_changes` of a batch already collected as Arrow."""
-    import pyarrow.compute as pc
-
-    rows: list[dict[str, Any]] = changes.filter(
-        pc.fill_null(changes.column(_WILDCARD), False)
-    ).to_pylist()
-    return rows
-
-
-def fold_changes(
-    changes: DataFrame,
-    gold: DataFrame | None,
-    *,
-    plan: FoldPlan,
-    tombstones: DataFrame | None = None,
-    wildcards: Sequence[Mapping[str, Any]] = (),
-) -> DataFrame:
-    """Fold silver ``changes`` onto the ``gold`` rows (and hard-delete ``tombstones``) of the
-    records they touch; see the module docstring.
-
-    ``changes`` has the silver table's columns; its body columns become the gold body
-    columns. ``gold`` has gold columns (missing body columns read as null) and may hold more
-    records than the changes touch. ``wildcards`` are the batch's wildcard changes
-    (:func:`wildcard_changes`); they travel with the function to every task and apply to
-    each record that exists at their point of the order, so ``gold`` must then hold the
-    whole gold table, and the wildcard rows of ``changes`` are left out. Without
-    ``wildcards``, a wildcard row in ``changes`` is an error.
-    """
-    from pyspark.sql import functions as F
-
-    from pipelines.engines.arrow import spark_schema_to_arrow
-    from pipelines.gold.columns import body_fields
-
-    body = body_fields(changes.schema)
-    _check_plan(plan, body, changes.schema)
-    body_names = [f.name for f in body]
-    out_schema = fold_output_schema(body, plan.track)
-    gold_types = gold_schema(body)
-    wanted_change = list(dict.fromkeys([ID, *_HEADER, *plan.order_by, *body_names]))
-    change_rows = changes.select(*[F.col(_q(c)) for c in wanted_change]).withColumn(
-        _ROLE, F.lit(_ROLE_CHANGE)
-    )
-    if wildcards:
-        change_rows = change_rows.where(~F.coalesce(F.col(_WILDCARD), F.lit(False)))
-
-    def state(df: DataFrame, role: str, columns: Sequence[T.StructField]) -> DataFrame:
-        have = {c.lower(): c for c in df.columns}
-        selected = [
-            (F.col(_q(have[f.name.lower()])) if f.name.lower() in have else F.lit(None))
-            .cast(f.dataType)
-            .alias(f.name)
-            for f in columns
-        ]
-        return df.select(*selected).withColumn(_ROLE, F.lit(role))
-
-    combined = change_rows
-    if gold is not None:
-        combined = combined.unionByName(
-            state(gold, _ROLE_GOLD, gold_types.fields), allowMissingColumns=True
-        )
-    if tombstones is not None:
-        combined = combined.unionByName(
-            state(tombstones, _ROLE_TOMBSTONE, tombstone_schema().fields),
-            allowMissingColumns=True,
-        )
-    if plan.partitions == 1:
-        # One task: no shuffle needed to bring a record's rows together.
-        combined = combined.coalesce(1)
-    elif plan.partitions:
-        combined = combined.repartition(plan.partitions, F.col(ID))
-    else:
-        combined = combined.repartition(F.col(ID))
-    combined = combined.sortWithinPartitions(F.col(ID))
-
-    arrow_schema = spark_schema_to_arrow(out_schema)
-    function = _FoldFunction(plan, tuple(body_names), arrow_schema, wildcards)
-    return combined.mapInArrow(function, out_schema)  # type: ignore[arg-type]
-
-
-def fold_changes_arrow(
-    changes: pa.Table,
-    gold: pa.Table | None,
-    *,
-    schema: T.StructType,
-    plan: FoldPlan,
-    tombstones: pa.Table | None = None,
-    wildcards: Sequence[Mapping[str, Any]] = (),
-) -> pa.Table:
-    """:func:`fold_changes` in this process, on Arrow tables: the same rows, with no Spark
-    job, for an engine that collects the fold to the driver anyway (the local engine).
-
-    ``changes`` are the silver rows with the silver ``schema`` (Spark types); ``gold`` and
-    ``tombstones`` hold the rows of the records the changes touch (every row, with
-    ``wildcards``). A small batch then costs what folding it costs, not a shuffle and a
-    Python worker; the returned table has :func:`fold_output_schema`'s columns.
-    """
-    import pyarrow.compute as pc
-
-    from pipelines.engines.arrow import spark_schema_to_arrow
-    from pipelines.gold.columns import body_fields
-
-    body = body_fields(schema)
-    _check_plan(plan, body, schema)
-    body_names = [f.name for f in body]
-    out_schema = spark_schema_to_arrow(fold_output_schema(body, plan.track))
-    wanted_change = list(dict.fromkeys([ID, *_HEADER, *plan.order_by, *body_names]))
-    missing = [c for c in wanted_change if c not in changes.column_names]
-    if missing:
-        raise ValueError(f"{plan.object_name}: the changes lack columns {missing}")
-    rows = changes.select(wanted_change)
-    if wildcards:
-        rows = rows.filter(pc.invert(pc.fill_null(rows.column(_WILDCARD), False)))
-    rows = rows.append_column(_ROLE, pa.array([_ROLE_CHANGE] * rows.num_rows, pa.string()))
-    types = {name: rows.schema.field(name).type for name in rows.column_names}
-
-    def state(table: pa.Table, role: str, columns: Sequence[T.StructField]) -> pa.Table:
-        # As fold_changes' union: columns found case-insensitively, absent ones null, each
-        # cast to the type the change rows give it (or the state schema's).
-        have = {c.lower(): c for c in table.column_names}
-        target = spark_schema_to_arrow(T.StructType(list(columns)))
-        arrays = []
-        for f in target:
-            wanted = types.get(f.name, f.type)
-            source = have.get(f.name.lower())
-            if source is None:
-                arrays.append(pa.nulls(table.num_rows, wanted))
-            else:
-                arrays.append(table.column(source).cast(f.type).cast(wanted))
-        names = [*target.names, _ROLE]
-        arrays.append(pa.array([role] * table.num_rows, pa.string()))
-        return pa.Table.from_arrays(arrays, names=names)
-
-    function = _FoldFunction(plan, tuple(body_names), out_schema, wildcards)
-    parts = [rows]
-    stones = None
-    if tombstones is not None:
-        stones = state(tombstones, _ROLE_TOMBSTONE, tombstone_schema().fields)
-    wildcard_only: pa.Table | None = None
-    if gold is not None:
-        gold_rows = state(gold, _ROLE_GOLD, gold_schema(body).fields)
-        if function.wildcards:
-            gold_rows, wildcard_only = _wildcard_only(
-                gold_rows,
-                rows,
-                stones,
-                plan=plan,
-                body=tuple(body_names),
-                wildcards=function.wildcards,
-                schema=out_schema,
-            )
-        parts.append(gold_rows)
-    if stones is not None:
-        parts.append(stones)
-    created: pa.Table | None = None
-    if not function.wildcards and plan.track is None:
-        known = [t.column(ID) for t in parts[1:]]
-        parts[0], created = _lone_creates(rows, known, plan=plan, schema=out_schema)
-    combined = pa.concat_tables(parts, promote_options="default")
-    # The fold needs each record's rows next to each other, not in any order among them.
-    combined = combined.sort_by([(ID, "ascending")])
-    batches = list(function(iter(combined.to_batches(max_chunksize=10_000))))
-    folded = pa.Table.from_batches(batches, schema=out_schema)
-    extra = [t for t in (wildcard_only, created) if t is not None and t.num_rows]
-    if not extra:
-        return folded
-    return pa.concat_tables([folded, *extra]).sort_by([(ID, "ascending")])
-
-
-def _lone_creates(
-    changes: pa.Table, known: Sequence[pa.ChunkedArray], *, plan: FoldPlan, schema: pa.Schema
-) -> tuple[pa.Table, pa.Table | None]:
-    """Split a batch's change rows (no wildcards, no SCD2): ``(rows to fold one by one,
-    folded rows)``. A record the batch creates and changes no further, with no gold row or
-    tombstone (ids in ``known``), is its CREATE's full image, stamped: a quarter of a
-    typical batch, built column-wise here instead of one record at a time in Python -- the
-    same rows :class:`_FoldFunction` makes of them."""
-    import pyarrow.compute as pc
-
-    ids = changes.column(ID)
-    if changes.num_rows == 0:
-        return changes, None
-    counts = changes.select([ID]).group_by(ID).aggregate([(ID, "count")])
-    single = counts.filter(pc.equal(counts.column(f"{ID}_count"), 1)).column(ID)
-    # A change without a record id is not a record's (the per-record fold flags it).
-    mask = pc.and_(pc.is_valid(ids), pc.is_in(ids, value_set=pc.drop_null(single)))
-    mask = pc.and_(mask, pc.equal(changes.column(_CHANGE_TYPE), "CREATE"))
-    for other in known:
-        mask = pc.and_(mask, pc.invert(pc.is_in(ids, value_set=pc.drop_null(other))))
-    mask = pc.fill_null(mask, False)
-    lone = changes.filter(mask)
-    n = lone.num_rows
-    if n == 0:
-        return changes, None
-    parts = [_column_parts(lone.column(name)) for name in plan.order_by]
-    keys = pa.array(["".join(p) for p in zip(*parts, strict=True)], pa.string())
-    stamped = {
-        ID: lone.column(ID),
-        LAST_CHANGE_TYPE: lone.column(_CHANGE_TYPE),
-        LAST_COMMIT_TS: lone.column(_COMMIT_TS),
-        LAST_COMMIT_NUMBER: lone.column(_COMMIT_NUMBER),
-        LAST_REPLAY_ID: lone.column(_REPLAY_ID),
-        LAST_EVENT_ID: lone.column(_EVENT_ID),
-        ORDER_KEY: keys,
-    }
-    constants: dict[str, Any] = {
-        DELETED: False,
-        DELETED_AT: None,
-        NEEDS_RESYNC: False,
-        RESYNC_REASON: None,
-        UPDATED_AT: plan.processed_at,
-        FOLD_GOLD: "upsert",
-        FOLD_TOMBSTONE: None,
-        FOLD_RESYNC: [],
-        FOLD_VERSIONS: [],
-        FOLD_RESOLVED_BY: None,
-        FOLD_CHANGES: 1,
-        FOLD_APPLIED: 1,
-        FOLD_IGNORED: 0,
-    }
-    arrays = []
-    for f in schema:
-        if f.name in stamped:
-            arrays.append(stamped[f.name].cast(f.type))
-        elif f.name in constants:
-            arrays.append(pa.repeat(pa.scalar(constants[f.name], f.type), n))
-        elif f.name in lone.column_names:
-            column = lone.column(f.name).cast(f.type)
-            arrays.append(_null_if_empty(column) if f.name in plan.structs else column)
-        else:
-            return changes, None  # a column this shortcut does not know how to fill
-    return changes.filter(pc.invert(mask)), pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _null_if_empty(column: pa.ChunkedArray) -> pa.Array:
-    """A struct column with every child null made null, as :func:`_normal` does."""
-    import pyarrow.compute as pc
-
-    values = column.combine_chunks()
-    if values.type.num_fields == 0:
-        return values
-    empty = pc.is_null(values.field(0))
-    for i in range(1, values.type.num_fields):
-        empty = pc.and_(empty, pc.is_null(values.field(i)))
-    return pc.if_else(empty, pa.scalar(None, values.type), values)
-
-
-_STAMPED = (
-    LAST_CHANGE_TYPE,
-    LAST_COMMIT_TS,
-    LAST_COMMIT_NUMBER,
-    LAST_REPLAY_ID,
-    LAST_EVENT_ID,
-    ORDER_KEY,
-    UPDATED_AT,
-)
-
-
-def _wildcard_template(
-    plan: FoldPlan, body: Sequence[str], wildcards: Sequence[Mapping[str, Any]]
-) -> tuple[dict[str, Any], frozenset[str], str, Any, int] | None:
-    """What the batch's wildcard changes make of a record that has no other change, when
-    that does not depend on the record: ``(row, columns, first key, first event id,
-    count)`` -- the folded row of a blank record, the columns the wildcards set, the order
-    key and event id of the first one applied, how many apply. ``None`` when a wildcard
-    needs the record's own values (a diff, a child of a compound), flags it, or the
-    wildcards do not all apply one after the other; each record is then folded alone."""
-    if plan.track is not None:
-        return None  # SCD2 versions carry each record's tracked values
-    keyed = _in_order(wildcards, lambda c: c[_KEY])
-    keys = [k for k, _ in keyed]
-    if not keyed or any(a >= b for a, b in itertools.pairwise(keys)):
-        return None
-    columns: set[str] = set()
-    for _key, change in keyed:
-        if change.get(_CHANGE_TYPE) == _OVERFLOW or change.get(_DIFF):
-            return None
-        for path in (*(change.get(_CHANGED) or ()), *(change.get(_NULLED) or ())):
-            targets = plan.targets.get(path)
-            if targets is None or any(t.child is not None for t in targets):
-                return None
-            columns.update(t.column for t in targets)
-            columns.update(plan.clears.get(path, ()))
-    blank = {ID: "", DELETED: False, NEEDS_RESYNC: False}
-    folded = fold_record(plan, body, "", gold=blank, tombstone=None, changes=[c for _, c in keyed])
-    if folded.row is None or folded.resync or folded.applied != len(keyed):
-        return None
-    return folded.row, frozenset(columns), keys[0], keyed[0][1].get(_EVENT_ID), len(keyed)
-
-
-def _wildcard_only(
-    gold: pa.Table,
-    changes: pa.Table,
-    tombstones: pa.Table | None,
-    *,
-    plan: FoldPlan,
-    body: Sequence[str],
-    wildcards: Sequence[Mapping[str, Any]],
-    schema: pa.Schema,
-) -> tuple[pa.Table, pa.Table | None]:
-    """Split the gold rows of a batch with wildcard changes: ``(rows to fold one by one,
-    folded rows)``. A wildcard touches every record of the table, and most have no other
-    change in the batch: those whose row the wildcards all apply to get the same values
-    (:func:`_wildcard_template`), set column-wise here instead of folding each record in
-    Python -- the same rows :class:`_FoldFunction` makes of them."""
-    import pyarrow.compute as pc
-
-    template = _wildcard_template(plan, body, wildcards)
-    if template is None or gold.num_rows == 0:
-        return gold, None
-    row, columns, first_key, first_event, count = template
-    ids = gold.column(ID)
-    alone = pc.invert(pc.is_in(ids, value_set=pc.drop_null(changes.column(ID))))
-    if tombstones is not None and tombstones.num_rows:
-        alone = pc.and_(alone, pc.invert(pc.is_in(ids, value_set=tombstones.column(ID))))
-    key = gold.column(ORDER_KEY)
-    alone = pc.and_(alone, pc.or_(pc.is_null(key), pc.less(key, first_key)))
-    if first_event is not None:
-        last = gold.column(LAST_EVENT_ID)
-        alone = pc.and_(alone, pc.or_(pc.is_null(last), pc.not_equal(last, first_event)))
-    if plan.deletes == "hard":
-        # A deleted row of gold under hard deletes is deleted by the MERGE instead.
-        alone = pc.and_(alone, pc.invert(pc.fill_null(gold.column(DELETED), False)))
-    alone = pc.fill_null(alone, False)
-    fast = gold.filter(alone)
-    if fast.num_rows == 0:
-        return gold, None
-    n = fast.num_rows
-    constants: dict[str, Any] = {
-        FOLD_GOLD: "upsert",
-        FOLD_TOMBSTONE: None,
-        FOLD_RESYNC: [],
-        FOLD_VERSIONS: [],
-        FOLD_RESOLVED_BY: None,
-        FOLD_CHANGES: 0,
-        FOLD_APPLIED: count,
-        FOLD_IGNORED: 0,
-    }
-    constants.update({c: row[c] for c in (*columns, *_STAMPED)})
-    arrays = []
-    for f in schema:
-        if f.name in constants:
-            arrays.append(pa.repeat(pa.scalar(constants[f.name], f.type), n))
-        elif f.name in (DELETED, NEEDS_RESYNC):
-            arrays.append(pc.fill_null(fast.column(f.name), False).cast(f.type))
-        else:
-            arrays.append(fast.column(f.name).cast(f.type))
-    folded = pa.Table.from_arrays(arrays, schema=schema)
-    return gold.filter(pc.invert(alone)), folded
-
-
-def _column_parts(column: pa.Array | pa.ChunkedArray) -> list[str]:
-    """The order key parts of one column's values, computed column-wise (the same strings
-    :func:`encode_order_key` makes value by value)."""
-    t = column.type
-    if pa.types.is_timestamp(t) or pa.types.is_integer(t) or pa.types.is_date(t):
-        if pa.types.is_timestamp(t) and t.unit != "us":
-            column = column.cast(pa.timestamp("us", tz=t.tz))
-        elif pa.types.is_date(t):
-            column = column.cast(pa.date32()).cast(pa.int32())
-        values = column.cast(pa.int64()).to_pylist()
-        i64 = _I64
-        return ["0" if v is None else f"1{v + i64:016x}" for v in values]
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return ["0" if v is None else _text_part(v) for v in column.to_pylist()]
-    return [_component(v) for v in column.to_pylist()]
-
-
-class _FoldFunction:
-    """The ``mapInArrow`` function: groups the sorted rows of a partition by ``Id`` and folds
-    each group. Picklable (plan, names, schema, wildcard changes)."""
-
-    def __init__(
-        self,
-        plan: FoldPlan,
-        body: tuple[str, ...],
-        schema: pa.Schema,
-        wildcards: Sequence[Mapping[str, Any]],
-    ) -> None:
-        self.plan = plan
-        self.body = body
-        self.schema = schema
-        self.wildcards = [
-            {**w, _KEY: encode_order_key(w.get(c) for c in plan.order_by)} for w in wildcards
-        ]
-
-    def _keys(self, batch: pa.RecordBatch) -> list[str]:
-        parts = [_column_parts(batch.column(name)) for name in self.plan.order_by]
-        return ["".join(p) for p in zip(*parts, strict=True)]
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        out: list[dict[str, Any]] = []
-        group: list[dict[str, Any]] = []
-        current: object = _NO_GROUP
-        for batch in batches:
-            keys = self._keys(batch)
-            for row, key in zip(batch.to_pylist(), keys, strict=True):
-                row[_KEY] = key
-                rid = row.get(ID)
-                if rid != current and group:
-                    self._emit(current, group, out)
-                    group = []
-                current = rid
-                group.append(row)
-            if len(out) >= 10_000:
-                yield pa.RecordBatch.from_pylist(out, schema=self.schema)
-                out = []
-        if group:
-            self._emit(current, group, out)
-        if out:
-            yield pa.RecordBatch.from_pylist(out, schema=self.schema)
-
-    def _emit(
-        self, record_id: object, group: list[dict[str, Any]], out: list[dict[str, Any]]
-    ) -> None:
-        gold = tombstone = None
-        changes = []
-        for row in group:
-            role = row[_ROLE]
-            if role == _ROLE_GOLD:
-                gold = row
-            elif role == _ROLE_TOMBSTONE:
-                tombstone = row
-            else:
-                if row.get(_WILDCARD):
-                    raise ValueError(
-                        f"{self.plan.object_name}: wildcard change {row.get(_EVENT_ID)} reached "
-                        "the per-record fold; pass the batch's wildcard changes with "
-                        "fold_changes(wildcards=...)"
-                    )
-                changes.append(row)
-        count = len(changes)
-        if self.wildcards and record_id is not None:
-            changes.extend(self.wildcards)
-        if not changes:
-            return
-        rid = None if record_id is None else str(record_id)
-        folded = fold_record(
-            self.plan, self.body, rid, gold=gold, tombstone=tombstone, changes=changes
-        )
-        if folded.row is None and not folded.resync:
-            return
-        if folded.applied == 0 and not folded.resync and count == 0:
-            return  # only wildcards, none of which changed this record
-        row_out: dict[str, Any] = dict(folded.row) if folded.row is not None else {ID: rid}
-        row_out[FOLD_GOLD] = folded.gold
-        row_out[FOLD_TOMBSTONE] = folded.tombstone
-        row_out[FOLD_RESYNC] = folded.resync
-        row_out[FOLD_VERSIONS] = folded.versions
-        row_out[FOLD_RESOLVED_BY] = folded.resolved_by
-        row_out[FOLD_CHANGES] = count
-        row_out[FOLD_APPLIED] = folded.applied
-        row_out[FOLD_IGNORED] = folded.ignored
-        out.append(row_out)
-
-
-_NO_GROUP = object()
-
-
-# ---------------------------------------------------------------------- taking it apart
-
-
-def gold_changes(folded: DataFrame) -> DataFrame:
-    """The rows to MERGE into the gold table (gold columns): upserts, and with hard deletes
-    the rows to delete (``_cdc_is_deleted`` true)."""
-    from pyspark.sql import functions as F
-
-    columns = [c for c in folded.columns if not c.startswith("_fold_")]
-    return folded.where(F.col(FOLD_GOLD).isNotNull()).select(*[F.col(_q(c)) for c in columns])
-
-
-def tombstone_changes(folded: DataFrame) -> DataFrame:
-    """The rows to MERGE into the tombstone table: new or newer deletes (upserts) and
-    records live again (``_cdc_is_deleted`` false: their tombstone goes)."""
-    from pyspark.sql import functions as F
-
-    return folded.where(F.col(FOLD_TOMBSTONE).isNotNull()).select(
-        *[F.col(_q(f.name)) for f in tombstone_schema().fields]
-    )
-
-
-def resync_entries(folded: DataFrame) -> DataFrame:
-    """The re-sync rows the fold found (:data:`~pipelines.gold.resync.RESYNC_SCHEMA`)."""
-    from pyspark.sql import functions as F
-
-    exploded = folded.select(F.explode(F.col(FOLD_RESYNC)).alias("r"))
-    return exploded.select(*[F.col(f"r.{_q(f.name)}").alias(f.name) for f in RESYNC_SCHEMA])
-
-
-def history_versions(folded: DataFrame) -> DataFrame:
-    """The SCD2 versions the fold started, in the history table's schema."""
-    from pyspark.sql import functions as F
-
-    element = folded.schema[FOLD_VERSIONS].dataType
-    assert isinstance(element, T.ArrayType) and isinstance(element.elementType, T.StructType)
-    exploded = folded.select(F.explode(F.col(FOLD_VERSIONS)).alias("v"))
-    return exploded.select(
-        *[F.col(f"v.{_q(f.name)}").alias(f.name) for f in element.elementType.fields]
-    )
 
 
 def merge_conditions(deletes: DeleteMode) -> tuple[str, str | None]:

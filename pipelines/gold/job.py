@@ -34,56 +34,54 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from ingest.errors import ConfigError, LakeError
-from pipelines.engines import LakeEngine, MergeMetrics, TableRef, Txn
-from pipelines.engines.arrow import arrow_to_dataframe, dataframe_to_arrow, spark_schema_to_arrow
-from pipelines.engines.base import Condition
+from pipelines.engines import LakeEngine, MergeMetrics, Rows, TableRef, Txn
+from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
 from pipelines.gold.columns import ID, body_fields, gold_schema, tombstone_schema
-from pipelines.gold.fold import (
-    FOLD_APPLIED,
-    FOLD_CHANGES,
-    FOLD_GOLD,
-    FOLD_IGNORED,
-    FOLD_RESOLVED_BY,
-    FOLD_RESYNC,
-    FOLD_TOMBSTONE,
-    FOLD_VERSIONS,
-    FoldPlan,
-    fold_changes,
-    fold_changes_arrow,
-    fold_output_schema,
-    fold_plan,
-    gold_changes,
-    history_versions,
-    merge_conditions,
-    resync_entries,
-    tombstone_changes,
-    wildcard_changes,
-    wildcard_rows,
+from pipelines.gold.fold import FoldPlan, fold_plan, merge_conditions
+from pipelines.gold.folding import (
+    FOLD_COUNTS_SCHEMA,
+    RESOLVED_SCHEMA,
+    ROLE_GOLD,
+    ROLE_TOMBSTONE,
+    ChangeRows,
+    FoldCounts,
+    FoldTable,
+    GoldPart,
+    ResolvedPart,
+    ResyncPart,
+    StateRows,
+    TombstonePart,
+    VersionsPart,
+    Wildcards,
+    fold_input_schema,
 )
 from pipelines.gold.resync import (
     RESYNC_SCHEMA,
     RESYNC_TABLE,
-    open_rows_to_resolve,
     open_rows_to_resolve_arrow,
     replay_gap_rows,
 )
-from pipelines.gold.scd2 import HISTORY_KEYS, SCD_IS_CURRENT, history_changes, history_schema
-from pipelines.silver import small
+from pipelines.gold.scd2 import (
+    CURRENT_VERSION,
+    HISTORY_KEYS,
+    HISTORY_ROLE,
+    NEW_VERSION,
+    HistoryChanges,
+    history_input_schema,
+    history_schema,
+)
 from pipelines.silver.job import REGISTRY_TABLE, read_registry, silver_layout
 from pipelines.spec import Conf, DeleteMode, ObjectSpec
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "CHECKPOINT_TABLE",
@@ -343,23 +341,8 @@ class _ObjectRun:
         engine, obj = self.engine, self.obj
         after = engine.txn_version(self.gold, app_id(obj))
         current = engine.version(self.silver)
-        rows: pa.Table | None = None
-        df: DataFrame | None = None
         if after is not None and current == after:
             # Nothing new: the Delta log says so, no read at all.
-            start = end = None
-            full_read = False
-        else:
-            rows = self._small_appends(after, current)
-            if rows is not None:
-                assert current is not None
-                start, end, full_read = 0 if after is None else after + 1, current, False
-            else:
-                changes = engine.read_appends(self.silver, after_version=after)
-                start, end = changes.start_version, changes.end_version
-                full_read, df = changes.full_read, changes.df
-        self._step("read appends")
-        if start is None or end is None:
             written = self._write_resync(None)
             _log.info(
                 "gold: %s is up to date with %s version %s%s",
@@ -369,13 +352,18 @@ class _ObjectRun:
                 f"; {written} replay gap re-sync rows" if written else "",
             )
             return self._result(after, resync_rows=written)
-        if full_read:
+        changes = engine.read_appends(self.silver, after_version=after)
+        start, end = changes.start_version, changes.end_version
+        self._step("read appends")
+        if start is None or end is None:
+            return self._result(after, resync_rows=self._write_resync(None))
+        if changes.full_read:
             _log.warning(
                 "gold: %s could not be read incrementally; folding all of it (changes gold "
                 "already reflects are ignored)",
                 self.silver,
             )
-        schema = df.schema if df is not None else engine.schema(self.silver)
+        schema = engine.schema(self.silver)
         assert schema is not None
         plan = self._plan()
         self._check_sequence(plan)
@@ -388,33 +376,32 @@ class _ObjectRun:
         body = body_fields(schema)
         engine.ensure_table(self.gold, gold_schema(body))
         self._step("plan")
-        parts: _Folded
-        wildcards: Sequence[Mapping[str, Any]]
-        if engine.name == "local":
-            if rows is None:
-                assert df is not None
-                rows = dataframe_to_arrow(df)
-                self._step("collect changes")
-            parts = self._fold_arrow(rows, schema, plan)
-            wildcards = parts.wildcards
-        else:
-            assert df is not None
-            wildcards = wildcard_changes(df)
-            state, tombstones = self._state(df, everything=bool(wildcards))
-            folded = fold_changes(df, state, plan=plan, tombstones=tombstones, wildcards=wildcards)
-            parts = _SparkFolded(folded)
+        rows = engine.persist(changes.rows)
+        held = [rows]
         try:
-            counts = parts.counts()
+            wildcards = engine.to_arrow(engine.map_batches(rows, Wildcards(), schema)).to_pylist()
+            folded = engine.persist(self._fold(rows, schema, plan, wildcards))
+            held.append(folded)
+            counts = _counts(engine.to_arrow(engine.map_batches(folded, FoldCounts(), _COUNTS)))
             self._step("fold")
-            written = self._write_resync(parts)
+            written = self._write_resync(folded)
             self._step("re-sync")
-            tombstoned = self._write_tombstones(parts, plan, end) if counts["tombstones"] else 0
-            versions = self._write_history(parts, plan, body, end) if counts["versions"] else 0
+            end_version = end
+            tombstoned = (
+                self._write_tombstones(folded, plan, end_version) if counts["tombstones"] else 0
+            )
+            versions = (
+                self._write_history(folded, plan, body, end_version) if counts["versions"] else 0
+            )
             self._step("tombstones and history")
-            merge = self._merge_gold(parts.gold(), plan, end, start)
+            gold_rows = engine.map_batches(
+                folded, GoldPart(gold_schema(body).names), gold_schema(body)
+            )
+            merge = self._merge_gold(gold_rows, plan, end_version, start)
             self._step("merge")
         finally:
-            parts.close()
+            for kept in held:
+                engine.release(kept)
         result = self._result(
             after,
             silver_version=end,
@@ -450,6 +437,39 @@ class _ObjectRun:
             result.duration_s,
         )
         return result
+
+    def _fold(
+        self,
+        changes: Rows,
+        schema: T.StructType,
+        plan: FoldPlan,
+        wildcards: Sequence[Mapping[str, Any]],
+    ) -> Rows:
+        """The batch's changes folded onto the gold rows and tombstones of the records they
+        touch (all of them when the batch has wildcard changes)."""
+        engine = self.engine
+        inputs = fold_input_schema(plan, schema)
+        parts = [
+            engine.map_batches(
+                changes, ChangeRows(inputs, without_wildcards=bool(wildcards)), inputs
+            )
+        ]
+        stones = tombstone_table(self.obj)
+        for table, role in ((self.gold, ROLE_GOLD), (stones, ROLE_TOMBSTONE)):
+            if not engine.exists(table):
+                continue
+            state = (
+                engine.read(table) if wildcards else engine.read_keyed(table, key=ID, keys=changes)
+            )
+            parts.append(engine.map_batches(state, StateRows(inputs, role=role), inputs))
+        function = FoldTable(plan, schema, wildcards)
+        return engine.map_groups(
+            engine.union(parts, inputs),
+            key=ID,
+            function=function,
+            schema=function.output,
+            partitions=self.partitions,
+        )
 
     # -- planning --------------------------------------------------------------------------
 
@@ -487,106 +507,49 @@ class _ObjectRun:
                     )
                 return
 
-    def _small_appends(self, after: int | None, current: int | None) -> pa.Table | None:
-        """The local engine's new silver rows read with pyarrow from the files the Delta
-        log lists, when they are few (``None``: read them with Spark)."""
-        if self.engine.name != "local" or current is None:
-            return None
-        return small.read_appended(
-            self.engine,
-            self.silver,
-            after_version=after,
-            until_version=current,
-            max_rows=small.SMALL_BATCH_ROWS,
-        )
-
-    def _fold_arrow(self, rows: pa.Table, schema: T.StructType, plan: FoldPlan) -> _ArrowFolded:
-        """The local engine's fold: the changes as Arrow (read without Spark when few, else
-        collected by one Spark job), the state of the records they touch read with
-        delta-rs, and the fold run here. The local engine writes from the driver anyway; a
-        few hundred rows then cost no shuffle and no Python worker."""
-        wildcards = wildcard_rows(rows)
-        ids = pc.unique(pc.drop_null(rows.column(ID))).to_pylist()
-        where: list[Condition] = [] if wildcards else [(ID, "in", ids)]
-
-        def state(table: TableRef) -> pa.Table | None:
-            if not wildcards and not ids:
-                return None
-            return self.engine.read_arrow(table, where=where)
-
-        stones = tombstone_table(self.obj)
-        folded = fold_changes_arrow(
-            rows,
-            state(self.gold),
-            schema=schema,
-            plan=plan,
-            tombstones=state(stones) if self.engine.exists(stones) else None,
-            wildcards=wildcards,
-        )
-        output = fold_output_schema(body_fields(schema), plan.track)
-        return _ArrowFolded(folded, output, wildcards)
-
-    def _state(self, changes: DataFrame, *, everything: bool) -> tuple[DataFrame, DataFrame | None]:
-        """The gold rows and tombstones of the records ``changes`` touch (``everything``:
-        all of them, for a wildcard change)."""
-        from pyspark.sql import functions as F
-
-        # The batch's ids are few next to the table's rows: broadcast them, so the gold rows
-        # are filtered where they are read instead of being shuffled for the join.
-        ids = F.broadcast(changes.select(ID).where(F.col(ID).isNotNull()).distinct())
-        gold = self.engine.read(self.gold)
-        state = gold if everything else gold.join(ids, on=ID, how="left_semi")
-        tombstones = None
-        stones = tombstone_table(self.obj)
-        if self.engine.exists(stones):
-            table = self.engine.read(stones)
-            tombstones = table if everything else table.join(ids, on=ID, how="left_semi")
-        return state, tombstones
-
     # -- writes ----------------------------------------------------------------------------
 
-    def _write_resync(self, parts: _Folded | None) -> int:
+    def _write_resync(self, folded: Rows | None) -> int:
         engine = self.engine
-        pieces: list[Any] = []
+        pieces: list[Rows] = []
         if self.replay_gaps:
-            pieces.append(pa.Table.from_pylist(self.replay_gaps, schema=_RESYNC_ARROW))
-        if isinstance(parts, _ArrowFolded):
-            pieces.append(parts.resync())
-            pairs = parts.resolved_pairs()
+            pieces.append(engine.rows(pa.Table.from_pylist(self.replay_gaps, schema=_RESYNC_ARROW)))
+        if folded is not None:
+            pieces.append(engine.map_batches(folded, ResyncPart(), RESYNC_SCHEMA))
+            resolved = engine.to_arrow(engine.map_batches(folded, ResolvedPart(), RESOLVED_SCHEMA))
+            pairs = dict(
+                zip(
+                    resolved.column("record_id").to_pylist(),
+                    resolved.column("resolved_by").to_pylist(),
+                    strict=True,
+                )
+            )
             if pairs and engine.exists(RESYNC_TABLE):
                 existing = engine.read_arrow(
                     RESYNC_TABLE,
                     where=[("object", "=", self.obj.api_name), ("record_id", "in", sorted(pairs))],
                 )
-                pieces.append(
-                    open_rows_to_resolve_arrow(
-                        existing, pairs, object_name=self.obj.api_name, at=self.processed_at
-                    )
+                resolving = open_rows_to_resolve_arrow(
+                    existing, pairs, object_name=self.obj.api_name, at=self.processed_at
                 )
-        elif parts is not None:
-            pieces.append(parts.resync())
-            resolved = parts.resolved(engine.spark)
-            if resolved is not None and engine.exists(RESYNC_TABLE):
-                pieces.append(
-                    open_rows_to_resolve(
-                        engine.read(RESYNC_TABLE),
-                        resolved,
-                        object_name=self.obj.api_name,
-                        at=self.processed_at,
-                    )
-                )
-        data = _combine(engine, pieces, RESYNC_SCHEMA)
-        if data is None:
+                pieces.append(engine.rows(resolving, RESYNC_SCHEMA))
+        if not pieces:
             return 0
-        engine.ensure_table(RESYNC_TABLE, RESYNC_SCHEMA)
-        # New rows are inserted; a known row only changes when it gets resolved, so a
-        # re-run (or a re-read replay gap) leaves the table as it is.
-        metrics = engine.merge(
-            RESYNC_TABLE,
-            data,
-            on=["resync_id"],
-            update_condition="source.resolved_at IS NOT NULL AND target.resolved_at IS NULL",
-        )
+        data = engine.persist(engine.union(pieces, RESYNC_SCHEMA))
+        try:
+            if engine.count(data) == 0:
+                return 0
+            engine.ensure_table(RESYNC_TABLE, RESYNC_SCHEMA)
+            # New rows are inserted; a known row only changes when it gets resolved, so a
+            # re-run (or a re-read replay gap) leaves the table as it is.
+            metrics = engine.merge(
+                RESYNC_TABLE,
+                data,
+                on=["resync_id"],
+                update_condition="source.resolved_at IS NOT NULL AND target.resolved_at IS NULL",
+            )
+        finally:
+            engine.release(data)
         self._compact_resync(metrics)
         return metrics.inserted + metrics.updated
 
@@ -604,13 +567,13 @@ class _ObjectRun:
             # Compaction only saves time; a concurrent writer (sfcdc resync) may win the race.
             _log.warning("gold: compacting %s failed, left for a later pass: %s", RESYNC_TABLE, exc)
 
-    def _write_tombstones(self, parts: _Folded, plan: FoldPlan, version: int) -> int:
+    def _write_tombstones(self, folded: Rows, plan: FoldPlan, version: int) -> int:
         table = tombstone_table(self.obj)
         self.engine.ensure_table(table, tombstone_schema())
         update, delete = tombstone_condition(plan.deletes)
         metrics = self.engine.merge(
             table,
-            parts.tombstones(),
+            self.engine.map_batches(folded, TombstonePart(), tombstone_schema()),
             on=[ID],
             update_condition=update,
             delete_condition=delete,
@@ -620,25 +583,36 @@ class _ObjectRun:
         return metrics.inserted + metrics.updated + metrics.deleted
 
     def _write_history(
-        self, parts: _Folded, plan: FoldPlan, body: Sequence[Any], version: int
+        self, folded: Rows, plan: FoldPlan, body: Sequence[Any], version: int
     ) -> int:
-        from pyspark.sql import functions as F
-
+        engine = self.engine
         table = history_table(self.obj)
         by_name = {f.name: f for f in body}
         tracked = [by_name[c] for c in plan.track or () if c in by_name]
-        self.engine.ensure_table(table, history_schema(tracked))
-        new = parts.versions(self.engine.spark)
-        ids = F.broadcast(new.select(ID).distinct())
-        current = (
-            self.engine.read(table).where(F.col(SCD_IS_CURRENT)).join(ids, on=ID, how="left_semi")
-        )
-        metrics = self.engine.merge(
-            table,
-            history_changes(new, current),
-            on=list(HISTORY_KEYS),
-            txn=Txn(f"{HISTORY_APP_PREFIX}{self.obj.api_name}", version),
-        )
+        schema = history_schema(tracked)
+        engine.ensure_table(table, schema)
+        inputs = history_input_schema(schema)
+        new = engine.persist(engine.map_batches(folded, VersionsPart(), schema))
+        try:
+            current = engine.read_keyed(table, key=ID, keys=new)
+            combined = engine.union(
+                [
+                    engine.map_batches(new, _Tag(inputs, NEW_VERSION), inputs),
+                    engine.map_batches(current, _Tag(inputs, CURRENT_VERSION), inputs),
+                ],
+                inputs,
+            )
+            changes = engine.map_groups(
+                combined, key=ID, function=HistoryChanges(schema), schema=schema
+            )
+            metrics = engine.merge(
+                table,
+                changes,
+                on=list(HISTORY_KEYS),
+                txn=Txn(f"{HISTORY_APP_PREFIX}{self.obj.api_name}", version),
+            )
+        finally:
+            engine.release(new)
         return metrics.inserted
 
     def _merge_gold(self, source: Any, plan: FoldPlan, version: int, start: int) -> MergeMetrics:
@@ -658,156 +632,26 @@ class _ObjectRun:
 
 
 _RESYNC_ARROW = spark_schema_to_arrow(RESYNC_SCHEMA)
-_FOLD_COUNTS = {
-    "changes": FOLD_CHANGES,
-    "applied": FOLD_APPLIED,
-    "ignored": FOLD_IGNORED,
-}
+_COUNTS = FOLD_COUNTS_SCHEMA
 
 
-class _Folded(Protocol):
-    """A fold's output, computed once, taken apart for the writes."""
-
-    def counts(self) -> dict[str, int]: ...
-    def gold(self) -> Any: ...
-    def tombstones(self) -> Any: ...
-    def resync(self) -> Any: ...
-    def resolved(self, spark: SparkSession) -> DataFrame | None: ...
-    def versions(self, spark: SparkSession) -> DataFrame: ...
-    def close(self) -> None: ...
+def _counts(rows: pa.Table) -> dict[str, int]:
+    """The sums of :class:`~pipelines.gold.folding.FoldCounts` rows."""
+    return {name: int(pc.sum(rows.column(name)).as_py() or 0) for name in rows.column_names}
 
 
-class _SparkFolded:
-    """The spark engine's view: the fold cached while its parts are merged as DataFrames."""
+class _Tag:
+    """History rows -> :func:`~pipelines.gold.scd2.history_input_schema` rows of a role."""
 
-    def __init__(self, folded: DataFrame) -> None:
-        self.df = folded.persist()
-
-    def counts(self) -> dict[str, int]:
-        from pyspark.sql import functions as F
-
-        df = self.df
-        row = df.agg(
-            F.count(F.lit(1)).alias("records"),
-            *[F.sum(F.col(c)).alias(k) for k, c in _FOLD_COUNTS.items()],
-            F.count(F.col(FOLD_TOMBSTONE)).alias("tombstones"),
-            F.sum(F.size(F.col(FOLD_VERSIONS))).alias("versions"),
-            F.count(F.col(FOLD_RESOLVED_BY)).alias("resolved"),
-        ).collect()[0]
-        return {k: int(row[k] or 0) for k in row.asDict()}
-
-    def gold(self) -> DataFrame:
-        return gold_changes(self.df)
-
-    def tombstones(self) -> DataFrame:
-        return tombstone_changes(self.df)
-
-    def resync(self) -> DataFrame:
-        return resync_entries(self.df)
-
-    def resolved(self, spark: SparkSession) -> DataFrame | None:
-        from pyspark.sql import functions as F
-
-        rows = self.df.where(F.col(FOLD_RESOLVED_BY).isNotNull()).select(
-            F.col(ID).alias("record_id"), F.col(FOLD_RESOLVED_BY).alias("resolved_by")
-        )
-        return rows if rows.take(1) else None
-
-    def versions(self, spark: SparkSession) -> DataFrame:
-        return history_versions(self.df)
-
-    def close(self) -> None:
-        self.df.unpersist()
-
-
-class _ArrowFolded:
-    """The local engine's view: the fold as Arrow (the local engine writes Arrow anyway),
-    split there with no Spark job; ``wildcards`` are the batch's wildcard changes."""
-
-    def __init__(
-        self, table: pa.Table, schema: T.StructType, wildcards: Sequence[Mapping[str, Any]] = ()
-    ) -> None:
+    def __init__(self, schema: T.StructType, role: str) -> None:
         self.schema = schema
-        self.table = table
-        self.wildcards = list(wildcards)
+        self.role = role
 
-    def _where(self, column: str) -> pa.Table:
-        return self.table.filter(pc.is_valid(self.table.column(column)))
-
-    def counts(self) -> dict[str, int]:
-        t = self.table
-        out = {"records": t.num_rows}
-        for key, column in _FOLD_COUNTS.items():
-            out[key] = int(pc.sum(t.column(column)).as_py() or 0)
-        out["tombstones"] = int(pc.count(t.column(FOLD_TOMBSTONE)).as_py())
-        out["versions"] = int(pc.sum(pc.list_value_length(t.column(FOLD_VERSIONS))).as_py() or 0)
-        out["resolved"] = int(pc.count(t.column(FOLD_RESOLVED_BY)).as_py())
-        return out
-
-    def gold(self) -> pa.Table:
-        names = [n for n in self.table.column_names if not n.startswith("_fold_")]
-        return self._where(FOLD_GOLD).select(names)
-
-    def tombstones(self) -> pa.Table:
-        return self._where(FOLD_TOMBSTONE).select([f.name for f in tombstone_schema().fields])
-
-    def _flat(self, column: str) -> pa.Table:
-        values = pc.list_flatten(self.table.column(column))
-        element = self.table.schema.field(column).type.value_type
-        if len(values) == 0:
-            return pa.schema(list(element)).empty_table()
-        return pa.Table.from_struct_array(values.combine_chunks())
-
-    def resync(self) -> pa.Table:
-        return self._flat(FOLD_RESYNC)
-
-    def resolved_pairs(self) -> dict[str, str]:
-        """Record id -> event id of the full image that resolves its open re-sync rows."""
-        rows = self._where(FOLD_RESOLVED_BY)
-        return dict(
-            zip(
-                rows.column(ID).to_pylist(),
-                rows.column(FOLD_RESOLVED_BY).to_pylist(),
-                strict=True,
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        target = spark_schema_to_arrow(self.schema)
+        for batch in batches:
+            table = pa.Table.from_batches([batch])
+            table = table.append_column(
+                HISTORY_ROLE, pa.repeat(pa.scalar(self.role), table.num_rows)
             )
-        )
-
-    def resolved(self, spark: SparkSession) -> DataFrame | None:
-        rows = self._where(FOLD_RESOLVED_BY)
-        if rows.num_rows == 0:
-            return None
-        pairs = pa.table(
-            {"record_id": rows.column(ID), "resolved_by": rows.column(FOLD_RESOLVED_BY)}
-        )
-        return arrow_to_dataframe(spark, pairs)
-
-    def versions(self, spark: SparkSession) -> DataFrame:
-        element = self.schema[FOLD_VERSIONS].dataType
-        assert isinstance(element, T.ArrayType) and isinstance(element.elementType, T.StructType)
-        return arrow_to_dataframe(spark, self._flat(FOLD_VERSIONS), element.elementType)
-
-    def close(self) -> None:
-        self.table = self.table.slice(0, 0)
-
-
-def _combine(engine: LakeEngine, pieces: Sequence[Any], schema: T.StructType) -> Any:
-    """Arrow tables and DataFrames of one schema as one source for ``engine.merge``: Arrow
-    for the local engine, a DataFrame for Spark; ``None`` when they hold no row."""
-    target = spark_schema_to_arrow(schema)
-    if engine.name == "local":
-        tables = [
-            (p if isinstance(p, pa.Table) else dataframe_to_arrow(p)).select(target.names)
-            for p in pieces
-        ]
-        tables = [t.cast(target) for t in tables if t.num_rows]
-        return pa.concat_tables(tables) if tables else None
-    frames = [
-        arrow_to_dataframe(engine.spark, p, schema) if isinstance(p, pa.Table) else p
-        for p in pieces
-    ]
-    if not frames:
-        return None
-    rows = frames[0]
-    for frame in frames[1:]:
-        rows = rows.unionByName(frame)
-    return rows if rows.take(1) else None
+            yield from fit_to_schema(table, target).to_batches()

@@ -53,7 +53,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 from pyspark.sql import types as T
@@ -61,16 +61,12 @@ from pyspark.sql import types as T
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.engines.base import TableRef
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
 __all__ = [
     "OBJECT_LEVEL_REASONS",
     "REASONS",
     "RESYNC_SCHEMA",
     "RESYNC_TABLE",
     "Reason",
-    "open_rows_to_resolve",
     "open_rows_to_resolve_arrow",
     "replay_gap_rows",
     "resync_id",
@@ -211,39 +207,14 @@ def replay_gap_rows(
     return rows
 
 
-def open_rows_to_resolve(
-    existing: DataFrame, resolved: DataFrame, *, object_name: str, at: datetime
-) -> DataFrame:
-    """The open re-sync rows of ``object_name`` in ``existing`` (the re-sync table) whose
-    record a later full image made exact again, with ``resolved_at`` / ``resolved_by`` set.
-
-    ``resolved`` has ``record_id`` and ``resolved_by`` (the full image's event id), one row
-    per record. Whole-object rows are never resolved this way: only a re-bootstrap does.
-    """
-    from pyspark.sql import functions as F
-
-    open_rows = existing.where(
-        (F.col("object") == F.lit(object_name))
-        & F.col("record_id").isNotNull()
-        & F.col("resolved_at").isNull()
-    ).drop("resolved_at", "resolved_by")
-    joined = open_rows.join(resolved.select("record_id", "resolved_by"), on="record_id")
-    return joined.select(
-        *[
-            F.lit(at).cast("timestamp").alias(f.name)
-            if f.name == "resolved_at"
-            else F.col(f.name).cast(f.dataType).alias(f.name)
-            for f in RESYNC_SCHEMA.fields
-        ]
-    )
-
-
 def open_rows_to_resolve_arrow(
     existing: pa.Table, resolved: Mapping[str, str], *, object_name: str, at: datetime
 ) -> pa.Table:
-    """:func:`open_rows_to_resolve` on Arrow, for the local engine's small batches:
-    ``existing`` holds re-sync rows (any subset that includes the records' open rows),
-    ``resolved`` maps a record id to the event id of its full image."""
+    """The open re-sync rows of ``object_name`` in ``existing`` (re-sync rows: any subset
+    that includes the records' open rows) whose record a later full image made exact again,
+    with ``resolved_at`` / ``resolved_by`` set. ``resolved`` maps a record id to the event id
+    of its full image. Whole-object rows are never resolved this way: only a re-bootstrap
+    does."""
     schema = spark_schema_to_arrow(RESYNC_SCHEMA)
     rows = []
     for row in existing.select(schema.names).to_pylist():

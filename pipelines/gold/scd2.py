@@ -30,24 +30,27 @@ is. Commit timestamps have one-second resolution, so two versions can share a
       AND NOT _scd_is_deleted
 
 The fold (:mod:`pipelines.gold.fold`) produces each record's new versions in order; the job
-merges them with :func:`history_changes`, which also closes the version that was current
-before (its ``_scd_valid_to`` becomes the first new version's ``_scd_valid_from``).
+merges them with what :class:`HistoryChanges` makes of them, which also closes the version
+that was current before (its ``_scd_valid_to`` becomes the first new version's
+``_scd_valid_from``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import types as T
 
+from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.gold.columns import ID
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
 __all__ = [
+    "CURRENT_VERSION",
     "HISTORY_KEYS",
+    "HISTORY_ROLE",
+    "NEW_VERSION",
     "SCD_CHANGE_TYPE",
     "SCD_COLUMNS",
     "SCD_EVENT_ID",
@@ -56,7 +59,8 @@ __all__ = [
     "SCD_ORDER_KEY",
     "SCD_VALID_FROM",
     "SCD_VALID_TO",
-    "history_changes",
+    "HistoryChanges",
+    "history_input_schema",
     "history_schema",
 ]
 
@@ -92,38 +96,65 @@ def history_schema(tracked: Sequence[T.StructField]) -> T.StructType:
     )
 
 
-def history_changes(new_versions: DataFrame, current: DataFrame) -> DataFrame:
-    """The rows to merge into the history table on :data:`HISTORY_KEYS`.
+HISTORY_ROLE = "_scd_role"
+NEW_VERSION, CURRENT_VERSION = "n", "c"
 
-    ``new_versions`` are the versions a fold started (history schema, each record's versions
-    chained: only its last one is current). ``current`` is the history table's current
-    versions (any records; only those with new versions matter). Each such current version
-    comes back closed at its record's first new version; the new versions come back as they
-    are. A current version that is itself among the new versions (a re-run) is left alone.
+
+def history_input_schema(history: T.StructType) -> T.StructType:
+    """The rows :class:`HistoryChanges` reads: history rows and their role."""
+    return T.StructType([*history.fields, T.StructField(HISTORY_ROLE, T.StringType())])
+
+
+class HistoryChanges:
+    """The rows to merge into the history table on :data:`HISTORY_KEYS`, from a table
+    holding, for each record it sees, its new versions (role :data:`NEW_VERSION`: the
+    versions a fold started, chained: only the last one is current) and its versions in the
+    history table (role :data:`CURRENT_VERSION`; only current ones matter).
+
+    Each such current version comes back closed at its record's first new version; the new
+    versions come back as they are. A current version that is itself among the new versions
+    (a re-run) is left alone.
     """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
 
-    columns = new_versions.columns
-    first = Window.partitionBy(ID).orderBy(F.col(SCD_ORDER_KEY))
-    firsts = new_versions.select(
-        ID,
-        F.first(SCD_VALID_FROM).over(first).alias("_first_valid_from"),
-        F.first(SCD_ORDER_KEY).over(first).alias("_first_order_key"),
-    ).dropDuplicates([ID])
-    closing = (
-        current.where(F.col(SCD_IS_CURRENT))
-        .join(firsts, on=ID)
-        .where(F.col(SCD_ORDER_KEY) < F.col("_first_order_key"))
-    )
-    closed = closing.select(
-        *[
-            F.col("_first_valid_from").alias(c)
-            if c == SCD_VALID_TO
-            else F.lit(False).alias(c)
-            if c == SCD_IS_CURRENT
-            else F.col(c)
-            for c in columns
-        ]
-    )
-    return new_versions.select(*columns).unionByName(closed)
+    def __init__(self, history: T.StructType) -> None:
+        self.history = history
+
+    def __call__(self, rows: pa.Table) -> pa.Table:
+        target = spark_schema_to_arrow(self.history)
+        role = rows.column(HISTORY_ROLE)
+        new = rows.filter(pc.equal(role, NEW_VERSION)).select(target.names)
+        current = rows.filter(
+            pc.and_(
+                pc.equal(role, CURRENT_VERSION), pc.fill_null(rows.column(SCD_IS_CURRENT), False)
+            )
+        ).select(target.names)
+        if not new.num_rows or not current.num_rows:
+            return new.cast(target)
+        ordered = new.sort_by([(ID, "ascending"), (SCD_ORDER_KEY, "ascending")])
+        ids = ordered.column(ID).combine_chunks()
+        first = _starts(ids)
+        firsts = ordered.filter(first).select([ID, SCD_VALID_FROM, SCD_ORDER_KEY])
+        firsts = firsts.rename_columns([ID, "_first_valid_from", "_first_order_key"])
+        joined = current.join(firsts, ID, join_type="inner")
+        closing = joined.filter(
+            pc.less(joined.column(SCD_ORDER_KEY), joined.column("_first_order_key"))
+        )
+        n = closing.num_rows
+        columns = []
+        for f in target:
+            if f.name == SCD_VALID_TO:
+                columns.append(closing.column("_first_valid_from").cast(f.type))
+            elif f.name == SCD_IS_CURRENT:
+                columns.append(pa.repeat(pa.scalar(False), n))
+            else:
+                columns.append(closing.column(f.name).cast(f.type))
+        closed = pa.Table.from_arrays(columns, schema=target)
+        return pa.concat_tables([new.cast(target), closed])
+
+
+def _starts(ids: pa.Array) -> pa.Array:
+    """True where a sorted column's value differs from the one before (a group starts)."""
+    if len(ids) == 0:
+        return pa.array([], pa.bool_())
+    previous = pa.concat_arrays([pa.array([None], ids.type), ids.slice(0, len(ids) - 1)])
+    return pc.fill_null(pc.not_equal(ids, previous), True)

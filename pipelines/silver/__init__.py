@@ -2,7 +2,12 @@
 
 - :mod:`pipelines.silver.columns`: the silver columns of an object from its schema versions,
   and where each changed field name lands (:meth:`SilverLayout.column_for`).
-- :mod:`pipelines.silver.decode`: the ``mapInArrow`` decoding of bronze payloads.
-- :mod:`pipelines.silver.transforms`: the pure DataFrame steps.
+- :mod:`pipelines.silver.decode`: decoding bronze payloads (:class:`SilverRows`, the step's
+  batch function) and :mod:`pipelines.silver.shape`: decoded rows into silver rows.
+- :mod:`pipelines.silver.quarantine`: silver and quarantine rows taken apart, undecodable
+  bronze rows, the step's filters and counts.
 - :mod:`pipelines.silver.job`: reading bronze incrementally, writing silver and quarantine.
+
+The batch functions are pure and are the one definition of silver: the engine runs them in
+this process (local) or on Spark executors (spark).
 """

@@ -1,20 +1,21 @@
-"""Decoding bronze payloads inside Spark tasks (``mapInArrow``).
+"""Decoding bronze payloads: the pure batch functions silver's step runs wherever the engine
+puts them (this process, or Spark executors with ``mapInArrow``).
 
-:func:`decode_function` returns the function ``DataFrame.mapInArrow`` runs over bronze rows
-(``batch_id, batch_seq, event_id, replay_id, schema_id, payload``) of one object;
-:func:`decoded_schema` is the schema of what it yields: per bronze row, the bronze
-coordinates, the CDC header and the object's fields as
+:class:`SilverRows` is the step's function: bronze rows (``batch_id, batch_seq, event_id,
+replay_id, schema_id, payload``) of one object's schemas in, the object's silver rows and
+error columns out. Inside, :func:`decode_batches` yields :func:`decoded_schema` rows: per
+bronze row, the bronze coordinates, the CDC header and the object's fields as
 :meth:`~pipelines.silver.columns.SilverLayout.raw_columns` (dates and times still epoch
-milliseconds: Spark converts them in :mod:`pipelines.silver.transforms`). A row that cannot
-be decoded carries ``_cdc_error`` (the reason), ``_cdc_error_kind`` and its payload instead,
-for the quarantine: a corrupt or truncated payload, a bitmap that points past the schema, a
-header naming another object, a schema that does not parse.
+milliseconds: :mod:`pipelines.silver.shape` converts them). A row that cannot be decoded
+carries ``_cdc_error`` (the reason), ``_cdc_error_kind`` and its payload instead, for the
+quarantine: a corrupt or truncated payload, a bitmap that points past the schema, a header
+naming another object, a schema that does not parse.
 
-The job hands each object's decoder only the bronze rows whose schema id is one of that
-object's schemas, so on a channel carrying several objects every row is still decoded once.
+Each object's function keeps only the bronze rows whose schema id is one of that object's
+schemas, so on a channel carrying several objects every row is still decoded once.
 
 What travels with the function (:class:`DecodePlan`) is small and picklable: the object's
-layout and the registry's schema JSON of its versions. In each Python worker the schemas are
+layout and the registry's schema JSON of its versions. In each Python process the schemas are
 parsed and their decoders generated once per schema id (a module-level
 :class:`~ingest.decoding.DecoderCache`, reused by every task of that worker). Each Arrow
 batch of at least :data:`COLUMNAR_MIN_BYTES` of payloads is decoded a field at a time over all
@@ -30,16 +31,13 @@ from __future__ import annotations
 import gc
 import json
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql import types as T
 
 from ingest.decoding import DecodedBatch, DecoderCache, EventDecoder, expander_for
@@ -54,17 +52,12 @@ __all__ = [
     "BRONZE_COLUMNS",
     "COLUMNAR_MIN_BYTES",
     "DECODED_HEADER",
-    "FILES_SCHEMA",
-    "SPOOL_SCHEMA",
     "DecodePlan",
     "ErrorKind",
+    "SilverRows",
     "decode_batches",
     "decode_function",
     "decoded_schema",
-    "spool_batches",
-    "spool_files",
-    "spool_files_function",
-    "spool_function",
 ]
 
 ErrorKind = Literal[
@@ -139,41 +132,35 @@ def decoded_schema(plan: DecodePlan) -> T.StructType:
 def decode_function(
     plan: DecodePlan,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function decoding bronze rows according to ``plan``."""
+    """The batch function decoding bronze rows according to ``plan``."""
     return partial(decode_batches, plan)
 
 
-# What a spooling task returns: the Arrow file it wrote and how many rows it holds.
-SPOOL_SCHEMA = T.StructType(
-    [T.StructField("path", T.StringType()), T.StructField("rows", T.LongType())]
-)
+class SilverRows:
+    """The batch function of an object's silver step: bronze rows -> the object's silver
+    rows followed by the error columns (:func:`~pipelines.silver.shape.shaped_schema`).
 
+    Rows written with a schema that is not one of ``plan``'s are left out (they are another
+    object's, or undecodable); the rest are decoded (:func:`decode_batches`) and shaped
+    (:func:`~pipelines.silver.shape.shape_batch`): one row per record id, dates converted,
+    compounds as the object asks.
+    """
 
-def spool_function(
-    plan: DecodePlan, directory: str
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function (output: :data:`SPOOL_SCHEMA`) that decodes bronze rows
-    according to ``plan``, shapes them into silver rows followed by the error columns
-    (:func:`~pipelines.silver.shape.shape_batch`) and writes them to one Arrow IPC file per
-    task in ``directory``, which must be local to the workers and the driver (the local
-    engine). Only the files a successful task reports hold its rows: a failed attempt's file
-    is never listed."""
-    return partial(spool_batches, plan, directory)
+    def __init__(self, plan: DecodePlan) -> None:
+        self.plan = plan
 
+    def _mine(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        ids = pa.array(sorted(self.plan.schemas), pa.string())
+        for batch in batches:
+            keep = pc.fill_null(pc.is_in(batch.column("schema_id"), value_set=ids), False)
+            rows = batch if keep.false_count == 0 else batch.filter(keep)
+            if rows.num_rows:
+                yield rows
 
-# What a task reading bronze files takes: one row per Parquet file.
-FILES_SCHEMA = T.StructType([T.StructField("path", T.StringType())])
-
-
-def spool_files_function(
-    plan: DecodePlan, directory: str
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Like :func:`spool_function`, over rows of :data:`FILES_SCHEMA` naming bronze Parquet
-    files (local paths) instead of bronze rows: each task reads its files' rows itself, keeps
-    those written with one of ``plan``'s schemas, and decodes, shapes and spools them. The
-    JVM then only hands out file names; a 2 KB payload is not copied from Parquet to JVM
-    rows to Arrow and through a socket on its way to the decoder."""
-    return partial(spool_files, plan, directory)
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        target = shaped_schema(self.plan.layout)
+        for decoded in decode_batches(self.plan, self._mine(batches)):
+            yield shape_batch(self.plan.layout, decoded, target)
 
 
 # ----------------------------------------------------------------------- in the worker
@@ -210,74 +197,6 @@ def decode_batches(plan: DecodePlan, batches: Iterator[pa.RecordBatch]) -> Itera
         finally:
             if enabled:
                 gc.enable()
-
-
-def spool_batches(
-    plan: DecodePlan, directory: str, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """Decode, shape and spool bronze Arrow batches (see :func:`spool_function`)."""
-    target = shaped_schema(plan.layout)
-    path = str(Path(directory) / f"{uuid.uuid4().hex}.arrow")
-    rows = 0
-    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, target) as writer:
-        for decoded in decode_batches(plan, batches):
-            shaped = shape_batch(plan.layout, decoded, target)
-            writer.write_batch(shaped)
-            rows += shaped.num_rows
-    yield pa.RecordBatch.from_pylist(
-        [{"path": path, "rows": rows}], schema=spark_schema_to_arrow(SPOOL_SCHEMA)
-    )
-
-
-# Bronze's Arrow types of BRONZE_COLUMNS (how Spark reads them with the table's schema).
-_BRONZE_TYPES = pa.schema(
-    [
-        ("batch_id", pa.int64()),
-        ("batch_seq", pa.int32()),
-        ("event_id", pa.string()),
-        ("replay_id", pa.binary()),
-        ("schema_id", pa.string()),
-        ("payload", pa.binary()),
-    ]
-)
-# Rows per batch read from a bronze file: Spark's Arrow batches in the local session.
-_FILE_BATCH_ROWS = 20_000
-
-
-def spool_files(
-    plan: DecodePlan, directory: str, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """Read, decode, shape and spool bronze files (see :func:`spool_files_function`)."""
-    ids = pa.array(sorted(plan.schemas), pa.string())
-
-    def bronze() -> Iterator[pa.RecordBatch]:
-        for listing in batches:
-            for path in listing.column(0).to_pylist():
-                yield from _bronze_rows(path, ids)
-
-    yield from spool_batches(plan, directory, bronze())
-
-
-def _bronze_rows(path: str, ids: pa.Array) -> Iterator[pa.RecordBatch]:
-    """The rows of one bronze file written with a schema in ``ids``, as Spark reads them
-    with the table's schema (a column the file lacks is null)."""
-    with pq.ParquetFile(path) as source:
-        present = set(source.schema_arrow.names)
-        columns = [c for c in BRONZE_COLUMNS if c in present]
-        for batch in source.iter_batches(
-            batch_size=_FILE_BATCH_ROWS, columns=columns, use_threads=False
-        ):
-            n = batch.num_rows
-            arrays = [
-                batch.column(f.name).cast(f.type) if f.name in present else pa.nulls(n, f.type)
-                for f in _BRONZE_TYPES
-            ]
-            rows = pa.RecordBatch.from_arrays(arrays, schema=_BRONZE_TYPES)
-            keep = pc.fill_null(pc.is_in(rows.column(4), value_set=ids), False)
-            if keep.false_count:
-                rows = rows.filter(keep)
-            if rows.num_rows:
-                yield rows
 
 
 def _decode_batch(

@@ -9,10 +9,10 @@ For every bronze table (one per topic) that feeds a configured object, :func:`ru
    ``silver.max_bytes_per_commit`` allow (sizes from bronze's history and landing's
    checkpoints), then the schema registry (read after bronze, so every schema id in those
    rows is in it);
-3. hands each object's decoder the rows written with one of the object's schemas, so every
-   row is decoded once (:mod:`pipelines.silver.decode`) even on a channel that carries
-   several objects, and computes the object's silver rows and undecodable rows in one pass
-   (:func:`~pipelines.silver.transforms.to_silver_and_quarantine`);
+3. runs each object's batch function (:class:`~pipelines.silver.decode.SilverRows`) over
+   the rows written with one of the object's schemas, so every row is decoded once even on
+   a channel that carries several objects, and takes its output apart into silver rows and
+   quarantine rows (:mod:`pipelines.silver.quarantine`);
 4. appends the silver rows to the object's table with the txn ``(sfcdc.silver:<object>,
    bronze version)``, after writing the range's undecodable rows to ``silver.sfcdc_quarantine``:
    an object's with the txn ``(sfcdc.silver.quarantine:<object>, bronze version)``, rows whose
@@ -27,62 +27,44 @@ tables, so a run that dies in between finds it done when it decodes the range ag
 earlier run quarantined a range that ended elsewhere, rows are matched on their bronze
 coordinates (bronze table, batch id, batch seq) so none is added twice.
 
-With the local engine a pass is collected once, as Arrow, and split there; with the spark
-engine it is cached while its two parts are written. One silver run per lake at a time: runs
-do not coordinate with each other.
+The engine runs the batch functions where its rows are (this process for the local engine,
+Spark executors for the spark engine) and keeps a step's bronze rows and decoded rows while
+their parts are written. One silver run per lake at a time: runs do not coordinate with each
+other.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
+from pyspark.sql import types as T
 
 from ingest.errors import ConfigError, LakeError
 from ingest.schema import EventSchema, parse_event_schema
 from pipelines.bronze.tables import CHECKPOINT_TABLE, SCHEMA_REGISTRY_TABLE, bronze_tables
-from pipelines.engines import HistoryEntry, LakeEngine, TableRef, Txn
-from pipelines.engines.arrow import (
-    arrow_to_dataframe,
-    dataframe_to_arrow,
-    same_type,
-    spark_schema_to_arrow,
-)
+from pipelines.engines import HistoryEntry, LakeEngine, Rows, TableRef, Txn
+from pipelines.engines.arrow import same_type, spark_schema_to_arrow
 from pipelines.silver.columns import SilverLayout, build_layout
-from pipelines.silver.decode import (
-    BRONZE_COLUMNS,
-    FILES_SCHEMA,
-    SPOOL_SCHEMA,
-    DecodePlan,
-    decode_function,
-    decoded_schema,
-    spool_files_function,
-    spool_function,
-)
-from pipelines.silver.shape import shaped_schema
-from pipelines.silver.transforms import (
-    ERROR_COLUMNS,
+from pipelines.silver.decode import BRONZE_COLUMNS, DecodePlan, SilverRows
+from pipelines.silver.quarantine import (
+    COUNTS_SCHEMA,
+    QUARANTINE_KEYS,
     QUARANTINE_SCHEMA,
-    Transform,
-    quarantined_rows,
-    silver_rows,
-    to_silver_and_quarantine,
-    undecodable_rows,
+    AfterBatch,
+    QuarantinePart,
+    SchemaCounts,
+    SilverPart,
+    Undecodable,
+    WithoutKeys,
 )
+from pipelines.silver.shape import shaped_struct
 from pipelines.spec import Conf, ObjectSpec, parse_topic
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
 __all__ = [
     "QUARANTINE_APP_PREFIX",
@@ -110,20 +92,8 @@ REGISTRY_TABLE = TableRef("bronze", SCHEMA_REGISTRY_TABLE)
 _META_BRONZE_TABLE = "sfcdc.silver.bronze_table"
 _META_VERSIONS = "sfcdc.silver.bronze_versions"
 _META_MAX_BATCH = "sfcdc.silver.bronze_max_batch_id"
-_QUARANTINE_KEYS = ("bronze_table", "bronze_batch_id", "bronze_batch_seq")
-# What quarantined_rows reads of an undecodable row.
-_FAILED_COLUMNS = (
-    "_cdc_bronze_batch_id",
-    "_cdc_bronze_batch_seq",
-    "_cdc_replay_id",
-    "_cdc_event_id",
-    "_cdc_schema_id",
-    *ERROR_COLUMNS,
-)
 # How the two Delta implementations name the rows a write added, in DESCRIBE HISTORY.
 _ADDED_ROWS_METRICS = ("num_added_rows", "numOutputRows")
-
-Data = Any  # a pyarrow.Table (local engine) or a DataFrame (spark engine)
 
 
 def app_id(obj: ObjectSpec) -> str:
@@ -398,92 +368,6 @@ def plan_chunks(
     return ends
 
 
-class _Parts:
-    """Materialises a pass once and splits it into silver and quarantine rows: collected as
-    Arrow with the local engine (which writes Arrow anyway), cached with the spark engine."""
-
-    def __init__(self, engine: LakeEngine) -> None:
-        self.engine = engine
-        self.local = engine.name == "local"
-        self.cached: list[DataFrame] = []
-        self.spool: str | None = None
-
-    def split(
-        self,
-        rows: DataFrame,
-        plan: DecodePlan,
-        quarantine: Transform,
-        files: Sequence[str] | None = None,
-    ) -> tuple[Data, Data | None]:
-        """The silver rows of the bronze ``rows`` decoded by ``plan`` and their quarantine
-        rows (``None`` when the local engine saw every row decode). ``files``: the local
-        Parquet files ``rows`` were read from, when the local engine's tasks can read them
-        themselves (:func:`_bronze_files`)."""
-        if not self.local:
-            frame = (
-                rows.mapInArrow(decode_function(plan), decoded_schema(plan))  # type: ignore[arg-type]
-                .transform(to_silver_and_quarantine(plan.layout))
-                .persist()
-            )
-            self.cached.append(frame)
-            return frame.transform(silver_rows), frame.transform(quarantine)
-        table = self._spooled(rows, plan, files)
-        errors = table.column("_cdc_error")
-        if errors.null_count == table.num_rows:
-            return table.drop_columns(list(ERROR_COLUMNS)), None
-        good = pc.is_null(errors)
-        silver = table.filter(good).drop_columns(list(ERROR_COLUMNS))
-        failed = table.filter(pc.invert(good)).select(list(_FAILED_COLUMNS))
-        # Few rows: shaped by the same transform as everywhere else.
-        bad = arrow_to_dataframe(self.engine.spark, failed).transform(quarantine)
-        return silver, dataframe_to_arrow(bad)
-
-    def _spooled(self, rows: DataFrame, plan: DecodePlan, files: Sequence[str] | None) -> pa.Table:
-        """Decoded and shaped by the workers into Arrow files (the local engine's workers
-        share the driver's disk), read back here: Spark only lists the files, so the wide
-        silver rows never become JVM rows. Given the bronze ``files``, the workers read
-        them too, and the payloads never become JVM rows either."""
-        if self.spool is None:
-            self.spool = tempfile.mkdtemp(prefix="sfcdc-silver-")
-        if files:
-            spark = self.engine.spark
-            # A task per file (up to a few per core): bronze files are one landing commit each.
-            slices = min(len(files), 4 * spark.sparkContext.defaultParallelism)
-            names = spark.sparkContext.parallelize([(f,) for f in files], slices)
-            tasks = spark.createDataFrame(names, FILES_SCHEMA)
-            function = spool_files_function(plan, self.spool)
-            _log.debug(
-                "silver: %s: the tasks read %d bronze files themselves",
-                plan.layout.entity,
-                len(files),
-            )
-        else:
-            tasks = rows
-            function = spool_function(plan, self.spool)
-        listing = tasks.mapInArrow(function, SPOOL_SCHEMA).collect()  # type: ignore[arg-type]
-        tables = [pa.ipc.open_file(pa.memory_map(row["path"])).read_all() for row in listing]
-        if not tables:
-            return shaped_schema(plan.layout).empty_table()
-        return pa.concat_tables(tables)
-
-    def rows(self, data: Data) -> Data:
-        return dataframe_to_arrow(data) if self.local else data
-
-    @staticmethod
-    def count(data: Data) -> int:
-        if isinstance(data, pa.Table):
-            return int(data.num_rows)
-        return int(data.count())
-
-    def release(self) -> None:
-        for frame in self.cached:
-            frame.unpersist()
-        self.cached.clear()
-        if self.spool is not None:
-            shutil.rmtree(self.spool, ignore_errors=True)
-            self.spool = None
-
-
 @dataclass
 class _Progress:
     events: int = 0
@@ -610,46 +494,46 @@ class _Group:
         return self._registry
 
     def _chunk(self, after: int | None, end: int) -> None:
-        from pipelines.silver.small import process_chunk
-
-        # A small step of the local engine is decoded in the driver, without a Spark job.
-        if process_chunk(self, after, end):
-            return
-        changes = self.engine.read_appends(self.bronze, after_version=after, until_version=end)
+        engine = self.engine
+        changes = engine.read_appends(
+            self.bronze, after_version=after, until_version=end, columns=BRONZE_COLUMNS
+        )
         if changes.start_version is None:
             return
-        df = changes.df
+        rows = changes.rows
         if changes.full_read and after is not None:
             self.full_read = True
-            df = _unprocessed(self.engine, df, self.bronze, self.objs, after)
-        started = self.clock()
-        files = None if changes.full_read else self._bronze_files(df)
-        if files is not None:
-            stats = _schema_counts(_read_files(files, _COUNTED))
-        else:
-            stats = _schema_counts(dataframe_to_arrow(df.select(*_COUNTED.names)))
-        total = sum(n for n, _ in stats.values())
-        _log.debug(
-            "silver: %s versions %s..%s: %d rows counted per schema id in %.2f s",
-            self.bronze,
-            changes.start_version,
-            end,
-            total,
-            self.clock() - started,
-        )
-        if total == 0:
-            return
-        self.bronze_rows += total
-        registry = self.registry()
-        max_batch = max((b for _, b in stats.values() if b is not None), default=None)
-        metadata = {
-            _META_BRONZE_TABLE: self.bronze.name,
-            _META_VERSIONS: f"{changes.start_version}-{end}",
-        }
-        if max_batch is not None:
-            metadata[_META_MAX_BATCH] = str(max_batch)
-        parts = _Parts(self.engine)
+            rows = engine.map_batches(
+                rows, AfterBatch(_last_processed(engine, self.bronze, self.objs, after)), _BRONZE
+            )
+        # Read once: counted, then decoded by each object, then searched for undecodable rows.
+        rows = engine.persist(rows)
+        held = [rows]
         try:
+            started = self.clock()
+            stats = _schema_counts(
+                engine.to_arrow(engine.map_batches(rows, SchemaCounts(), COUNTS_SCHEMA))
+            )
+            total = sum(n for n, _ in stats.values())
+            _log.debug(
+                "silver: %s versions %s..%s: %d rows counted per schema id in %.2f s",
+                self.bronze,
+                changes.start_version,
+                end,
+                total,
+                self.clock() - started,
+            )
+            if total == 0:
+                return
+            self.bronze_rows += total
+            registry = self.registry()
+            max_batch = max((b for _, b in stats.values() if b is not None), default=None)
+            metadata = {
+                _META_BRONZE_TABLE: self.bronze.name,
+                _META_VERSIONS: f"{changes.start_version}-{end}",
+            }
+            if max_batch is not None:
+                metadata[_META_MAX_BATCH] = str(max_batch)
             passes = []
             decodable: set[str] = set()
             for obj in self.objs:
@@ -657,26 +541,18 @@ class _Group:
                 decodable.update(ids)
                 events = sum(stats[sid][0] for sid in ids if sid in stats)
                 passes.append(
-                    self._decode(
-                        obj,
-                        df,
-                        registry=registry,
-                        ids=ids,
-                        events=events,
-                        parts=parts,
-                        files=files,
-                    )
+                    self._decode(obj, rows, registry=registry, ids=ids, events=events, held=held)
                 )
-            undecodable = self._undecodable(df, stats, registry, decodable, parts)
-            self._commit_step(parts, passes, undecodable, after=after, end=end, metadata=metadata)
+            undecodable = self._undecodable(rows, stats, registry, decodable)
+            self._commit_step(passes, undecodable, after=after, end=end, metadata=metadata)
         finally:
-            parts.release()
+            for kept in held:
+                engine.release(kept)
 
     def _commit_step(
         self,
-        parts: _Parts,
-        decoded: Sequence[tuple[ObjectSpec, SilverLayout, Data, Data | None, int]],
-        undecodable: Data | None,
+        decoded: Sequence[tuple[ObjectSpec, SilverLayout, Rows, Rows | None, int]],
+        undecodable: Rows | None,
         *,
         after: int | None,
         end: int,
@@ -687,44 +563,21 @@ class _Group:
         # range again and finds the quarantine already holding it.
         for obj, _, _, bad, _ in decoded:
             if bad is not None:
-                self._quarantine(
-                    parts, bad, app_for=obj.api_name, after=after, end=end, metadata=metadata
-                )
+                self._quarantine(bad, app_for=obj.api_name, after=after, end=end, metadata=metadata)
         if undecodable is not None:
             self._quarantine(
-                parts,
-                undecodable,
-                app_for=self.bronze.name,
-                after=after,
-                end=end,
-                metadata=metadata,
+                undecodable, app_for=self.bronze.name, after=after, end=end, metadata=metadata
             )
         for obj, layout, data, _, events in decoded:
             self._write(obj, layout, data, events=events, end=end, metadata=metadata)
 
-    def _bronze_files(self, df: DataFrame) -> list[str] | None:
-        """The local Parquet files behind the bronze rows ``df`` (a plain Parquet read of the
-        files the range added, which the local engine makes from the Delta log), or None
-        where the rows must go through Spark: another engine, a table read through
-        delta-rs, files that are not local."""
-        if self.engine.name != "local":
-            return None
-        uris = list(df.inputFiles())
-        if not uris:
-            return None
-        paths = [_local_path(u) for u in uris]
-        if any(p is None for p in paths):
-            return None
-        return [p for p in paths if p is not None]
-
     def _undecodable(
         self,
-        df: DataFrame,
+        rows: Rows,
         stats: Mapping[str, tuple[int, Any]],
         registry: Mapping[str, RegistryEntry],
         decodable: set[str],
-        parts: _Parts,
-    ) -> Data | None:
+    ) -> Rows | None:
         """Rows no configured object decodes: counted when they belong to another object on a
         channel, quarantined otherwise (unknown or unusable schema id, another object's
         schema on a single-object topic)."""
@@ -732,17 +585,15 @@ class _Group:
         if split is None:
             return None
         skipped, reasons = split
-        rest = df.select(*BRONZE_COLUMNS).transform(
-            undecodable_rows(
-                decodable=skipped,
-                reasons=reasons,
-                registry=str(self.registry_table),
-                bronze_table=self.bronze.name,
-                topic=self.topic,
-                at=self.at,
-            )
+        function = Undecodable(
+            decodable=skipped,
+            reasons=reasons,
+            registry=str(self.registry_table),
+            bronze_table=self.bronze.name,
+            topic=self.topic,
+            at=self.at,
         )
-        return parts.rows(rest)
+        return self.engine.map_batches(rows, function, QUARANTINE_SCHEMA)
 
     def _split_undecodable(
         self,
@@ -789,23 +640,22 @@ class _Group:
     def _decode(
         self,
         obj: ObjectSpec,
-        df: DataFrame,
+        rows: Rows,
         *,
         registry: Mapping[str, RegistryEntry],
         ids: list[str],
         events: int,
-        parts: _Parts,
-        files: Sequence[str] | None = None,
-    ) -> tuple[ObjectSpec, SilverLayout, Data, Data | None, int]:
-        """One pass over the object's rows: its silver rows and its undecodable rows."""
-        from pyspark.sql import functions as F
-
+        held: list[Rows],
+    ) -> tuple[ObjectSpec, SilverLayout, Rows, Rows | None, int]:
+        """One pass over the object's rows: its silver rows and its quarantine rows (``None``
+        when every row decoded). What must be kept for the writes is added to ``held``."""
         started = self.clock()
+        engine = self.engine
         layout = silver_layout(obj, registry)
-        _check_types(self.engine, _silver_table(obj), layout)
+        _check_types(engine, _silver_table(obj), layout)
         if not events:
             # Nothing for this object in the range: an empty commit still records the bronze
-            # version (and creates the table the first time), without a Spark job.
+            # version (and creates the table the first time).
             empty = spark_schema_to_arrow(layout.silver_schema()).empty_table()
             return obj, layout, empty, None, 0
         plan = DecodePlan(
@@ -813,27 +663,25 @@ class _Group:
             schemas={sid: registry[sid].schema_json for sid in ids},
             registry=str(self.registry_table),
         )
-        rows = df.where(F.col("schema_id").isin(ids)).select(*BRONZE_COLUMNS)
-        quarantine = quarantined_rows(
+        decoded = engine.persist(engine.map_batches(rows, SilverRows(plan), shaped_struct(layout)))
+        held.append(decoded)
+        schema = layout.silver_schema()
+        silver = engine.map_batches(decoded, SilverPart(schema.names), schema)
+        function = QuarantinePart(
             bronze_table=self.bronze.name, topic=self.topic, at=self.at, entity=obj.api_name
         )
-        planned = self.clock()
-        data, bad = parts.split(rows, plan, quarantine, files)
-        done = self.clock()
-        _log.debug(
-            "silver: %s decoded in %.2f s (plan %.2f s)",
-            obj.api_name,
-            done - started,
-            planned - started,
-        )
-        self.progress[obj.api_name].seconds += done - started
-        return obj, layout, data, bad, events
+        bad = engine.persist(engine.map_batches(decoded, function, QUARANTINE_SCHEMA))
+        held.append(bad)
+        seconds = self.clock() - started
+        _log.debug("silver: %s decoded in %.2f s", obj.api_name, seconds)
+        self.progress[obj.api_name].seconds += seconds
+        return obj, layout, silver, bad if engine.count(bad) else None, events
 
     def _write(
         self,
         obj: ObjectSpec,
         layout: SilverLayout,
-        data: Data,
+        data: Rows,
         *,
         events: int,
         end: int,
@@ -866,8 +714,7 @@ class _Group:
 
     def _quarantine(
         self,
-        parts: _Parts,
-        rows: Data,
+        rows: Rows,
         *,
         app_for: str,
         after: int | None,
@@ -883,7 +730,7 @@ class _Group:
         if done is not None and done >= end:
             _log.info("silver: quarantine %s up to version %d already committed", app, end)
             return
-        if parts.count(rows) == 0:
+        if engine.count(rows) == 0:
             return
         if done is not None and (after is None or done > after):
             # An earlier run quarantined part of this range (it stopped at another version).
@@ -902,66 +749,47 @@ class _Group:
         )
 
 
-# The bronze columns counted per schema id.
-_COUNTED = pa.schema([("schema_id", pa.string()), ("batch_id", pa.int64())])
+# The bronze columns silver reads.
+_BRONZE = T.StructType(
+    [
+        T.StructField("batch_id", T.LongType()),
+        T.StructField("batch_seq", T.IntegerType()),
+        T.StructField("event_id", T.StringType()),
+        T.StructField("replay_id", T.BinaryType()),
+        T.StructField("schema_id", T.StringType()),
+        T.StructField("payload", T.BinaryType()),
+    ]
+)
 
 
-def _local_path(uri: str) -> str | None:
-    """A local file's path from what Spark lists (``file:/...`` or a bare path)."""
-    parsed = urllib.parse.urlparse(uri)
-    if parsed.scheme == "file":
-        return urllib.parse.unquote(parsed.path)
-    if parsed.scheme == "" and uri.startswith("/"):
-        return uri
-    return None
-
-
-def _read_files(files: Sequence[str], schema: pa.Schema) -> pa.Table:
-    """``schema``'s columns of Parquet files, in ``schema``'s types."""
-    tables = [pq.read_table(f, columns=schema.names).cast(schema) for f in files]
-    return pa.concat_tables(tables) if tables else schema.empty_table()
-
-
-def _schema_counts(rows: pa.Table) -> dict[str, tuple[int, int | None]]:
-    """Rows and highest batch id per schema id. Two narrow columns collected and counted in
-    Arrow: a single Spark stage, where a groupBy would shuffle."""
-    grouped = rows.group_by("schema_id").aggregate([([], "count_all"), ("batch_id", "max")])
+def _schema_counts(counts: pa.Table) -> dict[str, tuple[int, int | None]]:
+    """Rows and highest batch id per schema id, from :class:`SchemaCounts` rows."""
+    grouped = counts.group_by("schema_id").aggregate([("rows", "sum"), ("max_batch_id", "max")])
     return {
         sid: (int(n), None if top is None else int(top))
         for sid, n, top in zip(
             grouped.column("schema_id").to_pylist(),
-            grouped.column("count_all").to_pylist(),
-            grouped.column("batch_id_max").to_pylist(),
+            grouped.column("rows_sum").to_pylist(),
+            grouped.column("max_batch_id_max").to_pylist(),
             strict=True,
         )
     }
 
 
-def _without_quarantined(engine: LakeEngine, rows: Data, bronze: TableRef) -> Data:
-    from pyspark.sql import functions as F
-
-    existing = (
-        engine.read(QUARANTINE_TABLE)
-        .where(F.col("bronze_table") == F.lit(bronze.name))
-        .select(*_QUARANTINE_KEYS)
+def _without_quarantined(engine: LakeEngine, rows: Rows, bronze: TableRef) -> Rows:
+    existing = engine.read_arrow(
+        QUARANTINE_TABLE, columns=list(QUARANTINE_KEYS), where=[("bronze_table", "=", bronze.name)]
     )
-    if isinstance(rows, pa.Table):
-        seen = {tuple(r[k] for k in _QUARANTINE_KEYS) for r in existing.collect()}
-        keys = zip(*(rows.column(k).to_pylist() for k in _QUARANTINE_KEYS), strict=True)
-        return rows.filter(pa.array([k not in seen for k in keys], pa.bool_()))
-    return rows.join(existing, on=list(_QUARANTINE_KEYS), how="left_anti").select(
-        *QUARANTINE_SCHEMA.names
-    )
+    seen = set(zip(*(existing.column(k).to_pylist() for k in QUARANTINE_KEYS), strict=True))
+    return engine.map_batches(rows, WithoutKeys(seen), QUARANTINE_SCHEMA)
 
 
-def _unprocessed(
-    engine: LakeEngine, df: DataFrame, bronze: TableRef, objs: Iterable[ObjectSpec], after: int
-) -> DataFrame:
-    """Bronze could not be read incrementally (its log was cleaned up or rows were rewritten)
-    and ``df`` is the whole table: keep the rows of batches after the last one processed,
-    which every silver commit records."""
-    from pyspark.sql import functions as F
-
+def _last_processed(
+    engine: LakeEngine, bronze: TableRef, objs: Iterable[ObjectSpec], after: int
+) -> int:
+    """Bronze could not be read incrementally (its change data feed no longer covers the
+    range) and the whole table is read instead: the last batch processed, which every silver
+    commit records, says which rows are new."""
     processed: list[int] = []
     for obj in objs:
         for entry in engine.history(_silver_table(obj), limit=100):
@@ -982,7 +810,7 @@ def _unprocessed(
         bronze,
         last,
     )
-    return df.where(F.col("batch_id") > F.lit(last))
+    return last
 
 
 def _check_types(engine: LakeEngine, table: TableRef, layout: SilverLayout) -> None:

@@ -1,16 +1,12 @@
-"""Silver's row shaping on decoded Arrow batches, inside the Python worker that decoded them.
+"""Silver's row shaping on decoded Arrow batches, where they were decoded.
 
-:func:`shape_batch` does to one batch of :func:`~pipelines.silver.decode.decoded_schema` rows
-what :func:`~pipelines.silver.transforms.to_silver_and_quarantine` does to a DataFrame of
-them, with the same results value for value: record ids fanned out (change events),
-epoch milliseconds turned into DATE / TIMESTAMP / time text, compounds flattened when the
-object asks for it, the silver columns in table order, then the error columns.
-
-The local engine uses it to spare the JVM the work on silver's wide rows: the worker that
-decoded a batch shapes it and spools it to an Arrow file the driver reads back
-(:func:`~pipelines.silver.decode.spool_function`), so Spark never turns the hundred decoded
-columns into rows and back into Arrow. The spark engine keeps the DataFrame transforms, whose
-rows stay on the executors.
+:func:`shape_batch` turns one batch of :func:`~pipelines.silver.decode.decoded_schema` rows
+into silver rows: record ids fanned out (change events: one row per record id, with
+``_cdc_record_count`` and ``_cdc_is_wildcard``; an event without ids, such as a
+GAP_OVERFLOW, stays one row with a null ``Id``), epoch milliseconds turned into DATE /
+TIMESTAMP / time text (dates floor to their UTC day; times are computed from the number, so
+no time zone can shift them), compounds flattened when the object asks for it, the silver
+columns in table order, then the error columns.
 """
 
 from __future__ import annotations
@@ -26,9 +22,9 @@ from pyspark.sql import types as T
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.silver.columns import ID_COLUMN, LeafKind, SilverLayout
 
-__all__ = ["ERROR_TYPES", "shape_batch", "shaped_schema"]
+__all__ = ["ERROR_TYPES", "shape_batch", "shaped_schema", "shaped_struct"]
 
-# The error columns after the silver columns (see transforms.ERROR_COLUMNS).
+# The error columns after the silver columns (see quarantine.ERROR_COLUMNS).
 ERROR_TYPES: tuple[tuple[str, T.DataType], ...] = (
     ("_cdc_error", T.StringType()),
     ("_cdc_error_kind", T.StringType()),
@@ -42,11 +38,16 @@ _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _EXACT = 2**53
 
 
-def shaped_schema(layout: SilverLayout) -> pa.Schema:
-    """What :func:`shape_batch` returns: the silver table's columns (in the Arrow types Delta
-    stores), then the error columns."""
+def shaped_struct(layout: SilverLayout) -> T.StructType:
+    """What :func:`shape_batch` returns, as a Spark schema: the silver table's columns, then
+    the error columns."""
     fields = [*layout.silver_schema().fields, *(T.StructField(n, t) for n, t in ERROR_TYPES)]
-    return spark_schema_to_arrow(T.StructType(fields))
+    return T.StructType(fields)
+
+
+def shaped_schema(layout: SilverLayout) -> pa.Schema:
+    """:func:`shaped_struct` in the Arrow types Delta stores."""
+    return spark_schema_to_arrow(shaped_struct(layout))
 
 
 def shape_batch(layout: SilverLayout, batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
