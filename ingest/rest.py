@@ -74,7 +74,7 @@ class RestClient:
         sleep: Callable[[float], None] = time.sleep,
         logger: logging.Logger | None = None,
     ) -> None:
-        if not _VERSION.match(api_version):
+        if _VERSION.fullmatch(api_version) is None:
             raise ValueError(f"api_version must look like 'v62.0' (got {api_version!r})")
         if batch_size is not None and not 200 <= batch_size <= 2000:
             raise ValueError(f"batch_size must be between 200 and 2000 (got {batch_size})")

@@ -118,7 +118,9 @@ TopicKind = Literal[
 ]
 
 # Table, schema and catalog names are interpolated into SQL by the lake engines; anything that
-# would need quoting (or could smuggle SQL in) is refused at load time.
+# would need quoting (or could smuggle SQL in) is refused at load time. The patterns below also
+# go into the JSON Schema (ECMA-262 regular expressions), so they keep `^...$`; Python checks
+# them with `fullmatch`, because its `$` also matches before a trailing newline.
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _IDENTIFIER_RE = re.compile(IDENTIFIER_PATTERN)
 _IDENTIFIER_MAX = 255
@@ -1043,7 +1045,7 @@ def is_identifier(name: object) -> bool:
     return (
         isinstance(name, str)
         and len(name) <= _IDENTIFIER_MAX
-        and _IDENTIFIER_RE.match(name) is not None
+        and _IDENTIFIER_RE.fullmatch(name) is not None
     )
 
 
@@ -1061,7 +1063,7 @@ def parse_topic(topic: str) -> TopicInfo:
     """
     if isinstance(topic, str):
         for pattern, kind, entity in _TOPIC_RULES:
-            match = pattern.match(topic)
+            match = pattern.fullmatch(topic)
             if match:
                 return TopicInfo(topic, kind, entity(match.group(1)) if match.groups() else None)
     raise ValueError(f"must be {_TOPIC_HINT} (got {topic!r})")

@@ -377,8 +377,84 @@ def test_invalid_topics(topic: str) -> None:
 def test_identifier_rule() -> None:
     assert is_identifier("gold_2")
     assert is_identifier("_x")
-    for bad in ("2gold", "gold-x", "gold.account", "a b", "x`", "", "a" * 256, None):
-        assert not is_identifier(bad)
+    bad_names = ("2gold", "gold-x", "gold.account", "a b", "x`", "", "a" * 256, None)
+    for bad in (*bad_names, "account\n", "account\r\n", "\naccount"):
+        assert not is_identifier(bad), repr(bad)
+
+
+def test_a_topic_with_a_trailing_newline_is_not_a_topic() -> None:
+    with pytest.raises(ValueError, match="must be a Pub/Sub topic name"):
+        parse_topic("/data/AccountChangeEvent\n")
+
+
+# Python's `$` also matches before a final newline, so a pattern checked with re.match lets
+# "account\n" through to the SQL the engines write. Each checked string key must refuse it.
+@pytest.mark.parametrize(
+    ("pipeline", "account", "key"),
+    [
+        ("", ACCOUNT + 'tables: {silver: "account\\n"}\n', "objects/account.yml: tables.silver"),
+        ("", ACCOUNT + 'tables: {bronze: "acc\\n"}\n', "objects/account.yml: tables.bronze"),
+        ("", 'object: "Account\\n"\nkind: change_events\n', "objects/account.yml: object"),
+        (
+            "",
+            ACCOUNT + 'topic: "/data/AccountChangeEvent\\n"\n',
+            "objects/account.yml: topic",
+        ),
+        (
+            "",
+            ACCOUNT + 'managed_subscription: "Acc_Sub\\n"\n',
+            "objects/account.yml: managed_subscription",
+        ),
+        ('lake: {schemas: {gold: "gold\\n"}}\n', ACCOUNT, "pipeline.yml: lake.schemas.gold"),
+        ('lake: {catalog: "main\\n"}\n', ACCOUNT, "pipeline.yml: lake.catalog"),
+        ('lake: {table_prefix: "sf_\\n"}\n', ACCOUNT, "pipeline.yml: lake.table_prefix"),
+    ],
+)
+def test_a_trailing_newline_is_refused_with_file_and_key(
+    tmp_path: Path, pipeline: str, account: str, key: str
+) -> None:
+    conf = write_conf(tmp_path, pipeline, {"account": account})
+    problems = problems_of(conf)
+    assert any(p.startswith(f"conf/{key}: must be") and "\\n'" in p for p in problems), problems
+
+
+_STATIC = "type: static_token\naccess_token: {env: T}\ninstance_url: https://a.my.salesforce.com"
+_SOAP = (
+    "type: soap_login\nlogin_url: https://login.salesforce.com\nusername: u\npassword: {env: P}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("auth", "extra", "key"),
+    [
+        (_STATIC, '    tenant_id: "00D000000000001AAA\\n"\n', "tenant_id"),
+        (_STATIC, '    pubsub_endpoint: "api.pubsub.salesforce.com:7443\\n"\n', "pubsub_endpoint"),
+        (_SOAP + 'api_version: "62.0\\n"', "", "auth.api_version"),
+        (
+            _SOAP.replace("https://login.salesforce.com", '"https://login.salesforce.com\\n"'),
+            "",
+            "auth.login_url",
+        ),
+    ],
+)
+def test_salesforce_keys_with_a_trailing_newline_are_refused(
+    tmp_path: Path, auth: str, extra: str, key: str
+) -> None:
+    conf = write_conf(tmp_path, _sf(auth, extra))
+    problem = only_problem(conf)
+    assert problem.startswith(f"conf/pipeline.yml: connection.salesforce.{key}: must be"), problem
+
+
+def test_a_secret_reference_with_a_trailing_newline_is_refused(tmp_path: Path) -> None:
+    auth = (
+        'type: static_token\naccess_token: {env: "SF_TOKEN\\n"}\n'
+        "instance_url: https://a.my.salesforce.com"
+    )
+    conf = write_conf(tmp_path, _sf(auth))
+    problem = only_problem(conf)
+    assert problem.startswith(
+        "conf/pipeline.yml: connection.salesforce.auth.access_token.env: must be"
+    ), problem
 
 
 # ---------------------------------------------------------------------------- validation

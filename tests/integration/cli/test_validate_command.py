@@ -66,3 +66,18 @@ def test_a_missing_conf_directory_is_named(
     code = cli.main(["validate", "--conf", str(tmp_path / "nowhere")])
     assert code == 2
     assert "nowhere does not exist" in capsys.readouterr().err
+
+
+def test_a_table_name_with_a_trailing_newline_is_named_with_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = _copy_conf(tmp_path)
+    (conf / "objects" / "account.yml").write_text(
+        'object: Account\nkind: change_events\ntables:\n  silver: "account\\n"\n'
+    )
+    code = cli.main(["validate", "--conf", str(conf)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "1 configuration problem" in err
+    assert "objects/account.yml: tables.silver: must be a SQL identifier" in err
+    assert "(got 'account\\n')" in err
