@@ -1099,8 +1099,32 @@ def default_tables(api_name: str, topic: str) -> TablesSpec:
 # ---------------------------------------------------------------------------- YAML reading
 
 
+class _AliasRefused(yaml.MarkedYAMLError):
+    """An alias (``*name``) in a configuration file or a ``--set`` value."""
+
+
+# Aliases are refused outright rather than counted: nine lines of nested aliases ("billion
+# laughs") expand to 9**9 values, and every later walk of the data (duplicate keys, validation,
+# messages) would pay for each. The files do not need them: what objects share goes under
+# `defaults` in pipeline.yml.
+_ALIAS_FIX = (
+    "aliases are not supported in configuration files (they can expand a small file into "
+    "billions of values); write the value out, or put what objects share under defaults in "
+    "pipeline.yml"
+)
+
+
 class _Loader(yaml.SafeLoader):
-    """Safe loader; duplicate keys are found on the node tree before construction."""
+    """Safe loader that refuses aliases while composing (before anything is expanded);
+    duplicate keys are found on the node tree before construction."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise _AliasRefused(
+                problem=f"YAML alias *{event.anchor}", problem_mark=event.start_mark
+            )
+        return super().compose_node(parent, index)
 
 
 def _duplicate_keys(node: yaml.Node, path: str, found: list[tuple[str, str]]) -> None:
@@ -1154,6 +1178,11 @@ def _read_yaml(path: Path, ctx: Problems) -> Any:
         for key_path, message in duplicates:
             ctx.add(key_path, message)
         data = loader.construct_document(node)
+    except _AliasRefused as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        ctx.add("", f"{where}{exc.problem}: {_ALIAS_FIX}")
+        return INVALID
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -1301,11 +1330,16 @@ def parse_override(text: str) -> tuple[str, Any]:
             f"--set expects KEY=VALUE with a dotted pipeline.yml key such as "
             f"lake.catalog=main (got {shown!r}{'' if sep else ' without ='})"
         )
+    loader = _Loader(raw)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = loader.get_single_data() if raw.strip() else ""
+    except _AliasRefused:
+        raise ConfigError(f"--set {key}: YAML aliases are not supported in values") from None
     except yaml.YAMLError:
         # The value is not echoed: it may be meant for a secret key.
         raise ConfigError(f"--set {key}: the value is not valid YAML") from None
+    finally:
+        loader.dispose()
     return key, value
 
 

@@ -518,6 +518,34 @@ def test_malformed_yaml_names_line_and_column(tmp_path: Path) -> None:
     assert problem.startswith("conf/pipeline.yml: line 3, column 2: invalid YAML:")
 
 
+def alias_bomb(levels: int = 9) -> str:
+    """'Billion laughs': each level lists the previous one nine times, 9**levels leaves."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels + 1):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.timeout(60)
+def test_an_alias_bomb_is_refused_without_expanding_it(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, objects={"account": ACCOUNT, "bomb": ACCOUNT + alias_bomb()})
+    with pytest.raises(ConfigError) as info:
+        load_conf(conf)
+    assert info.value.problems == [
+        "conf/objects/bomb.yml: line 4, column 10: YAML alias *l0: aliases are not supported in "
+        "configuration files (they can expand a small file into billions of values); write the "
+        "value out, or put what objects share under defaults in pipeline.yml"
+    ]
+
+
+def test_an_alias_in_pipeline_yml_is_refused_with_its_line(tmp_path: Path) -> None:
+    conf = write_conf(
+        tmp_path, "lake: {catalog: &cat main, schemas: {gold: *cat}}\n", {"account": ACCOUNT}
+    )
+    problem = only_problem(conf)
+    assert problem.startswith("conf/pipeline.yml: line 1, column 44: YAML alias *cat:"), problem
+
+
 def test_several_documents_in_one_file_are_rejected(tmp_path: Path) -> None:
     conf = write_conf(tmp_path, objects={"account": ACCOUNT + "---\n" + ACCOUNT})
     assert "expected a single document" in only_problem(conf)
