@@ -20,7 +20,13 @@ from ingest.client.retry import RetryPolicy
 from ingest.client.subscriber import Subscription
 from ingest.emulator.server import DEFAULT_CLIENT, Emulator, EmulatorConfig
 from ingest.emulator.tls import CA_CERT
-from ingest.errors import AuthError, AuthUnavailableError, PermanentError, RestError
+from ingest.errors import (
+    AuthError,
+    AuthUnavailableError,
+    PermanentError,
+    RestError,
+    TransientError,
+)
 from ingest.rest import RestClient
 from pipelines.connect import connect as connect_source
 from pipelines.connect import secret_resolver
@@ -146,7 +152,9 @@ def test_an_unreachable_server_is_still_retried_as_an_outage() -> None:
     sleeps = Sleeps()
     retry = RetryPolicy(max_attempts=2, initial_backoff=0.0, max_backoff=0.0)
     with (
-        pytest.raises(Exception, match="gave up after 2 consecutive failed attempts") as caught,
+        pytest.raises(
+            TransientError, match="gave up after 2 consecutive failed attempts"
+        ) as caught,
         Subscription(channel, TOPIC, retry=retry, sleep=sleeps) as sub,
     ):
         for _ in sub:
