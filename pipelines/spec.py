@@ -439,10 +439,15 @@ class EmulatorWorkload:
     """What the emulator generates for a run."""
 
     events: int = field(
-        default=10_000, metadata=meta("Change events to generate (whole transactions).", minimum=0)
+        default=10_000,
+        metadata=meta(
+            "Events to generate: change events and the platform events the workload mixes in, "
+            "in whole transactions.",
+            minimum=0,
+        ),
     )
     platform_events: int = field(
-        default=1_000, metadata=meta("Platform events to publish.", minimum=0)
+        default=1_000, metadata=meta("Platform events published on top of events.", minimum=0)
     )
     events_per_second: float | None = field(
         default=None,
