@@ -33,7 +33,7 @@ from ingest.client.stream import EventBatch
 from ingest.client.subscriber import Subscription
 from ingest.emulator.oauth import OAuthClient
 from ingest.emulator.server import Emulator
-from ingest.errors import AuthError, AuthRejectedError, PermanentError
+from ingest.errors import AuthError, AuthRejectedError, ConfigError, PermanentError
 from ingest.replay import Earliest
 from tests.integration.client.conftest import TOPIC, fill
 
@@ -296,7 +296,7 @@ def test_secrets_never_appear_in_logs_messages_or_reprs(
 
 def test_client_credentials_refuses_the_generic_login_hosts() -> None:
     for host in ("https://login.salesforce.com", "https://test.salesforce.com/"):
-        with pytest.raises(Exception, match="My Domain"):
+        with pytest.raises(ConfigError, match="My Domain"):
             ClientCredentials(host, client_id="x", client_secret=Secret("y"))
 
 

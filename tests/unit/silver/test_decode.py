@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from ingest.errors import DecodeError
 from pipelines.silver import decode
 from pipelines.silver.columnar import ColumnarDecoder
 from pipelines.silver.columns import build_layout
@@ -230,7 +231,7 @@ def test_a_batch_without_the_bronze_columns_is_refused() -> None:
     table = bronze_batch([(s.schema_id, change_event(s, "CREATE", ["001A"]))]).drop_columns(
         ["batch_seq"]
     )
-    with pytest.raises(Exception, match="lacks batch_seq"):
+    with pytest.raises(DecodeError, match="lacks batch_seq"):
         list(decode_batches(plan_for(s), iter(table.to_batches())))
 
 
