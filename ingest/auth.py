@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from ingest.errors import AuthError, AuthUnavailableError, ConfigError
+from ingest.tls import trusted_roots, untrusted_message, verification_failure
 
 __all__ = [
     "ClientCredentials",
@@ -344,8 +345,22 @@ class _HttpFlow:
     ) -> None:
         self._login_url = _base_url(login_url, what=what)
         self._http = http if http is not None else http_client(ca_file=ca_file)
+        # What certificates are checked against, for messages; unknown for an injected client.
+        self._trusted = trusted_roots(ca_file) if http is None else None
         self._clock = clock
         self._redact = _Redactor()
+
+    def _untrusted(self, url: str, exc: httpx.HTTPError) -> AuthError | None:
+        """A login that failed because the server's certificate did not verify: an error
+        of configuration, so an :class:`AuthError` (not retried), never ``Unavailable``."""
+        reason = verification_failure(exc)
+        if reason is None:
+            return None
+        where = urlsplit(url).netloc
+        return AuthError(
+            f"{self.name} login at {url}: "
+            + untrusted_message(where, reason, checked_against=self._trusted)
+        )
 
     def _post(
         self,
@@ -358,6 +373,9 @@ class _HttpFlow:
         try:
             return self._http.post(url, data=data, content=content, headers=headers)
         except httpx.HTTPError as exc:
+            untrusted = self._untrusted(url, exc)
+            if untrusted is not None:
+                raise untrusted from exc
             raise AuthUnavailableError(
                 f"{self.name} login: cannot reach {url} ({type(exc).__name__}: "
                 f"{self._redact(str(exc))})"
@@ -409,6 +427,9 @@ class _HttpFlow:
         try:
             response = self._http.get(url, headers={"Authorization": f"Bearer {token.reveal()}"})
         except httpx.HTTPError as exc:
+            untrusted = self._untrusted(url, exc)
+            if untrusted is not None:
+                raise untrusted from exc
             raise AuthUnavailableError(
                 f"{self.name} login: the token response has no identity URL and userinfo at "
                 f"{url} is unreachable ({type(exc).__name__})"

@@ -27,6 +27,7 @@ import httpx
 from ingest.auth import Credentials, TokenManager, http_client
 from ingest.client import TlsSettings
 from ingest.errors import AuthError, AuthUnavailableError, RestError, RestUnavailableError
+from ingest.tls import trusted_roots, untrusted_message, verification_failure
 
 __all__ = ["RestClient"]
 
@@ -74,7 +75,7 @@ class RestClient:
         sleep: Callable[[float], None] = time.sleep,
         logger: logging.Logger | None = None,
     ) -> None:
-        if not _VERSION.match(api_version):
+        if _VERSION.fullmatch(api_version) is None:
             raise ValueError(f"api_version must look like 'v62.0' (got {api_version!r})")
         if batch_size is not None and not 200 <= batch_size <= 2000:
             raise ValueError(f"batch_size must be between 200 and 2000 (got {batch_size})")
@@ -88,6 +89,7 @@ class RestClient:
         self._owns_http = http is None
         ca = tls.ca_file if tls is not None else None
         self._http = http if http is not None else http_client(ca_file=ca)
+        self._trusted = trusted_roots(ca) if http is None else None
         self._sleep = sleep
         self._log = logger or _log
         self.requests = 0
@@ -144,6 +146,17 @@ class RestClient:
             try:
                 response = self._send(credentials, path, params)
             except httpx.HTTPError as exc:
+                reason = verification_failure(exc)
+                if reason is not None:
+                    # Not an outage: the same certificate fails every attempt.
+                    raise RestError(
+                        f"REST GET {what}: "
+                        + untrusted_message(
+                            urlsplit(credentials.instance_url).netloc,
+                            reason,
+                            checked_against=self._trusted,
+                        )
+                    ) from exc
                 if attempt >= self._attempts:
                     raise RestUnavailableError(
                         f"REST GET {what}: no answer from {credentials.instance_url} after "

@@ -118,7 +118,9 @@ TopicKind = Literal[
 ]
 
 # Table, schema and catalog names are interpolated into SQL by the lake engines; anything that
-# would need quoting (or could smuggle SQL in) is refused at load time.
+# would need quoting (or could smuggle SQL in) is refused at load time. The patterns below also
+# go into the JSON Schema (ECMA-262 regular expressions), so they keep `^...$`; Python checks
+# them with `fullmatch`, because its `$` also matches before a trailing newline.
 IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _IDENTIFIER_RE = re.compile(IDENTIFIER_PATTERN)
 _IDENTIFIER_MAX = 255
@@ -437,10 +439,15 @@ class EmulatorWorkload:
     """What the emulator generates for a run."""
 
     events: int = field(
-        default=10_000, metadata=meta("Change events to generate (whole transactions).", minimum=0)
+        default=10_000,
+        metadata=meta(
+            "Events to generate: change events and the platform events the workload mixes in, "
+            "in whole transactions.",
+            minimum=0,
+        ),
     )
     platform_events: int = field(
-        default=1_000, metadata=meta("Platform events to publish.", minimum=0)
+        default=1_000, metadata=meta("Platform events published on top of events.", minimum=0)
     )
     events_per_second: float | None = field(
         default=None,
@@ -1043,7 +1050,7 @@ def is_identifier(name: object) -> bool:
     return (
         isinstance(name, str)
         and len(name) <= _IDENTIFIER_MAX
-        and _IDENTIFIER_RE.match(name) is not None
+        and _IDENTIFIER_RE.fullmatch(name) is not None
     )
 
 
@@ -1061,7 +1068,7 @@ def parse_topic(topic: str) -> TopicInfo:
     """
     if isinstance(topic, str):
         for pattern, kind, entity in _TOPIC_RULES:
-            match = pattern.match(topic)
+            match = pattern.fullmatch(topic)
             if match:
                 return TopicInfo(topic, kind, entity(match.group(1)) if match.groups() else None)
     raise ValueError(f"must be {_TOPIC_HINT} (got {topic!r})")
@@ -1097,8 +1104,32 @@ def default_tables(api_name: str, topic: str) -> TablesSpec:
 # ---------------------------------------------------------------------------- YAML reading
 
 
+class _AliasRefused(yaml.MarkedYAMLError):
+    """An alias (``*name``) in a configuration file or a ``--set`` value."""
+
+
+# Aliases are refused outright rather than counted: nine lines of nested aliases ("billion
+# laughs") expand to 9**9 values, and every later walk of the data (duplicate keys, validation,
+# messages) would pay for each. The files do not need them: what objects share goes under
+# `defaults` in pipeline.yml.
+_ALIAS_FIX = (
+    "aliases are not supported in configuration files (they can expand a small file into "
+    "billions of values); write the value out, or put what objects share under defaults in "
+    "pipeline.yml"
+)
+
+
 class _Loader(yaml.SafeLoader):
-    """Safe loader; duplicate keys are found on the node tree before construction."""
+    """Safe loader that refuses aliases while composing (before anything is expanded);
+    duplicate keys are found on the node tree before construction."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise _AliasRefused(
+                problem=f"YAML alias *{event.anchor}", problem_mark=event.start_mark
+            )
+        return super().compose_node(parent, index)
 
 
 def _duplicate_keys(node: yaml.Node, path: str, found: list[tuple[str, str]]) -> None:
@@ -1152,6 +1183,11 @@ def _read_yaml(path: Path, ctx: Problems) -> Any:
         for key_path, message in duplicates:
             ctx.add(key_path, message)
         data = loader.construct_document(node)
+    except _AliasRefused as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        ctx.add("", f"{where}{exc.problem}: {_ALIAS_FIX}")
+        return INVALID
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -1299,11 +1335,16 @@ def parse_override(text: str) -> tuple[str, Any]:
             f"--set expects KEY=VALUE with a dotted pipeline.yml key such as "
             f"lake.catalog=main (got {shown!r}{'' if sep else ' without ='})"
         )
+    loader = _Loader(raw)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = loader.get_single_data() if raw.strip() else ""
+    except _AliasRefused:
+        raise ConfigError(f"--set {key}: YAML aliases are not supported in values") from None
     except yaml.YAMLError:
         # The value is not echoed: it may be meant for a secret key.
         raise ConfigError(f"--set {key}: the value is not valid YAML") from None
+    finally:
+        loader.dispose()
     return key, value
 
 

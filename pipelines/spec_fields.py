@@ -119,7 +119,7 @@ def parse_byte_size(value: int | str) -> int:
         raise ValueError(f"must be a byte count or a size such as '64MiB' (got {show(value)})")
     if isinstance(value, int):
         return value
-    match = _SIZE_RE.match(value)
+    match = _SIZE_RE.fullmatch(value)
     if not match or match.group(2) not in _SIZE_UNITS:
         raise ValueError(
             "must be a byte count or a size such as '64MiB', '512kB' or '1GB' "
@@ -364,7 +364,9 @@ def _check_bounds(value: float, path: str, ctx: Problems, meta: Mapping[str, Any
 
 def _check_string(value: str, path: str, ctx: Problems, meta: Mapping[str, Any]) -> Any:
     pattern, limit = meta.get("pattern"), meta.get("max_length")
-    if pattern and not re.match(pattern, value):
+    # Patterns are written for JSON Schema (ECMA-262), where `$` ends the string; Python's `$`
+    # also matches before a final newline, so "account\n" would pass re.match.
+    if pattern and re.fullmatch(pattern, value) is None:
         hint = meta.get("hint") or f"a string matching {pattern}"
         ctx.add(path, f"must be {hint} (got {value!r})")
         return INVALID

@@ -11,7 +11,13 @@ Typical use::
 """
 
 from ingest.client.channel import DEFAULT_ENDPOINT, TlsSettings, connect, is_loopback
-from ingest.client.errors import Disposition, Failure, classify, classify_status
+from ingest.client.errors import (
+    Disposition,
+    Failure,
+    UntrustedServerError,
+    classify,
+    classify_status,
+)
 from ingest.client.managed import ManagedSubscription
 from ingest.client.multi import MultiSubscription
 from ingest.client.publisher import Publisher, PublishOutcome
@@ -57,6 +63,7 @@ __all__ = [
     "Subscription",
     "TlsSettings",
     "TopicInfo",
+    "UntrustedServerError",
     "classify",
     "classify_status",
     "connect",

@@ -5,11 +5,19 @@ Salesforce authenticates every RPC from three metadata headers (``accesstoken``,
 :class:`~ingest.auth.TokenManager` for current credentials on each call, so a refreshed token
 is picked up by the next call without rebuilding the channel, and adds an
 ``x-client-trace-id`` that Salesforce support can correlate with its logs.
+
+A TLS channel also tells a server certificate that fails verification apart from an outage:
+gRPC reports both as ``UNAVAILABLE`` (naming, for a host with several addresses, only the one
+it tried last), so when a call cannot connect at all the channel shakes hands with the
+target's addresses itself (:func:`ingest.tls.probe`) and, when a certificate fails
+verification, fails the call with an
+:class:`~ingest.client.errors.UntrustedServerError` that says so and how to fix it.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,11 +27,17 @@ from typing import Any, NamedTuple
 import grpc
 
 from ingest.auth import TokenManager
+from ingest.client.errors import UntrustedServerError
 from ingest.errors import ConfigError
+from ingest.tls import probe, trusted_roots, untrusted_message, verification_failure
 
 __all__ = ["DEFAULT_ENDPOINT", "TlsSettings", "connect", "is_loopback"]
 
 DEFAULT_ENDPOINT = "api.pubsub.salesforce.com:7443"
+
+_log = logging.getLogger(__name__)
+# How gRPC words a call that reached none of the target's addresses.
+_NO_CONNECTION = "failed to connect to all addresses"
 
 # A FetchResponse is split at ~3 MB but a single event may be 1 MB, so one response can
 # approach the 4 MB gRPC default; leave ample room rather than fail a stream on a big batch.
@@ -91,6 +105,78 @@ class _AuthInterceptor(
         return continuation(self._details(details), requests)
 
 
+class _TlsDiagnosis(
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[type-arg]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[type-arg]
+    grpc.StreamUnaryClientInterceptor,  # type: ignore[type-arg]
+    grpc.StreamStreamClientInterceptor,  # type: ignore[type-arg]
+):
+    """Replaces a failure to connect that is really an untrusted certificate."""
+
+    def __init__(self, target: str, tls: TlsSettings) -> None:
+        self._target = target
+        self._tls = tls
+
+    def diagnose(self, error: grpc.RpcError) -> grpc.RpcError:
+        if not isinstance(error, grpc.Call) or error.code() != grpc.StatusCode.UNAVAILABLE:
+            return error
+        details = error.details() or ""
+        where, reason = self._target, verification_failure(details)
+        if reason is None:
+            if _NO_CONNECTION not in details:
+                return error
+            found = probe(
+                self._target, ca_file=self._tls.ca_file, server_name=self._tls.server_name
+            )
+            if found is None:
+                return error
+            where, reason = found.address, found.reason
+        message = untrusted_message(where, reason, checked_against=trusted_roots(self._tls.ca_file))
+        _log.debug("%s: %s (gRPC said: %s)", self._target, message, details)
+        return UntrustedServerError(message, error)
+
+    def _outcome(self, outcome: Any) -> Any:
+        return self.diagnose(outcome) if isinstance(outcome, grpc.RpcError) else outcome
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return self._outcome(continuation(details, request))
+
+    def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return self._outcome(continuation(details, requests))
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return _DiagnosedResponses(continuation(details, request), self.diagnose)
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return _DiagnosedResponses(continuation(details, requests), self.diagnose)
+
+
+class _DiagnosedResponses:
+    """A streaming call whose failure, raised while iterating, is diagnosed first; every
+    other attribute is the call's own."""
+
+    __slots__ = ("_call", "_diagnose")
+
+    def __init__(self, call: Any, diagnose: Callable[[grpc.RpcError], grpc.RpcError]) -> None:
+        self._call = call
+        self._diagnose = diagnose
+
+    def __iter__(self) -> _DiagnosedResponses:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._call)
+        except grpc.RpcError as exc:
+            replaced = self._diagnose(exc)
+            if replaced is exc:
+                raise
+            raise replaced from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._call, name)
+
+
 def is_loopback(endpoint: str) -> bool:
     """Whether ``host:port`` names this machine (127.0.0.0/8, ::1 or localhost)."""
     host = _host(endpoint)
@@ -122,7 +208,9 @@ def connect(
 
     ``tokens`` may be ``None`` only for servers that do not check credentials. The channel is
     TLS with certificate verification unless ``tls.enabled`` is false, which is accepted for
-    loopback endpoints only.
+    loopback endpoints only. A certificate that fails verification fails the call with an
+    :class:`~ingest.client.errors.UntrustedServerError` (classified permanent), not with the
+    ``UNAVAILABLE`` of an outage.
     """
     tls = tls or TlsSettings()
     if ":" not in endpoint:
@@ -154,7 +242,10 @@ def connect(
                 raise ConfigError(f"TLS CA file {path} does not exist")
             root = path.read_bytes()
         credentials = grpc.ssl_channel_credentials(root_certificates=root)
-        channel = grpc.secure_channel(endpoint, credentials, options=channel_options)
+        channel = grpc.intercept_channel(
+            grpc.secure_channel(endpoint, credentials, options=channel_options),
+            _TlsDiagnosis(endpoint, tls),
+        )
     else:
         if not is_loopback(endpoint):
             raise ConfigError(

@@ -10,15 +10,21 @@ of four dispositions:
   streams, deadlines, protection limits);
 - ``auth``: refresh the token, then retry at once (expired or revoked session);
 - ``replay``: the replay id is unknown, malformed or expired: apply the corrupted-replay policy;
-- ``permanent``: retrying cannot help (unknown topic, missing permission, licence, limits);
-  the message says what to fix.
+- ``permanent``: retrying cannot help (unknown topic, missing permission, licence, limits,
+  a server certificate that fails verification); the message says what to fix.
+
+A certificate that fails verification surfaces as ``UNAVAILABLE`` like an outage; the channel
+of :func:`ingest.client.channel.connect` replaces such a failure by an
+:class:`UntrustedServerError` that names the cause (see :mod:`ingest.tls`), and a status text
+that carries ``CERTIFICATE_VERIFY_FAILED`` is recognised here as well.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import types
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, NoReturn
 
 import grpc
 
@@ -29,8 +35,16 @@ from ingest.errors import (
     ReplayIdError,
     TransientError,
 )
+from ingest.tls import untrusted_message, verification_failure
 
-__all__ = ["ERROR_CODE_PREFIX", "Disposition", "Failure", "classify", "classify_status"]
+__all__ = [
+    "ERROR_CODE_PREFIX",
+    "Disposition",
+    "Failure",
+    "UntrustedServerError",
+    "classify",
+    "classify_status",
+]
 
 ERROR_CODE_PREFIX = "sfdc.platform.eventbus.grpc."
 
@@ -236,6 +250,80 @@ class Failure:
         )
 
 
+class UntrustedServerError(grpc.RpcError, grpc.Call, grpc.Future):  # type: ignore[type-arg]
+    """A call that failed because the server's certificate did not verify.
+
+    gRPC reports it as ``UNAVAILABLE``, often naming another address that refused the
+    connection; this error keeps that status and says the real cause (``message``, from
+    :func:`ingest.tls.untrusted_message`). It is a finished call, so it can stand wherever
+    gRPC hands out a failed call or raises one.
+    """
+
+    def __init__(self, message: str, original: grpc.RpcError | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        code = original.code() if isinstance(original, grpc.Call) else None
+        self._code = code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNAVAILABLE
+
+    def __str__(self) -> str:
+        return self.message
+
+    # grpc.Call
+    def initial_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return ()
+
+    # The stubs of RpcError and Call disagree on the element type; there are none either way.
+    def trailing_metadata(self) -> tuple[tuple[str, str | bytes], ...]:  # type: ignore[override]
+        return ()
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self.message
+
+    def is_active(self) -> bool:
+        return False
+
+    def time_remaining(self) -> float:
+        return 0.0
+
+    def cancel(self) -> bool:
+        return False
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        return False
+
+    # grpc.Future
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return False
+
+    def done(self) -> bool:
+        return True
+
+    def result(self, timeout: float | None = None) -> NoReturn:
+        raise self
+
+    def exception(self, timeout: float | None = None) -> UntrustedServerError:
+        return self
+
+    def traceback(self, timeout: float | None = None) -> types.TracebackType | None:
+        return None
+
+    def add_done_callback(self, fn: Callable[[Any], None]) -> None:
+        fn(self)
+
+    # a response iterator that ends at once with this failure
+    def __iter__(self) -> UntrustedServerError:
+        return self
+
+    def __next__(self) -> NoReturn:
+        raise self
+
+
 def classify_status(
     status: str,
     *,
@@ -245,8 +333,13 @@ def classify_status(
 ) -> Failure:
     """Classify from the pieces of a gRPC error (``status`` is the status code name)."""
     short = error_code.removeprefix(ERROR_CODE_PREFIX)
+    untrusted = verification_failure(description) if status == "UNAVAILABLE" else None
     if short in _BY_CODE:
         disposition, meaning = _BY_CODE[short]
+    elif untrusted is not None:
+        disposition = "permanent"
+        meaning = untrusted_message("the server", untrusted)
+        description = ""
     elif status == "RESOURCE_EXHAUSTED" and "larger than max" in description:
         disposition = "permanent"
         meaning = "a message exceeded the gRPC size limit; raise max_receive_bytes"
@@ -265,6 +358,8 @@ def classify(exc: BaseException) -> Failure:
     Anything that is not a gRPC error is classified as permanent with its type name, so that
     programming errors are never retried.
     """
+    if isinstance(exc, UntrustedServerError):
+        return Failure("permanent", exc.code().name, "", "", "", exc.message)
     if isinstance(exc, grpc.RpcError) and isinstance(exc, grpc.Call):
         code = exc.code()
         status = code.name if isinstance(code, grpc.StatusCode) else str(code)

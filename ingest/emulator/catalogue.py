@@ -40,7 +40,7 @@ def _schema_dir() -> resources.abc.Traversable:
 
 
 def _parse_name(filename: str) -> tuple[str, int]:
-    match = _FILE.match(filename)
+    match = _FILE.fullmatch(filename)
     if match is None:
         raise ValueError(
             f"schema file names look like <Name>.avsc or <Name>.v<N>.avsc (got {filename!r})"

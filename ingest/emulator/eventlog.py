@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 Clock = Callable[[], float]
 
 REPLAY_ID_LENGTH = 10
+_COUNTER_LENGTH = 8
 _REPLAY_SUFFIX = b"\x00\x00"
 _JOURNAL = "events.log"
 _STATE = "bus.json"
@@ -68,14 +69,21 @@ def _field(tag: int, data: bytes) -> bytes:
 
 def encode_replay_id(position: int) -> bytes:
     """The 10-byte replay id of a bus position."""
-    return position.to_bytes(8, "big") + _REPLAY_SUFFIX
+    return position.to_bytes(_COUNTER_LENGTH, "big") + _REPLAY_SUFFIX
 
 
 def decode_replay_id(replay_id: bytes) -> int | None:
-    """The bus position a replay id names, or ``None`` when it is not one of ours."""
-    if len(replay_id) != REPLAY_ID_LENGTH or replay_id[8:] != _REPLAY_SUFFIX:
+    """The bus position a replay id names, or ``None`` when it is not one of ours.
+
+    Besides the 10-byte form the emulator issues, the 8-byte form (the counter alone, as a
+    big-endian unsigned integer) names the same position: clients that store a replay id as
+    a number send it back that way, and have done so against real orgs for years.
+    """
+    if len(replay_id) == _COUNTER_LENGTH:
+        return int.from_bytes(replay_id, "big")
+    if len(replay_id) != REPLAY_ID_LENGTH or replay_id[_COUNTER_LENGTH:] != _REPLAY_SUFFIX:
         return None
-    return int.from_bytes(replay_id[:8], "big")
+    return int.from_bytes(replay_id[:_COUNTER_LENGTH], "big")
 
 
 @dataclass(frozen=True, slots=True)

@@ -514,14 +514,7 @@ class OAuthServer:
             f"<serverUrl>{escape(base)}/services/Soap/u/{version}/{org[:15]}</serverUrl>"
             f"<sessionId>{escape(token.access_token)}</sessionId>"
             f"<userId>{user.user_id}</userId>"
-            "<userInfo>"
-            f"<organizationId>{org}</organizationId>"
-            "<organizationName>sfcdc emulator</organizationName>"
-            f"<sessionSecondsValid>{ttl}</sessionSecondsValid>"
-            f"<userEmail>{escape(user.username)}</userEmail>"
-            f"<userId>{user.user_id}</userId>"
-            f"<userName>{escape(user.username)}</userName>"
-            "</userInfo>"
+            f"<userInfo>{_user_info(org, user, ttl)}</userInfo>"
         )
         return 200, (
             f'<?xml version="1.0" encoding="UTF-8"?>'
@@ -530,6 +523,46 @@ class OAuthServer:
             f"<soapenv:Body><loginResponse><result>{result}</result></loginResponse>"
             f"</soapenv:Body></soapenv:Envelope>"
         )
+
+
+_NIL = None
+
+
+def _user_info(org: str, user: OAuthClient, ttl: int) -> str:
+    """``userInfo`` with every element of the partner WSDL's GetUserInfoResult, in its order:
+    clients read it by position (Salesforce's Python example takes organizationId as child 8).
+    """
+    digest = hashlib.sha256(user.username.encode("utf-8")).hexdigest()
+    values: tuple[tuple[str, str | None], ...] = (
+        ("accessibilityMode", "false"),
+        ("chatterExternal", "false"),
+        ("currencySymbol", "$"),
+        ("orgAttachmentFileSizeLimit", "5242880"),
+        ("orgDefaultCurrencyIsoCode", "USD"),
+        ("orgDefaultCurrencyLocale", "en_US"),
+        ("orgDisallowHtmlAttachments", "false"),
+        ("orgHasPersonAccounts", "true"),
+        ("organizationId", org),
+        ("organizationMultiCurrency", "false"),
+        ("organizationName", "sfcdc emulator"),
+        ("profileId", salesforce_id_18("00e" + digest[12:24].upper().replace("0", "A"))),
+        ("roleId", _NIL),
+        ("sessionSecondsValid", str(ttl)),
+        ("userDefaultCurrencyIsoCode", _NIL),
+        ("userEmail", user.username),
+        ("userFullName", user.username.split("@", 1)[0]),
+        ("userId", user.user_id),
+        ("userLanguage", "en_US"),
+        ("userLocale", "en_US"),
+        ("userName", user.username),
+        ("userTimeZone", "America/Los_Angeles"),
+        ("userType", "Standard"),
+        ("userUiSkin", "Theme3"),
+    )
+    return "".join(
+        f'<{name} xsi:nil="true"/>' if value is None else f"<{name}>{escape(value)}</{name}>"
+        for name, value in values
+    )
 
 
 def _required(form: Mapping[str, str], name: str) -> str:

@@ -209,7 +209,7 @@ class RestApi:
 
     def get(self, path: str, params: Mapping[str, str], headers: Mapping[str, str]) -> RestResponse:
         """Answer ``GET path?params`` (the caller has already checked the access token)."""
-        match = _VERSION.match(path)
+        match = _VERSION.fullmatch(path)
         if match is None or not _MIN_VERSION <= float(match.group(1)) <= _MAX_VERSION:
             return _error(404, "NOT_FOUND", "The requested resource does not exist")
         version = f"v{match.group(1)}"
@@ -238,7 +238,7 @@ class RestApi:
         if match is None:
             return _malformed(soql, "expected SELECT <fields> FROM <object>")
         names = [n.strip() for n in match.group("fields").split(",")]
-        bad = [n for n in names if not _NAME.match(n)]
+        bad = [n for n in names if _NAME.fullmatch(n) is None]
         if bad:
             return _malformed(
                 soql,

@@ -667,7 +667,10 @@ class _ManagedStream(_Stream):
             response.error.msg = problem
             logger.info("managed commit %s refused: %s", self.rpc_id, problem)
         else:
-            service.managed.commit(sub_id, request.replay_id)
+            # Kept in the form the emulator issues, whichever form the client sent.
+            position = decode_replay_id(request.replay_id)
+            assert position is not None  # _commit_problem refused anything else
+            service.managed.commit(sub_id, encode_replay_id(position))
         return response
 
     def _commit_problem(self, sub_id: str, replay_id: bytes) -> str:

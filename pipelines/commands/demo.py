@@ -94,7 +94,10 @@ def register(subparsers: Any) -> None:
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     parser.add_argument(
-        "--events", type=_count, default=2000, help="change events to generate (2000)"
+        "--events",
+        type=_count,
+        default=2000,
+        help="workload events to generate (change events and a few platform events; 2000)",
     )
     parser.add_argument("--seed", type=int, default=42, help="workload seed (42)")
     parser.add_argument(
@@ -241,7 +244,7 @@ def _demo(directory: Path, *, events: int, seed: int, temp: bool = False) -> int
             return engine_for(conf.pipeline.lake, sql=sql)
 
     print(
-        f"sfcdc demo: {events} change events (seed {seed}) from the in-process emulator over "
+        f"sfcdc demo: {events} workload events (seed {seed}) from the in-process emulator over "
         f"TLS with an OAuth login; lake at {directory / 'lake'}",
         flush=True,
     )

@@ -53,10 +53,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--cert-dir", type=Path, help="where the TLS CA and certificate live")
     s.add_argument("--state-dir", type=Path, help="persist the event log here across restarts")
     s.add_argument("--seed", type=int, default=42, help="workload and replay-id seed (42)")
-    s.add_argument("--events", type=int, default=1000, help="change events to append (1000)")
-    s.add_argument("--platform-events", type=int, default=100, help="platform events (100)")
     s.add_argument(
-        "--rate", type=float, default=0.0, help="keep appending change events at this rate/s"
+        "--events",
+        type=int,
+        default=1000,
+        help="workload events to append (change events and the platform events the workload "
+        "mixes in, in whole transactions, so at least this many; 1000)",
+    )
+    s.add_argument(
+        "--platform-events",
+        type=int,
+        default=100,
+        help="platform events appended on top of --events (100)",
+    )
+    s.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="keep appending workload events (the same mix as --events) at this rate/s",
     )
     s.add_argument("--retention-hours", type=float, default=72.0, help="event retention (72)")
     s.add_argument("--keepalive-seconds", type=float, default=270.0, help="keepalive (270)")

@@ -46,8 +46,8 @@ def _source(conf: Conf) -> str:
     work = emu.workload
     rate = f" at {work.events_per_second:g} events/s" if work.events_per_second is not None else ""
     return (
-        f"in-process emulator ({tls}, seed {emu.seed}; a fresh org gets {work.events} change "
-        f"events and {work.platform_events} platform events{rate})"
+        f"in-process emulator ({tls}, seed {emu.seed}; a fresh org gets {work.events} workload "
+        f"events and {work.platform_events} more platform events{rate})"
     )
 
 

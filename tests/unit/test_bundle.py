@@ -296,8 +296,11 @@ def test_every_wheel_task_parses_and_loads_the_conf(
     variables = _substitute(_variables(target), _variables(target))
     params = _substitute(task["python_wheel_task"]["parameters"], variables)
     command = params[0]
-    if command not in _registered_commands():
-        pytest.skip(f"{key}.{task_key} runs `sfcdc {command}`, not a command on this branch yet")
+    registered = _registered_commands()
+    assert command in registered, (
+        f"{JOBS[key][0].name}: task {task_key} runs `sfcdc {command}`, which is not an sfcdc "
+        f"command (commands: {', '.join(sorted(registered))})"
+    )
     # The synced conf/ is at the workspace file path; here it is the repository's conf/.
     conf_dir = _conf_for(variables, tmp_path)
     synced = WORKSPACE["${workspace.file_path}"] + "/conf"

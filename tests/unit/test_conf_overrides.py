@@ -55,6 +55,13 @@ def test_a_value_that_is_not_yaml_is_not_echoed() -> None:
     assert "connection.salesforce.auth.client_secret" in str(info.value)
 
 
+@pytest.mark.timeout(60)
+def test_an_alias_in_a_set_value_is_refused() -> None:
+    bomb = "[" + ", ".join(["&a [x, x, x]"] + ["*a"] * 8) + "]"
+    with pytest.raises(ConfigError, match=r"--set lake\.catalog: YAML aliases are not supported"):
+        parse_override(f"lake.catalog={bomb}")
+
+
 def test_overrides_replace_keys_and_keep_the_rest() -> None:
     overrides = [
         parse_override(text)

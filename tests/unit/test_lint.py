@@ -35,3 +35,25 @@ def test_mypy() -> None:
     pytest.importorskip("mypy")
     result = _run(sys.executable, "-m", "mypy", "ingest", "pipelines")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_tests_name_the_error_they_expect() -> None:
+    # pytest.raises(Exception) passes for any failure, a TypeError from a typo included; the
+    # errors sfcdc raises on purpose are the classes of ingest/errors.py.
+    import ast
+
+    vague = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if "node_modules" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "raises"
+                and node.args
+                and isinstance(node.args[0], ast.Name)
+                and node.args[0].id in ("Exception", "BaseException")
+            ):
+                vague.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert vague == [], f"pytest.raises(Exception) where a named error is meant: {vague}"

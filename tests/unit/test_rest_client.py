@@ -262,3 +262,12 @@ def test_no_truth_attached_is_a_clear_error(client: RestClient) -> None:
             list(rest.query("SELECT Id FROM Account"))
     assert caught.value.error_code == "API_DISABLED_FOR_ORG"
     assert "ground truth" in str(caught.value)
+
+
+@pytest.mark.parametrize("version", ["v62.0\n", "62.0", "v62"])
+def test_an_api_version_that_is_not_exactly_vNN_N_is_refused(
+    org: tuple[Emulator, Workload], version: str
+) -> None:
+    emulator, _ = org
+    with pytest.raises(ValueError, match=r"api_version must look like 'v62\.0'"):
+        RestClient(_tokens(emulator), api_version=version, tls=TlsSettings(enabled=False))

@@ -377,8 +377,84 @@ def test_invalid_topics(topic: str) -> None:
 def test_identifier_rule() -> None:
     assert is_identifier("gold_2")
     assert is_identifier("_x")
-    for bad in ("2gold", "gold-x", "gold.account", "a b", "x`", "", "a" * 256, None):
-        assert not is_identifier(bad)
+    bad_names = ("2gold", "gold-x", "gold.account", "a b", "x`", "", "a" * 256, None)
+    for bad in (*bad_names, "account\n", "account\r\n", "\naccount"):
+        assert not is_identifier(bad), repr(bad)
+
+
+def test_a_topic_with_a_trailing_newline_is_not_a_topic() -> None:
+    with pytest.raises(ValueError, match="must be a Pub/Sub topic name"):
+        parse_topic("/data/AccountChangeEvent\n")
+
+
+# Python's `$` also matches before a final newline, so a pattern checked with re.match lets
+# "account\n" through to the SQL the engines write. Each checked string key must refuse it.
+@pytest.mark.parametrize(
+    ("pipeline", "account", "key"),
+    [
+        ("", ACCOUNT + 'tables: {silver: "account\\n"}\n', "objects/account.yml: tables.silver"),
+        ("", ACCOUNT + 'tables: {bronze: "acc\\n"}\n', "objects/account.yml: tables.bronze"),
+        ("", 'object: "Account\\n"\nkind: change_events\n', "objects/account.yml: object"),
+        (
+            "",
+            ACCOUNT + 'topic: "/data/AccountChangeEvent\\n"\n',
+            "objects/account.yml: topic",
+        ),
+        (
+            "",
+            ACCOUNT + 'managed_subscription: "Acc_Sub\\n"\n',
+            "objects/account.yml: managed_subscription",
+        ),
+        ('lake: {schemas: {gold: "gold\\n"}}\n', ACCOUNT, "pipeline.yml: lake.schemas.gold"),
+        ('lake: {catalog: "main\\n"}\n', ACCOUNT, "pipeline.yml: lake.catalog"),
+        ('lake: {table_prefix: "sf_\\n"}\n', ACCOUNT, "pipeline.yml: lake.table_prefix"),
+    ],
+)
+def test_a_trailing_newline_is_refused_with_file_and_key(
+    tmp_path: Path, pipeline: str, account: str, key: str
+) -> None:
+    conf = write_conf(tmp_path, pipeline, {"account": account})
+    problems = problems_of(conf)
+    assert any(p.startswith(f"conf/{key}: must be") and "\\n'" in p for p in problems), problems
+
+
+_STATIC = "type: static_token\naccess_token: {env: T}\ninstance_url: https://a.my.salesforce.com"
+_SOAP = (
+    "type: soap_login\nlogin_url: https://login.salesforce.com\nusername: u\npassword: {env: P}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("auth", "extra", "key"),
+    [
+        (_STATIC, '    tenant_id: "00D000000000001AAA\\n"\n', "tenant_id"),
+        (_STATIC, '    pubsub_endpoint: "api.pubsub.salesforce.com:7443\\n"\n', "pubsub_endpoint"),
+        (_SOAP + 'api_version: "62.0\\n"', "", "auth.api_version"),
+        (
+            _SOAP.replace("https://login.salesforce.com", '"https://login.salesforce.com\\n"'),
+            "",
+            "auth.login_url",
+        ),
+    ],
+)
+def test_salesforce_keys_with_a_trailing_newline_are_refused(
+    tmp_path: Path, auth: str, extra: str, key: str
+) -> None:
+    conf = write_conf(tmp_path, _sf(auth, extra))
+    problem = only_problem(conf)
+    assert problem.startswith(f"conf/pipeline.yml: connection.salesforce.{key}: must be"), problem
+
+
+def test_a_secret_reference_with_a_trailing_newline_is_refused(tmp_path: Path) -> None:
+    auth = (
+        'type: static_token\naccess_token: {env: "SF_TOKEN\\n"}\n'
+        "instance_url: https://a.my.salesforce.com"
+    )
+    conf = write_conf(tmp_path, _sf(auth))
+    problem = only_problem(conf)
+    assert problem.startswith(
+        "conf/pipeline.yml: connection.salesforce.auth.access_token.env: must be"
+    ), problem
 
 
 # ---------------------------------------------------------------------------- validation
@@ -440,6 +516,34 @@ def test_malformed_yaml_names_line_and_column(tmp_path: Path) -> None:
     conf = write_conf(tmp_path, "lake:\n  engine: local\n engine: spark\n")
     problem = only_problem(conf)
     assert problem.startswith("conf/pipeline.yml: line 3, column 2: invalid YAML:")
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """'Billion laughs': each level lists the previous one nine times, 9**levels leaves."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels + 1):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.timeout(60)
+def test_an_alias_bomb_is_refused_without_expanding_it(tmp_path: Path) -> None:
+    conf = write_conf(tmp_path, objects={"account": ACCOUNT, "bomb": ACCOUNT + alias_bomb()})
+    with pytest.raises(ConfigError) as info:
+        load_conf(conf)
+    assert info.value.problems == [
+        "conf/objects/bomb.yml: line 4, column 10: YAML alias *l0: aliases are not supported in "
+        "configuration files (they can expand a small file into billions of values); write the "
+        "value out, or put what objects share under defaults in pipeline.yml"
+    ]
+
+
+def test_an_alias_in_pipeline_yml_is_refused_with_its_line(tmp_path: Path) -> None:
+    conf = write_conf(
+        tmp_path, "lake: {catalog: &cat main, schemas: {gold: *cat}}\n", {"account": ACCOUNT}
+    )
+    problem = only_problem(conf)
+    assert problem.startswith("conf/pipeline.yml: line 1, column 44: YAML alias *cat:"), problem
 
 
 def test_several_documents_in_one_file_are_rejected(tmp_path: Path) -> None:

@@ -66,3 +66,43 @@ def test_a_missing_conf_directory_is_named(
     code = cli.main(["validate", "--conf", str(tmp_path / "nowhere")])
     assert code == 2
     assert "nowhere does not exist" in capsys.readouterr().err
+
+
+def test_a_table_name_with_a_trailing_newline_is_named_with_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = _copy_conf(tmp_path)
+    (conf / "objects" / "account.yml").write_text(
+        'object: Account\nkind: change_events\ntables:\n  silver: "account\\n"\n'
+    )
+    code = cli.main(["validate", "--conf", str(conf)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "1 configuration problem" in err
+    assert "objects/account.yml: tables.silver: must be a SQL identifier" in err
+    assert "(got 'account\\n')" in err
+
+
+# A 'billion laughs' file: nine levels of nine aliases each, 9**9 strings once expanded.
+_ALIAS_BOMB = "".join(
+    [
+        "object: Contact\nkind: change_events\n",
+        'l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n',
+        *(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]\n" for i in range(1, 10)),
+    ]
+)
+
+
+@pytest.mark.timeout(60)
+def test_an_alias_bomb_is_refused_quickly_with_the_file_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = _copy_conf(tmp_path)
+    (conf / "objects" / "contact.yml").write_text(_ALIAS_BOMB)
+    code = cli.main(["validate", "--conf", str(conf)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "1 configuration problem" in err
+    assert (
+        "objects/contact.yml: line 4, column 10: YAML alias *l0: aliases are not supported" in err
+    )

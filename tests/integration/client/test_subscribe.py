@@ -145,6 +145,46 @@ def test_without_durable_callback_resumes_after_the_last_item_handed_out(
     assert customs and all(r.replay_id for r in customs)
 
 
+@pytest.mark.timeout(60)  # without keepalives the loop would wait for one forever
+def test_without_durable_callback_resumes_after_the_newest_keepalive_position(
+    make_emulator: Callable[..., Emulator], recorder: Recorder
+) -> None:
+    # Keepalives on a quiet topic carry a latest_replay_id past its last event (the bus moves
+    # on); resuming there, not after the last event, is what keeps an idle topic's position
+    # inside the retention window.
+    emulator = make_emulator(keepalive_interval=0.05)
+    channel = grpc.intercept_channel(
+        connect(emulator.grpc_target, tokens=login(emulator), tls=TlsSettings(enabled=False)),
+        recorder,
+    )
+    events = fill(emulator, 5)
+    got: list[bytes] = []
+    keepalive: Keepalive | None = None
+    resubscribed: Resubscribed | None = None
+    with Subscription(
+        channel, TOPIC, start=Earliest(), retry=FAST_RETRY, sleep=lambda s: None
+    ) as sub:
+        for item in sub:
+            if isinstance(item, EventBatch):
+                got.extend(e.replay_id.value for e in item.events)
+            elif isinstance(item, Keepalive) and len(got) == 5 and keepalive is None:
+                assert item.latest_replay_id.value[:8] > events[-1][:8]
+                keepalive = item
+                emulator.restart()  # the stream ends with UNAVAILABLE; the client resumes
+            elif isinstance(item, Resubscribed):
+                resubscribed = item
+                later = fill(emulator, 1, start=5)
+            if resubscribed is not None and len(got) == 6:
+                break
+    channel.close()
+    assert keepalive is not None and resubscribed is not None
+    assert got == [*events, *later]
+    assert resubscribed.position == After(keepalive.latest_replay_id)
+    resumed = recorder.first_requests[-1]
+    assert resumed.replay_preset == 2  # CUSTOM
+    assert resumed.replay_id == keepalive.latest_replay_id.value
+
+
 def test_token_expiry_mid_stream_is_recovered_without_losing_position(
     emulator: Emulator, channel: grpc.Channel, tokens: TokenManager
 ) -> None:

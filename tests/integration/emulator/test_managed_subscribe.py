@@ -205,6 +205,20 @@ def test_commit_failures_keep_the_stream_open(emulator, managed):
     assert emulator.managed.committed(SUBS[0].subscription_id) == ids[1]
 
 
+def test_a_commit_in_the_eight_byte_form_is_the_same_position(emulator, managed):
+    ids = emulator.append(account_events(4))
+    s = managed("Account_Sync", 2)
+    assert [e.replay_id for e in s.next().events] == ids[:2]
+    s.send(commit(ids[1][:8], "short"))
+    answer = s.next().commit_response
+    assert answer.commit_request_id == "short" and not answer.HasField("error"), answer
+    s.close()
+    # Stored as the replay id the emulator issues, so a new stream resumes right after it.
+    assert emulator.managed.committed(SUBS[0].subscription_id) == ids[1]
+    again = managed("Account_Sync", 2)
+    assert [e.replay_id for e in again.next().events] == ids[2:]
+
+
 def test_committing_a_keepalive_position(emulator, managed):
     s = managed("Account_Latest", 5)
     keepalive = s.next()

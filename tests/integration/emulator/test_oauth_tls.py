@@ -266,6 +266,64 @@ def test_soap_login(emulator, http):
     assert junk.status_code == 500 and b"well-formed" in junk.content
 
 
+# The partner WSDL's GetUserInfoResult, in its element order.
+PARTNER_USER_INFO = (
+    "accessibilityMode",
+    "chatterExternal",
+    "currencySymbol",
+    "orgAttachmentFileSizeLimit",
+    "orgDefaultCurrencyIsoCode",
+    "orgDefaultCurrencyLocale",
+    "orgDisallowHtmlAttachments",
+    "orgHasPersonAccounts",
+    "organizationId",
+    "organizationMultiCurrency",
+    "organizationName",
+    "profileId",
+    "roleId",
+    "sessionSecondsValid",
+    "userDefaultCurrencyIsoCode",
+    "userEmail",
+    "userFullName",
+    "userId",
+    "userLanguage",
+    "userLocale",
+    "userName",
+    "userTimeZone",
+    "userType",
+    "userUiSkin",
+)
+
+
+def test_soap_login_result_read_by_position_like_salesforces_python_example(emulator, http):
+    # Salesforce's Python example reads the login result by child position, not by name:
+    # Envelope[0] Body, [0] loginResponse, [0] result; result[3] serverUrl, [4] sessionId,
+    # [6] userInfo; userInfo[8] organizationId (the partner WSDL's element order).
+    r = http.post(
+        "/services/Soap/u/55.0/",
+        content=_soap("svc@example.com", PASSWORD + SEC_TOKEN),
+        headers={"content-type": "text/xml", "SOAPAction": "Login"},
+    )
+    assert r.status_code == 200, r.text
+    result = ElementTree.fromstring(r.content.decode("utf-8"))[0][0][0]
+    server_url = result[3].text
+    session = result[4].text
+    user_info = result[6]
+    tenant_id = user_info[8].text
+    assert tenant_id == emulator.org_id
+    assert [child.tag.rsplit("}", 1)[-1] for child in user_info] == list(PARTNER_USER_INFO)
+    assert user_info[PARTNER_USER_INFO.index("userId")].text == CLIENTS[0].user_id
+    assert user_info[PARTNER_USER_INFO.index("userName")].text == "svc@example.com"
+    instance = "/".join(server_url.split("/")[:3])
+    md = (("accesstoken", session), ("instanceurl", instance), ("tenantid", tenant_id))
+    channel = emulator.channel()
+    topic = pb2_grpc.PubSubStub(channel).GetTopic(
+        pb2.TopicRequest(topic_name=ORDER_TOPIC), metadata=md
+    )
+    channel.close()
+    assert topic.topic_name == ORDER_TOPIC
+
+
 def test_expired_oauth_token_is_rejected_by_grpc(emulator, http, clock):
     r = _token(http, grant_type="client_credentials", client_id="app-1", client_secret=SECRET)
     access, instance = r.json()["access_token"], r.json()["instance_url"]

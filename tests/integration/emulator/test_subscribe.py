@@ -82,6 +82,24 @@ def test_replay_ids_are_ten_bytes_increasing_with_gaps(emulator):
     assert len(gaps) > 1, "positions should not be contiguous"
 
 
+def test_the_eight_byte_form_of_a_replay_id_names_the_same_position(emulator, subscribe):
+    # Clients that read a replay id as its big-endian counter store that number and send it
+    # back as 8 bytes (the npm salesforce-pubsub-api-client does, against real orgs).
+    ids = emulator.append(account_events(5))
+    counter = int.from_bytes(ids[1][:8], "big")
+    s = subscribe(fetch(ACCOUNT_TOPIC, 10, pb2.CUSTOM, counter.to_bytes(8, "big")))
+    assert [e.replay_id for e in s.next().events] == ids[2:]
+
+
+def test_the_eight_byte_form_beyond_the_current_position_is_corrupted(emulator, subscribe):
+    ids = emulator.append(account_events(1))
+    future = (int.from_bytes(ids[0][:8], "big") + 1000).to_bytes(8, "big")
+    s = subscribe(fetch(ACCOUNT_TOPIC, 1, pb2.CUSTOM, future))
+    assert_sf_error(
+        s.wait_end(), grpc.StatusCode.INVALID_ARGUMENT, "subscription.fetch.replayid.corrupted"
+    )
+
+
 def test_custom_without_replay_id_fails_validation(subscribe):
     s = subscribe(fetch(ACCOUNT_TOPIC, 1, pb2.CUSTOM))
     assert_sf_error(
@@ -96,7 +114,7 @@ def test_custom_without_replay_id_fails_validation(subscribe):
     "replay_id",
     [
         b"487259",  # decimal text sent as bytes: a classic client bug
-        b"\x00" * 8,  # 8-byte form
+        b"\x00" * 8,  # the 8-byte form of a position before anything retained
         b"\x00\x00\x00\x00\x00\x0f\x42\x40\x00\x01",  # trailing bytes not zero
     ],
 )

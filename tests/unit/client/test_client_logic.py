@@ -19,6 +19,7 @@ from ingest.errors import (
     ReplayIdError,
     TransientError,
 )
+from ingest.tls import verification_failure
 
 P = "sfdc.platform.eventbus.grpc."
 
@@ -62,6 +63,42 @@ def test_trailer_wins_over_status_and_description_is_a_fallback() -> None:
     assert failure.disposition == "replay"
     too_big = classify_status("RESOURCE_EXHAUSTED", description="Received message larger than max")
     assert too_big.disposition == "permanent"
+
+
+GRPC_UNTRUSTED = (
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:7443: Tls "
+    "handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: error:1000007d:SSL routines:"
+    "OPENSSL_internal:CERTIFICATE_VERIFY_FAILED: unable to get local issuer certificate: OK"
+)
+PYTHON_UNTRUSTED = (
+    "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to get local issuer "
+    "certificate (_ssl.c:1006)"
+)
+
+
+@pytest.mark.parametrize("text", [GRPC_UNTRUSTED, PYTHON_UNTRUSTED])
+def test_the_verification_failure_is_read_out_of_grpc_and_openssl_text(text: str) -> None:
+    assert verification_failure(text) == (
+        "CERTIFICATE_VERIFY_FAILED: unable to get local issuer certificate"
+    )
+    assert verification_failure(ConnectionError(text)) == verification_failure(text)
+
+
+def test_an_outage_is_not_a_verification_failure() -> None:
+    refused = (
+        "failed to connect to all addresses; last error: UNKNOWN: ipv6:%5B::1%5D:7443: "
+        "Failed to connect to remote host: Connection refused"
+    )
+    assert verification_failure(refused) is None
+    assert classify_status("UNAVAILABLE", description=refused).disposition == "transient"
+
+
+def test_an_untrusted_certificate_in_the_status_text_is_permanent_with_the_fix() -> None:
+    failure = classify_status("UNAVAILABLE", description=GRPC_UNTRUSTED)
+    assert failure.disposition == "permanent"
+    message = str(failure.exception("Subscribe to /data/X"))
+    assert "is not trusted (CERTIFICATE_VERIFY_FAILED: unable to get local issuer" in message
+    assert "ca_file" in message
 
 
 def test_exceptions_carry_status_code_rpc_id_and_the_fix() -> None:

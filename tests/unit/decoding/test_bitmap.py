@@ -185,6 +185,22 @@ def test_case_padding_prefix_and_element_order_do_not_matter() -> None:
     assert field_names(["0xaBcD"], ACCOUNT) == field_names(["0xABCD"], ACCOUNT)
 
 
+def test_different_nested_elements_for_one_parent_are_unioned() -> None:
+    # Two elements for BillingAddress (4) that set different children: both count, whichever
+    # comes first. Identical repeats cannot tell a union from one element overwriting another.
+    street_and_city = ("Name", "BillingAddress.Street", "BillingAddress.City", "LastModifiedDate")
+    assert field_names(["0x400002", "4-0x01", "4-0x02"], ACCOUNT) == street_and_city
+    assert field_names(["0x400002", "4-0x02", "4-0x01"], ACCOUNT) == street_and_city
+    assert field_names(["4-0x01", "0x400002", "5-0x04", "4-0x02", "5-0x08"], ACCOUNT) == (
+        "Name",
+        "BillingAddress.Street",
+        "BillingAddress.City",
+        "ShippingAddress.State",
+        "ShippingAddress.PostalCode",
+        "LastModifiedDate",
+    )
+
+
 def test_empty_and_zero_bitmaps_name_nothing() -> None:
     assert field_names([], ACCOUNT) == ()
     assert field_names(["0x0"], ACCOUNT) == ()

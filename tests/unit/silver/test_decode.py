@@ -7,6 +7,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from ingest.errors import DecodeError
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.silver import decode
 from pipelines.silver.columnar import ColumnarDecoder
@@ -230,7 +231,7 @@ def test_a_batch_without_the_bronze_columns_is_refused() -> None:
     table = bronze_batch([(s.schema_id, change_event(s, "CREATE", ["001A"]))]).drop_columns(
         ["batch_seq"]
     )
-    with pytest.raises(Exception, match="lacks batch_seq"):
+    with pytest.raises(DecodeError, match="lacks batch_seq"):
         list(decode_batches(plan_for(s), iter(table.to_batches())))
 
 
