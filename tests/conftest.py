@@ -1,5 +1,9 @@
 """Fixtures shared by every test layer.
 
+Tests that touch tables ask for ``lake_engine`` (or ``make_engine`` / ``engine_name``) and
+run once per lake engine: ``local`` (delta-rs) and ``spark`` (delta-spark), the latter
+marked ``spark_engine`` so ``python -m pytest -m spark_engine`` runs exactly those.
+
 One local Spark session serves the whole run (starting one costs seconds); tests that need it
 ask for the ``spark`` fixture and are marked ``spark``. Unit tests never start a JVM. The
 session loads Delta Lake from the jars ``sfcdc delta-jars`` resolves (resolved here on first
@@ -11,14 +15,16 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from pipelines.engines import LakeEngine
 
 
 @pytest.fixture(scope="session")
@@ -51,3 +57,48 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "grpc_proxy"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+# ------------------------------------------------------------------------- lake engines
+
+ENGINE_NAMES = ("local", "spark")
+
+
+def engine_params() -> list[Any]:
+    """The engine names tests run on; the spark one is marked ``spark_engine`` and
+    ``spark`` (it uses the shared session)."""
+    return [
+        pytest.param("local", id="local"),
+        pytest.param("spark", id="spark", marks=[pytest.mark.spark_engine, pytest.mark.spark]),
+    ]
+
+
+@pytest.fixture(params=engine_params())
+def engine_name(request: pytest.FixtureRequest) -> str:
+    """Each test that asks for it runs once per lake engine."""
+    return str(request.param)
+
+
+EngineFactory = Callable[..., "LakeEngine"]
+
+
+@pytest.fixture
+def make_engine(engine_name: str, request: pytest.FixtureRequest) -> EngineFactory:
+    """``make_engine(location, **options)``: an engine of this test's kind over the lake at
+    ``location`` (the spark engine keeps its tables there as Delta directories, as the
+    local engine does, so either reads the other's lake)."""
+    from pipelines.engines import SparkEngine
+    from pipelines.engines.local import LocalEngine
+
+    def make(location: Path | str, **options: Any) -> LakeEngine:
+        if engine_name == "spark":
+            return SparkEngine(request.getfixturevalue("spark"), location=location, **options)
+        return LocalEngine(location=location, **options)
+
+    return make
+
+
+@pytest.fixture
+def lake_engine(make_engine: EngineFactory, tmp_path: Path) -> LakeEngine:
+    """An engine of this test's kind over a fresh lake under ``tmp_path``."""
+    return make_engine(tmp_path / "lake")

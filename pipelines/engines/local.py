@@ -58,6 +58,7 @@ from pipelines.engines.arrow import (
     spark_schema_to_arrow,
 )
 from pipelines.engines.base import (
+    CDF_PROPERTY,
     DEFAULT_PROPERTIES,
     LAYERS,
     BatchFunction,
@@ -617,6 +618,18 @@ class LocalEngine:
         if after_version == current:
             empty = pa.schema([schema.field(n) for n in names]).empty_table()
             return TableChanges(table, empty, None, current)
+        if dt.metadata().configuration.get(CDF_PROPERTY, "false").lower() != "true":
+            _log.warning(
+                "%s: its change data feed is off (%s); reading the whole table at version %d "
+                "instead of the rows added after version %d",
+                table,
+                CDF_PROPERTY,
+                current,
+                after_version,
+            )
+            return TableChanges(
+                table, self._snapshot(table, dt, columns), after_version + 1, current, True
+            )
         try:
             with self._errors("read the change data feed of", table):
                 # Every column: delta-rs' column list is parsed as SQL, which folds the case of

@@ -422,7 +422,7 @@ class SparkEngine:
 
     def _dataframe(self, data: Any) -> DataFrame:
         if isinstance(data, pa.Table):
-            return arrow_to_dataframe(self._spark, data)
+            return self.rows(data)
         frame: DataFrame = data
         return frame
 
@@ -502,25 +502,23 @@ class SparkEngine:
                 self._sql(set_properties_sql(ident, changed))
 
     def txn_version(self, table: TableRef, app_id: str) -> int | None:
-        """Latest txn version for ``app_id``: from this process's writes, else from the
-        snapshot's transactions (read through Delta's JVM classes), else -- where those
-        classes cannot be reached -- from the ``userMetadata`` of the table's history."""
-        known = self._txns.get((table, app_id))
-        if known is not None or not self.exists(table):
-            return known
+        """Latest txn version for ``app_id``: from the snapshot's transactions (read through
+        Delta's JVM classes), or -- where those cannot be reached (Spark Connect) -- from
+        this process's writes, else the ``userMetadata`` of the table's history."""
+        if not self.exists(table):
+            return None
         transactions = self._snapshot_transactions(table)
         if transactions is not None:
-            found = transactions.get(app_id)
-        else:
-            found = None
-            for row in self._history_rows(table, None):
-                _metadata, txn = decode_user_metadata(row.get("userMetadata"))
-                if txn is not None and txn.app_id == app_id:
-                    found = txn.version
-                    break
-        if found is not None:
-            self._txns[(table, app_id)] = found
-        return found
+            return transactions.get(app_id)
+        known = self._txns.get((table, app_id))
+        if known is not None:
+            return known
+        for row in self._history_rows(table, None):
+            _metadata, txn = decode_user_metadata(row.get("userMetadata"))
+            if txn is not None and txn.app_id == app_id:
+                self._txns[(table, app_id)] = txn.version
+                return txn.version
+        return None
 
     def _snapshot_transactions(self, table: TableRef) -> dict[str, int] | None:
         """The application transactions of the table's latest snapshot, or ``None`` when
@@ -813,7 +811,8 @@ class SparkEngine:
     # ---------------------------------------------------------------------- execution
 
     def rows(self, data: pa.Table, schema: StructType | None = None) -> DataFrame:
-        return arrow_to_dataframe(self._spark, data, schema)
+        # Rows of this process: one partition, so that writing them makes one file.
+        return arrow_to_dataframe(self._spark, data, schema).coalesce(1)
 
     def map_batches(self, rows: Any, function: BatchFunction, schema: StructType) -> DataFrame:
         return self._dataframe(rows).mapInArrow(function, schema)  # type: ignore[arg-type]

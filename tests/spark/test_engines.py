@@ -1,0 +1,545 @@
+"""Both lake engines against the same contract, on real Delta tables under ``tmp_path``:
+writes, idempotent app transactions, schema evolution, types, the change data feed, MERGE,
+history, maintenance, execution of layer functions, and each engine reading what the other
+wrote."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import types as T
+
+from ingest.errors import LakeError
+from pipelines.engines import LakeEngine, SparkEngine, TableRef, Txn
+from pipelines.engines.arrow import spark_schema_to_arrow
+from pipelines.engines.local import LocalEngine
+from pipelines.spec import SchemasSpec
+from tests.lake_helpers import arrow_of, column_of, rows_of
+
+BRONZE = TableRef("bronze", "account_change_event")
+GOLD = TableRef("gold", "account")
+UTC = timezone.utc
+
+
+def events(start: int, n: int, **extra: pa.Array) -> pa.Table:
+    columns = {
+        "event_id": pa.array([f"e{i}" for i in range(start, start + n)], pa.string()),
+        "replay_id": pa.array(
+            [i.to_bytes(10, "big") for i in range(start, start + n)], pa.binary()
+        ),
+        "received_at": pa.array(
+            [datetime(2024, 5, 1, tzinfo=UTC)] * n, pa.timestamp("us", tz="UTC")
+        ),
+    }
+    return pa.table({**columns, **extra})
+
+
+def ids(engine: LakeEngine, rows: Any) -> list[str]:
+    return column_of(engine, rows, "event_id")
+
+
+# -------------------------------------------------------------------------------- writing
+
+
+def test_append_creates_a_delta_table_any_reader_opens(lake_engine: LakeEngine) -> None:
+    result = lake_engine.append(BRONZE, events(0, 3), metadata={"batch": "b0"})
+    assert not result.skipped and result.rows == 3
+    assert ids(lake_engine, lake_engine.read(BRONZE)) == ["e0", "e1", "e2"]
+    # An ordinary table: delta-rs opens what either engine wrote, change data feed on.
+    dt = DeltaTable(str(Path(lake_engine.location) / "bronze" / "account_change_event"))  # type: ignore[attr-defined]
+    assert dt.version() == result.version
+    assert dt.metadata().partition_columns == []
+    assert dt.metadata().configuration["delta.enableChangeDataFeed"] == "true"
+    assert dt.to_pyarrow_table().num_rows == 3
+    (last,) = lake_engine.history(BRONZE, limit=1)
+    assert last.metadata == {"batch": "b0"}
+
+
+def test_append_with_txn_is_idempotent_across_processes(
+    lake_engine: LakeEngine, make_engine: Any
+) -> None:
+    app = "bronze:/data/AccountChangeEvent"
+    first = lake_engine.append(BRONZE, events(0, 2), txn=Txn(app, 5))
+    same = lake_engine.append(BRONZE, events(0, 2), txn=Txn(app, 5))
+    lower = lake_engine.append(BRONZE, events(0, 2), txn=Txn(app, 4))
+    assert not first.skipped and same.skipped and lower.skipped and same.rows == 0
+    assert lake_engine.version(BRONZE) == first.version
+    assert lake_engine.txn_version(BRONZE, app) == 5
+    assert lake_engine.txn_version(BRONZE, "someone-else") is None
+    # The txn lives in the Delta log: another process, with no engine and no Spark, sees it.
+    probe = (
+        "import sys; from deltalake import DeltaTable; "
+        "print(DeltaTable(sys.argv[1]).transaction_version(sys.argv[2]))"
+    )
+    path = Path(lake_engine.location) / "bronze" / "account_change_event"  # type: ignore[attr-defined]
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(path), app], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "5"
+    # A new engine (a new run) reads the txn from the table, not from memory.
+    again = make_engine(lake_engine.location)  # type: ignore[attr-defined]
+    assert again.append(BRONZE, events(0, 2), txn=Txn(app, 5)).skipped
+    assert not again.append(BRONZE, events(2, 2), txn=Txn(app, 6)).skipped
+    assert ids(again, again.read(BRONZE)) == ["e0", "e1", "e2", "e3"]
+
+
+def test_append_parts_record_each_txn(lake_engine: LakeEngine) -> None:
+    lake_engine.append(BRONZE, events(0, 1))
+    results = lake_engine.append_parts(
+        BRONZE, [(events(1, 1), Txn("a", 1)), (events(2, 2), Txn("b", 1))]
+    )
+    assert [(r.skipped, r.rows) for r in results] == [(False, 1), (False, 2)]
+    assert lake_engine.txn_version(BRONZE, "a") == 1
+    assert lake_engine.txn_version(BRONZE, "b") == 1
+    again = lake_engine.append_parts(
+        BRONZE, [(events(1, 1), Txn("a", 1)), (events(4, 1), Txn("b", 2))]
+    )
+    assert [(r.skipped, r.rows) for r in again] == [(True, 0), (False, 1)]
+    assert ids(lake_engine, lake_engine.read(BRONZE)) == ["e0", "e1", "e2", "e3", "e4"]
+
+
+def test_empty_appends(lake_engine: LakeEngine) -> None:
+    nothing = lake_engine.append(BRONZE, events(0, 0))
+    assert nothing.version is None and not lake_engine.exists(BRONZE)
+    # With a txn an empty batch still commits, so the txn (e.g. a keepalive) is recorded.
+    keepalive = lake_engine.append(BRONZE, events(0, 0), txn=Txn("bronze", 1))
+    assert keepalive.version is not None and lake_engine.txn_version(BRONZE, "bronze") == 1
+    assert lake_engine.count(lake_engine.read(BRONZE)) == 0
+    schema = lake_engine.schema(BRONZE)
+    assert schema is not None and schema.names == ["event_id", "replay_id", "received_at"]
+
+
+def test_schema_evolution_on_append(lake_engine: LakeEngine) -> None:
+    lake_engine.append(BRONZE, events(0, 2))
+    lake_engine.append(BRONZE, events(2, 1, batch=pa.array([7], pa.int64())))
+    with pytest.raises(LakeError, match="extra"):
+        lake_engine.append(BRONZE, events(3, 1, extra=pa.array(["x"])), evolve_schema=False)
+    # A batch without the new column still appends; the column is null there.
+    lake_engine.append(BRONZE, events(3, 1))
+    schema = lake_engine.schema(BRONZE)
+    assert schema is not None and schema["batch"].dataType == T.LongType()
+    rows = rows_of(lake_engine, BRONZE)
+    assert sorted((r["event_id"], r["batch"]) for r in rows) == [
+        ("e0", None),
+        ("e1", None),
+        ("e2", 7),
+        ("e3", None),
+    ]
+    with pytest.raises(LakeError):
+        lake_engine.append(BRONZE, events(4, 1, batch=pa.array(["seven"])))
+
+
+def test_nested_struct_evolution(lake_engine: LakeEngine) -> None:
+    address = pa.struct([("City", pa.string())])
+    wider = pa.struct([("City", pa.string()), ("PostalCode", pa.string())])
+    lake_engine.append(
+        GOLD, pa.table({"Id": ["1"], "BillingAddress": pa.array([{"City": "Paris"}], address)})
+    )
+    lake_engine.append(
+        GOLD,
+        pa.table(
+            {
+                "Id": ["2"],
+                "BillingAddress": pa.array([{"City": "Lyon", "PostalCode": "69001"}], wider),
+            }
+        ),
+    )
+    rows = {r["Id"]: r["BillingAddress"] for r in rows_of(lake_engine, GOLD)}
+    assert rows == {
+        "1": {"City": "Paris", "PostalCode": None},
+        "2": {"City": "Lyon", "PostalCode": "69001"},
+    }
+
+
+def test_ensure_table_creates_and_evolves(lake_engine: LakeEngine) -> None:
+    schema = T.StructType(
+        [T.StructField("Id", T.StringType(), False), T.StructField("Name", T.StringType())]
+    )
+    lake_engine.ensure_table(GOLD, schema, properties={"delta.appendOnly": "false"})
+    created = lake_engine.version(GOLD)
+    assert lake_engine.schema(GOLD) == schema
+    lake_engine.ensure_table(GOLD, schema)  # converged: nothing to do
+    assert lake_engine.version(GOLD) == created
+    wider = T.StructType([*schema.fields, T.StructField("Rating", T.StringType(), False)])
+    lake_engine.ensure_table(
+        GOLD, wider, properties={"delta.logRetentionDuration": "interval 30 days"}
+    )
+    got = lake_engine.schema(GOLD)
+    assert got is not None and got["Rating"].nullable  # existing rows cannot hold NOT NULL
+    path = Path(lake_engine.location) / "gold" / "account"  # type: ignore[attr-defined]
+    config = DeltaTable(str(path)).metadata().configuration
+    assert config["delta.logRetentionDuration"] == "interval 30 days"
+    with pytest.raises(LakeError, match=r"column 'Name' of .* is string, not bigint"):
+        lake_engine.ensure_table(GOLD, T.StructType([T.StructField("Name", T.LongType())]))
+    with pytest.raises(LakeError):
+        lake_engine.append(GOLD, pa.table({"Name": ["x"]}))  # Id is NOT NULL
+
+
+ALL_TYPES = T.StructType(
+    [
+        T.StructField("s", T.StringType()),
+        T.StructField("bin", T.BinaryType()),
+        T.StructField("flag", T.BooleanType()),
+        T.StructField("i8", T.ByteType()),
+        T.StructField("i16", T.ShortType()),
+        T.StructField("i32", T.IntegerType()),
+        T.StructField("i64", T.LongType()),
+        T.StructField("f32", T.FloatType()),
+        T.StructField("f64", T.DoubleType()),
+        T.StructField("dec", T.DecimalType(18, 2)),
+        T.StructField("day", T.DateType()),
+        T.StructField("ts", T.TimestampType()),
+        T.StructField("ntz", T.TimestampNTZType()),
+        T.StructField("names", T.ArrayType(T.StringType())),
+        T.StructField("counts", T.MapType(T.StringType(), T.LongType())),
+        T.StructField(
+            "addr",
+            T.StructType(
+                [T.StructField("City", T.StringType()), T.StructField("Latitude", T.DoubleType())]
+            ),
+        ),
+    ]
+)
+ALL_VALUES = {
+    "s": "Acme",
+    "bin": b"\x00\xff",
+    "flag": True,
+    "i8": -8,
+    "i16": 1600,
+    "i32": 2**31 - 1,
+    "i64": 1709303151782928388,  # a real commitNumber: above 2**53
+    "f32": 1.5,
+    "f64": 0.1,
+    "dec": Decimal("12345.67"),
+    "day": date(2024, 2, 29),
+    "ts": datetime(2024, 5, 1, 12, 30, 15, 123000, tzinfo=UTC),
+    "ntz": datetime(2024, 5, 1, 12, 30, 15),
+    "names": ["a", None],
+    "counts": [("k", 1)],
+    "addr": {"City": "Paris", "Latitude": 48.85},
+}
+
+
+def test_every_mapped_type_round_trips(lake_engine: LakeEngine) -> None:
+    table = TableRef("silver", "every_type")
+    lake_engine.ensure_table(table, ALL_TYPES)
+    data = pa.Table.from_pylist([ALL_VALUES, {}], schema=spark_schema_to_arrow(ALL_TYPES))
+    lake_engine.append(table, data)
+    assert lake_engine.schema(table) == ALL_TYPES
+    rows = rows_of(lake_engine, table)
+    full = next(r for r in rows if r["s"] is not None)
+    assert full == ALL_VALUES
+    empty = next(r for r in rows if r["s"] is None)
+    assert all(v is None for v in empty.values())
+    # And back: the engine's own rows append unchanged.
+    again = lake_engine.read(table)
+    lake_engine.append(table, again)
+    assert sum(1 for r in rows_of(lake_engine, table) if r == ALL_VALUES) == 2
+
+
+# ---------------------------------------------------------------------------- read_appends
+
+
+def test_read_appends_across_commits_and_compaction(lake_engine: LakeEngine) -> None:
+    versions = [
+        lake_engine.append(BRONZE, events(i * 2, 2), txn=Txn("b", i)).version for i in range(4)
+    ]
+    changes = lake_engine.read_appends(BRONZE, after_version=versions[1])
+    assert (changes.start_version, changes.end_version, changes.full_read) == (
+        versions[1] + 1,  # type: ignore[operator]
+        versions[3],
+        False,
+    )
+    assert ids(lake_engine, changes.rows) == ["e4", "e5", "e6", "e7"]
+    everything = lake_engine.read_appends(BRONZE, after_version=None)
+    assert len(ids(lake_engine, everything.rows)) == 8
+    assert everything.end_version == versions[3]
+
+    report = lake_engine.maintain(BRONZE)
+    assert report.files_removed == 4 and report.files_added == 1
+    compacted = lake_engine.version(BRONZE)
+    lake_engine.append(BRONZE, events(8, 1))
+    after_compaction = lake_engine.read_appends(BRONZE, after_version=versions[3])
+    assert ids(lake_engine, after_compaction.rows) == ["e8"] and not after_compaction.full_read
+    latest = lake_engine.version(BRONZE)
+    assert latest is not None and compacted is not None and latest > compacted
+    nothing = lake_engine.read_appends(BRONZE, after_version=latest)
+    assert nothing.start_version is None and lake_engine.count(nothing.rows) == 0
+    with pytest.raises(LakeError, match=f"before the requested after_version {latest + 1}"):
+        lake_engine.read_appends(BRONZE, after_version=latest + 1)
+
+
+def test_read_appends_up_to_a_version_and_of_some_columns(lake_engine: LakeEngine) -> None:
+    v = [lake_engine.append(BRONZE, events(i * 2, 2), txn=Txn("b", i)).version for i in range(4)]
+    assert all(x is not None for x in v)
+    middle = lake_engine.read_appends(BRONZE, after_version=v[0], until_version=v[2])
+    assert middle.end_version == v[2] and not middle.full_read
+    assert ids(lake_engine, middle.rows) == ["e2", "e3", "e4", "e5"]
+    first = lake_engine.read_appends(
+        BRONZE, after_version=None, until_version=v[1], columns=["event_id"]
+    )
+    assert lake_engine.to_arrow(first.rows).column_names == ["event_id"]
+    assert ids(lake_engine, first.rows) == ["e0", "e1", "e2", "e3"]
+    same = lake_engine.read_appends(BRONZE, after_version=v[2], until_version=v[2])
+    assert same.start_version is None and lake_engine.count(same.rows) == 0
+    with pytest.raises(LakeError, match=f"cannot read appends up to version {v[3] + 1}"):  # type: ignore[operator]
+        lake_engine.read_appends(BRONZE, after_version=v[0], until_version=v[3] + 1)  # type: ignore[operator]
+    with pytest.raises(LakeError, match="is before after_version"):
+        lake_engine.read_appends(BRONZE, after_version=v[2], until_version=v[1])
+
+
+def test_read_appends_reads_inserts_across_rewrites(lake_engine: LakeEngine) -> None:
+    first = lake_engine.append(BRONZE, events(0, 2)).version
+    lake_engine.overwrite(BRONZE, events(10, 1))
+    lake_engine.append(BRONZE, events(11, 1))
+    changes = lake_engine.read_appends(BRONZE, after_version=first)
+    assert not changes.full_read
+    assert ids(lake_engine, changes.rows) == ["e10", "e11"]
+
+
+def test_read_appends_falls_back_to_the_table_when_the_feed_is_gone(
+    lake_engine: LakeEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    no_feed = {"delta.enableChangeDataFeed": "false"}
+    schema = T.StructType([T.StructField("event_id", T.StringType())])
+    lake_engine.ensure_table(BRONZE, schema, properties=no_feed)
+    start = lake_engine.append(BRONZE, pa.table({"event_id": ["e0"]})).version
+    lake_engine.append(BRONZE, pa.table({"event_id": ["e1"]}))
+    changes = lake_engine.read_appends(BRONZE, after_version=start)
+    assert changes.full_read and ids(lake_engine, changes.rows) == ["e0", "e1"]
+    assert "reading the whole table" in caplog.text
+
+
+def test_read_keyed_finds_the_rows_of_some_keys(lake_engine: LakeEngine) -> None:
+    for start in (0, 100, 200):
+        ids_ = [f"r{i:04d}" for i in range(start, start + 100)]
+        lake_engine.append(GOLD, pa.table({"Id": ids_, "n": pa.array(range(100), pa.int64())}))
+    keys = lake_engine.rows(pa.table({"Id": ["r0005", "r0150", "nope", None, "r0005"]}))
+    found = lake_engine.read_keyed(GOLD, key="Id", keys=keys, columns=["Id"])
+    assert column_of(lake_engine, found, "Id") == ["r0005", "r0150"]
+    none = lake_engine.read_keyed(GOLD, key="Id", keys=lake_engine.rows(pa.table({"Id": ["x"]})))
+    assert lake_engine.count(none) == 0
+
+
+# ---------------------------------------------------------------------------------- merge
+
+
+def test_merge_inserts_updates_deletes_with_metrics(lake_engine: LakeEngine) -> None:
+    first = pa.table(
+        {"Id": ["001A", "001B"], "Name": ["Acme", "Globex"], "ts": pa.array([1, 1], pa.int64())}
+    )
+    created = lake_engine.merge(GOLD, first, on=["Id"])
+    assert (created.inserted, created.updated, created.deleted, created.source_rows) == (2, 0, 0, 2)
+    assert not created.skipped
+
+    changes = pa.table(
+        {
+            "Id": ["001A", "001B", "001C"],  # newer: updated; deleted; new: inserted
+            "Name": ["Acme Corp", "Globex", "Initech"],
+            "ts": pa.array([2, 0, 1], pa.int64()),
+            "deleted": [False, True, False],
+        }
+    )
+    metrics = lake_engine.merge(
+        GOLD,
+        lake_engine.rows(changes),
+        on=["Id"],
+        update_condition="source.ts > target.ts",
+        delete_condition="source.deleted",
+        txn=Txn("gold:account", 1),
+    )
+    assert (metrics.inserted, metrics.updated, metrics.deleted, metrics.source_rows) == (1, 1, 1, 3)
+    assert metrics.duration_s >= 0
+    rows = sorted((r["Id"], r["Name"], r["ts"], r["deleted"]) for r in rows_of(lake_engine, GOLD))
+    assert rows == [("001A", "Acme Corp", 2, False), ("001C", "Initech", 1, False)]
+
+    again = lake_engine.merge(GOLD, changes, on=["Id"], txn=Txn("gold:account", 1))
+    assert again.skipped and again.version == metrics.version
+
+    stale = pa.table({"Id": ["001A"], "Name": ["Old"], "ts": pa.array([1], pa.int64())})
+    noop = lake_engine.merge(
+        GOLD,
+        stale,
+        on=["Id"],
+        update_condition="source.ts > target.ts",
+        insert=False,
+        txn=Txn("gold:account", 2),
+    )
+    assert (noop.inserted, noop.updated, noop.deleted) == (0, 0, 0)
+    # Nothing changed, yet the txn is recorded so a rerun skips.
+    assert lake_engine.txn_version(GOLD, "gold:account") == 2
+    assert "Old" not in {r["Name"] for r in rows_of(lake_engine, GOLD)}
+
+
+def test_merge_errors(lake_engine: LakeEngine) -> None:
+    lake_engine.merge(GOLD, pa.table({"Id": ["1"], "Name": ["a"]}), on=["Id"])
+    duplicated = pa.table({"Id": ["1", "1"], "Name": ["b", "c"]})
+    with pytest.raises(LakeError, match=r"merge into .*(multiple source rows|MULTIPLE_SOURCE)"):
+        lake_engine.merge(GOLD, duplicated, on=["Id"])
+    with pytest.raises(LakeError, match=r"key columns \['RecordId'\] are not in the source"):
+        lake_engine.merge(GOLD, pa.table({"Id": ["1"]}), on=["RecordId"])
+    with pytest.raises(LakeError, match="got 'Id', a str"):
+        lake_engine.merge(GOLD, pa.table({"Id": ["1"]}), on="Id")  # type: ignore[arg-type]
+
+
+def test_merge_evolves_the_schema(lake_engine: LakeEngine) -> None:
+    lake_engine.merge(GOLD, pa.table({"Id": ["1"], "Name": ["a"]}), on=["Id"])
+    lake_engine.merge(GOLD, pa.table({"Id": ["1"], "Rating": ["Hot"]}), on=["Id"])
+    assert rows_of(lake_engine, GOLD) == [{"Id": "1", "Name": "a", "Rating": "Hot"}]
+
+
+# -------------------------------------------------------------------- history and maintain
+
+
+def test_history_records_operations_metadata_and_txn(lake_engine: LakeEngine) -> None:
+    lake_engine.append(BRONZE, events(0, 1), txn=Txn("bronze", 1), metadata={"batch": "b1"})
+    lake_engine.append(BRONZE, events(1, 1))
+    lake_engine.merge(BRONZE, events(1, 1), on=["event_id"], metadata={"run": "r7"})
+    history = lake_engine.history(BRONZE, limit=3)
+    assert [h.operation for h in history] == ["MERGE", "WRITE", "WRITE"]
+    assert history[2].metadata == {"batch": "b1"} and history[2].txn == Txn("bronze", 1)
+    assert history[1].txn is None and history[0].metadata == {"run": "r7"}
+    assert history[0].timestamp.tzinfo is not None
+    assert len(lake_engine.history(BRONZE, limit=1)) == 1
+
+
+def test_vacuum_deletes_unreferenced_files(lake_engine: LakeEngine) -> None:
+    for i in range(3):
+        lake_engine.append(BRONZE, events(i, 1))
+    lake_engine.maintain(BRONZE, checkpoint=False)
+    path = Path(lake_engine.location) / "bronze" / "account_change_event"  # type: ignore[attr-defined]
+
+    def parquet() -> list[Path]:
+        return sorted(path.glob("*.parquet"))
+
+    assert len(parquet()) == 4
+    lake_engine.maintain(BRONZE, compact=False, checkpoint=False, vacuum_hours=0)
+    assert len(parquet()) == 1
+    assert ids(lake_engine, lake_engine.read(BRONZE)) == ["e0", "e1", "e2"]
+
+
+def test_read_of_an_old_version_and_missing_tables(lake_engine: LakeEngine) -> None:
+    first = lake_engine.append(BRONZE, events(0, 1)).version
+    lake_engine.append(BRONZE, events(1, 1))
+    assert ids(lake_engine, lake_engine.read(BRONZE, version=first)) == ["e0"]
+    with pytest.raises(LakeError):
+        lake_engine.to_arrow(lake_engine.read(BRONZE, version=70))
+    missing = TableRef("silver", "nothing_here")
+    assert not lake_engine.exists(missing) and lake_engine.version(missing) is None
+    assert lake_engine.schema(missing) is None
+    with pytest.raises(LakeError, match=r"does not exist"):
+        lake_engine.read(missing)
+
+
+# ----------------------------------------------------------------------------- execution
+
+
+class PlusOne:
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield pa.RecordBatch.from_arrays(
+                [batch.column(0), pc.add(batch.column(1), 1)], names=["k", "n"]
+            )
+
+
+class Totals:
+    """Per key: the sum of ``n`` -- wrong unless every row of a key is in one call."""
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        grouped = table.group_by("k").aggregate([("n", "sum")])
+        return pa.table({"k": grouped.column("k"), "n": grouped.column("n_sum")})
+
+
+KN = T.StructType([T.StructField("k", T.StringType()), T.StructField("n", T.LongType())])
+
+
+def test_layer_functions_run_where_the_engine_puts_them(lake_engine: LakeEngine) -> None:
+    data = pa.table(
+        {"k": [f"k{i % 7}" for i in range(1000)], "n": pa.array(range(1000), pa.int64())}
+    )
+    rows = lake_engine.rows(data, KN)
+    mapped = lake_engine.map_batches(rows, PlusOne(), KN)
+    assert lake_engine.count(mapped) == 1000
+    both = lake_engine.union([rows, mapped], KN)
+    totals = lake_engine.persist(
+        lake_engine.map_groups(both, key="k", function=Totals(), schema=KN, partitions=3)
+    )
+    got = {r["k"]: r["n"] for r in lake_engine.to_arrow(totals).to_pylist()}
+    expected: dict[str, int] = {}
+    for i in range(1000):
+        expected[f"k{i % 7}"] = expected.get(f"k{i % 7}", 0) + 2 * i + 1
+    assert got == expected
+    lake_engine.release(totals)
+
+
+# ------------------------------------------------------------------ one lake, two engines
+
+
+def test_each_engine_reads_and_continues_what_the_other_wrote(spark: Any, tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    local = LocalEngine(location=lake)
+    remote = SparkEngine(spark, location=lake)
+    first = local.append(BRONZE, events(0, 2), txn=Txn("b", 1)).version
+    remote.append(BRONZE, events(2, 2), txn=Txn("b", 2))
+    local.append_parts(BRONZE, [(events(4, 1), Txn("b", 3)), (events(5, 1), Txn("c", 1))])
+    assert remote.txn_version(BRONZE, "b") == 3 and remote.txn_version(BRONZE, "c") == 1
+    assert local.txn_version(BRONZE, "b") == 3
+    assert remote.append(BRONZE, events(4, 1), txn=Txn("b", 3)).skipped
+    remote.maintain(BRONZE)  # OPTIMIZE by delta-spark, then delta-rs appends again
+    local.append(BRONZE, events(6, 1), txn=Txn("b", 4))
+    remote.ensure_table(
+        BRONZE,
+        T.StructType([*remote.schema(BRONZE).fields, T.StructField("extra", T.LongType())]),  # type: ignore[union-attr]
+    )
+    local.append(BRONZE, events(7, 1, extra=pa.array([7], pa.int64())))
+    local.maintain(BRONZE)  # delta-rs compaction and checkpoint, read by delta-spark
+    expected = [f"e{i}" for i in range(8)]
+    assert ids(local, local.read(BRONZE)) == expected
+    assert ids(remote, remote.read(BRONZE)) == expected
+    appended = remote.read_appends(BRONZE, after_version=first)
+    assert not appended.full_read
+    assert ids(remote, appended.rows) == expected[2:]
+    assert ids(local, local.read_appends(BRONZE, after_version=first).rows) == expected[2:]
+
+
+def test_spark_engine_names_catalog_tables_with_three_parts(spark: Any, tmp_path: Path) -> None:
+    engine = SparkEngine(
+        spark, catalog="spark_catalog", schemas=SchemasSpec(bronze="uc_bronze_test")
+    )
+    table = TableRef("bronze", "three_parts")
+    assert engine.qualified_name(table) == "`spark_catalog`.`uc_bronze_test`.`three_parts`"
+    engine.append(table, events(0, 2), txn=Txn("b", 1))
+    assert engine.exists(table) and engine.txn_version(table, "b") == 1
+    assert engine.append(table, events(0, 2), txn=Txn("b", 1)).skipped
+    assert ids(engine, engine.read(table)) == ["e0", "e1"]
+    assert engine.register_sql([table]) == ["`spark_catalog`.`uc_bronze_test`.`three_parts`"]
+    (row,) = engine.sql(
+        "SELECT count(*) AS n FROM spark_catalog.uc_bronze_test.three_parts"
+    ).collect()
+    assert row.n == 2
+    spark.sql("DROP SCHEMA spark_catalog.uc_bronze_test CASCADE")
+
+
+def test_tables_lists_the_tables_of_a_lake(lake_engine: LakeEngine) -> None:
+    lake_engine.append(BRONZE, events(0, 2))
+    lake_engine.ensure_table(GOLD, T.StructType([T.StructField("Id", T.StringType())]))
+    assert set(lake_engine.tables()) == {BRONZE, GOLD}
+
+
+def test_arrow_reads_of_both_engines_agree(lake_engine: LakeEngine) -> None:
+    lake_engine.append(BRONZE, events(0, 5, batch=pa.array([1, 1, 2, 2, 3], pa.int64())))
+    picked = lake_engine.read_arrow(
+        BRONZE, columns=["event_id"], where=[("batch", ">=", 2), ("event_id", "!=", "e3")]
+    )
+    assert sorted(picked.column("event_id").to_pylist()) == ["e2", "e4"]
+    assert arrow_of(lake_engine, BRONZE).num_rows == 5
