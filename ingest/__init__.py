@@ -1,4 +1,5 @@
-"""The protocol side of sfcdc: Salesforce Pub/Sub API client, decoding helpers and emulator.
+"""The protocol side of sfcdc: Salesforce Pub/Sub API and Streaming API clients, decoding
+helpers and the emulator of both.
 
 Nothing in this package imports Spark, Delta or ``pipelines``.
 """
@@ -8,16 +9,26 @@ from ingest.errors import (
     AuthRejectedError,
     AuthUnavailableError,
     BitmapError,
+    ChannelError,
     CheckpointError,
     ConfigError,
     DecodeError,
     DiffError,
+    HandshakeDeniedError,
     LakeError,
     PermanentError,
     PubSubError,
     ReplayIdError,
+    RequestTooLargeError,
     SfcdcError,
+    StreamingAuthError,
+    StreamingError,
+    StreamingLimitError,
+    StreamingProtocolError,
+    StreamingReplayError,
+    StreamingUnavailableError,
     TransientError,
+    UnknownClientError,
 )
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition, parse_start
 
@@ -27,19 +38,29 @@ __all__ = [
     "AuthRejectedError",
     "AuthUnavailableError",
     "BitmapError",
+    "ChannelError",
     "CheckpointError",
     "ConfigError",
     "DecodeError",
     "DiffError",
     "Earliest",
+    "HandshakeDeniedError",
     "LakeError",
     "Latest",
     "PermanentError",
     "PubSubError",
     "ReplayId",
     "ReplayIdError",
+    "RequestTooLargeError",
     "SfcdcError",
     "StartPosition",
+    "StreamingAuthError",
+    "StreamingError",
+    "StreamingLimitError",
+    "StreamingProtocolError",
+    "StreamingReplayError",
+    "StreamingUnavailableError",
     "TransientError",
+    "UnknownClientError",
     "parse_start",
 ]

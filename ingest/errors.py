@@ -11,6 +11,16 @@
     │   ├── AuthRejectedError      UNAUTHENTICATED / service.auth.error: refresh the token, retry
     │   ├── ReplayIdError          the replay id is unknown, malformed or expired
     │   └── PermanentError         retrying cannot help (topic not found, no permission, licence)
+    ├── StreamingError         a Streaming API (CometD) exchange failed (Bayeux error, channel)
+    │   ├── StreamingUnavailableError  no usable answer (network, 5xx, timeout): retry later
+    │   ├── StreamingAuthError     401::Authentication invalid / Request requires authentication
+    │   ├── HandshakeDeniedError   403::Handshake denied, with ext.sfdc.failureReason
+    │   ├── UnknownClientError     403::Unknown client / Client has not completed handshake
+    │   ├── StreamingReplayError   400 invalid replayId (outside the retention window)
+    │   ├── ChannelError           the channel is missing, unknown, misspelt or not allowed
+    │   ├── StreamingLimitError    an org, channel or connection allocation is exhausted
+    │   ├── RequestTooLargeError   413 Maximum Request Size Exceeded (32,768-byte bodies)
+    │   └── StreamingProtocolError API version, connection type, cookies, unexpected answers
     ├── DecodeError            an event payload, bitmap or diff could not be decoded
     │   ├── BitmapError            a bitmap names a field the schema does not have
     │   └── DiffError              a diff-encoded value cannot be rebuilt or fails its SHA-256
@@ -30,18 +40,28 @@ __all__ = [
     "AuthRejectedError",
     "AuthUnavailableError",
     "BitmapError",
+    "ChannelError",
     "CheckpointError",
     "ConfigError",
     "DecodeError",
     "DiffError",
+    "HandshakeDeniedError",
     "LakeError",
     "PermanentError",
     "PubSubError",
     "ReplayIdError",
+    "RequestTooLargeError",
     "RestError",
     "RestUnavailableError",
     "SfcdcError",
+    "StreamingAuthError",
+    "StreamingError",
+    "StreamingLimitError",
+    "StreamingProtocolError",
+    "StreamingReplayError",
+    "StreamingUnavailableError",
     "TransientError",
+    "UnknownClientError",
 ]
 
 
@@ -107,6 +127,70 @@ class ReplayIdError(PubSubError):
 
 class PermanentError(PubSubError):
     """Retrying cannot help; the message says what to fix."""
+
+
+class StreamingError(SfcdcError):
+    """A Streaming API (Bayeux/CometD) exchange failed.
+
+    ``error`` is the Bayeux ``error`` field as the server sent it (``"403::Unknown client"``),
+    ``code`` its numeric part (0 when none came), ``channel`` the meta channel or subscription
+    concerned, and ``failure_reason`` the ``ext.sfdc.failureReason`` of a denied handshake.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        error: str = "",
+        code: int = 0,
+        channel: str = "",
+        failure_reason: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.error = error
+        self.code = code
+        self.channel = channel
+        self.failure_reason = failure_reason
+
+
+class StreamingUnavailableError(StreamingError):
+    """No usable answer came (network failure, server error, timeout): retry after a backoff."""
+
+
+class StreamingAuthError(StreamingError):
+    """The token was missing or rejected (401): log in again, then handshake again."""
+
+
+class HandshakeDeniedError(StreamingError):
+    """``403::Handshake denied``; :attr:`failure_reason` says why (API version, limits, auth)."""
+
+
+class UnknownClientError(StreamingError):
+    """The server no longer knows the client session (it expired or was never made): a new
+    handshake and subscriptions are needed."""
+
+
+class StreamingReplayError(StreamingError):
+    """A subscribe's replay id is not inside the channel's retention window."""
+
+
+class ChannelError(StreamingError):
+    """The channel cannot be subscribed: not specified, not found, different case, restricted
+    or not readable by the user. Fix the channel name or the user's permissions."""
+
+
+class StreamingLimitError(StreamingError):
+    """An allocation is exhausted: concurrent clients, daily events, subscribers of a channel,
+    generic channels, or simultaneous connections of a server."""
+
+
+class RequestTooLargeError(StreamingError):
+    """A request body over the Streaming API's limit of 32,768 bytes."""
+
+
+class StreamingProtocolError(StreamingError):
+    """The exchange broke the protocol: missing or unsupported API version, connection type,
+    absent session cookie, or an answer that is not a Bayeux reply."""
 
 
 class DecodeError(SfcdcError):

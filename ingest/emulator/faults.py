@@ -78,6 +78,10 @@ class Faults:
         self._latency = settings.latency
         self._keepalive_only = settings.keepalive_only
         self._token_generation = 0
+        self._session_generation = 0
+        self._poll_drops = 0
+        self._handshake_denial: str | None = None
+        self._subscribe_denial: str | None = None
         self._listeners: list[Callable[[], None]] = []
         self._purger: Purger | None = None
 
@@ -162,6 +166,57 @@ class Faults:
         """Tokens issued under an older generation are rejected."""
         return self._token_generation
 
+    # -- Streaming API (CometD) ----------------------------------------------------------------
+
+    def expire_sessions(self) -> None:
+        """Forget every Streaming API client session: the next request of each client gets
+        ``403::Unknown client`` (as after a missed reconnect deadline or a server move)."""
+        with self._lock:
+            self._session_generation += 1
+        self._changed()
+
+    @property
+    def session_generation(self) -> int:
+        """Streaming API sessions created under an older generation are unknown."""
+        return self._session_generation
+
+    def drop_polls(self, n: int = 1) -> None:
+        """Close the connection of the next ``n`` Streaming API long polls (those waiting now
+        first) without answering, as a network failure mid-poll would."""
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"drop_polls needs an int >= 0 (got {n!r})")
+        with self._lock:
+            self._poll_drops = n
+        self._changed()
+
+    def claim_poll_drop(self) -> bool:
+        """Whether the long poll asking should be dropped (counts it)."""
+        with self._lock:
+            if self._poll_drops <= 0:
+                return False
+            self._poll_drops -= 1
+            return True
+
+    def deny_handshakes(self, failure_reason: str | None) -> None:
+        """Answer Streaming API handshakes with ``403::Handshake denied`` and this
+        ``ext.sfdc.failureReason`` (``None`` stops)."""
+        with self._lock:
+            self._handshake_denial = failure_reason
+
+    @property
+    def handshake_denial(self) -> str | None:
+        return self._handshake_denial
+
+    def deny_subscribes(self, error: str | None) -> None:
+        """Answer Streaming API subscribes with this ``error`` (``"403::Organization total
+        events daily limit exceeded"``; ``None`` stops)."""
+        with self._lock:
+            self._subscribe_denial = error
+
+    @property
+    def subscribe_denial(self) -> str | None:
+        return self._subscribe_denial
+
     # -- purges ------------------------------------------------------------------------------
 
     def purge(self, *, before: float | None = None, through: bytes | None = None) -> int:
@@ -185,12 +240,16 @@ class Faults:
         return purger(before, position)
 
     def clear(self) -> None:
-        """Remove every standing fault (stream cut, latency, keepalive-only)."""
+        """Remove every standing fault (stream cut, latency, keepalive-only, poll drops and
+        Streaming API denials)."""
         with self._lock:
             self._stream_cut = None
             self._cut_generation += 1
             self._latency = 0.0
             self._keepalive_only = False
+            self._poll_drops = 0
+            self._handshake_denial = None
+            self._subscribe_denial = None
         self._changed()
 
     # -- wiring (used by the emulator) -------------------------------------------------------

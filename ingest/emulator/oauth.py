@@ -23,11 +23,13 @@ usable secret; secrets never reach a log line or a ``repr``.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
 import logging
 import secrets
+import socket
 import ssl
 import threading
 import time
@@ -49,6 +51,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from ingest.emulator.faults import Faults
 from ingest.emulator.managed import salesforce_id_18
 from ingest.emulator.rest import RestApi
+from ingest.emulator.routes import HttpAnswer, HttpRequest, Route
 
 __all__ = [
     "JWT_BEARER",
@@ -345,9 +348,11 @@ class OAuthServer:
         ssl_context: ssl.SSLContext | None = None,
         faults: Faults,
         rest: RestApi | None = None,
+        routes: Iterable[Route] = (),
     ) -> None:
         self._tokens = tokens
         self.rest = rest
+        self.routes = tuple(routes)
         self._clients = {c.client_id: c for c in clients}
         self._clock = clock
         self._faults = faults
@@ -611,11 +616,70 @@ def _make_handler(server: OAuthServer) -> type[BaseHTTPRequestHandler]:
         def _json(self, status: int, payload: Mapping[str, Any]) -> None:
             self._send(status, json.dumps(payload), "application/json;charset=UTF-8")
 
+        _read_body: bytes | None = None
+
         def _body(self) -> bytes:
+            if self._read_body is not None:
+                body, self._read_body = self._read_body, None
+                return body
             length = int(self.headers.get("Content-Length") or 0)
             return self.rfile.read(length) if length > 0 else b""
 
+        def _routed(self, method: str) -> bytes | None:
+            """Offer the request to the extra routes; the body read (or ``None``) when none
+            answered it, so the built-in endpoints can still use it."""
+            self._read_body = None
+            parts = urlsplit(self.path)
+            body = self._body() if method in ("POST", "PATCH", "PUT") else b""
+            request = HttpRequest(
+                method,
+                parts.path,
+                {k: v[0] for k, v in parse_qs(parts.query, keep_blank_values=True).items()},
+                {k.lower(): v for k, v in self.headers.items()},
+                body,
+            )
+            for route in server.routes:
+                answer = route.answer(request)
+                if answer is not None:
+                    self._answer(answer)
+                    return None
+            return body
+
+        def _answer(self, answer: HttpAnswer) -> None:
+            if answer.drop:
+                # A lost long poll: the connection closes and no answer is ever sent.
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if server._faults.latency:
+                time.sleep(server._faults.latency)
+            data = answer.body.encode("utf-8")
+            self.send_response(answer.status)
+            self.send_header("Content-Type", answer.content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-cache,must-revalidate,max-age=0,no-store")
+            for name, value in answer.headers:
+                self.send_header(name, value)
+            self.end_headers()
+            if data:
+                self.wfile.write(data)
+
+        def do_PATCH(self) -> None:
+            if self._routed("PATCH") is not None:
+                path = urlsplit(self.path).path
+                self._json(404, {"error": "not_found", "error_description": f"no {path}"})
+
+        def do_DELETE(self) -> None:
+            if self._routed("DELETE") is not None:
+                path = urlsplit(self.path).path
+                self._json(404, {"error": "not_found", "error_description": f"no {path}"})
+
         def do_POST(self) -> None:
+            body = self._routed("POST")
+            if body is None:
+                return
+            self._read_body = body
             path = urlsplit(self.path).path.rstrip("/")
             if path == "/services/oauth2/token":
                 self._token()
@@ -629,6 +693,8 @@ def _make_handler(server: OAuthServer) -> type[BaseHTTPRequestHandler]:
                 self._json(404, {"error": "not_found", "error_description": f"no {path}"})
 
         def do_GET(self) -> None:
+            if self._routed("GET") is None:
+                return
             path = urlsplit(self.path).path.rstrip("/")
             if path == "/services/oauth2/userinfo" or path.startswith("/id/"):
                 self._identity()

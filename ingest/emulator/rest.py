@@ -43,7 +43,7 @@ from ingest.emulator.topics import Catalogue
 from ingest.emulator.truth import GroundTruth
 from ingest.schema import HEADER_FIELD, FieldInfo
 
-__all__ = ["DEFAULT_PAGE_SIZE", "RestApi", "RestResponse"]
+__all__ = ["DEFAULT_PAGE_SIZE", "RestApi", "RestResponse", "rest_readers"]
 
 DEFAULT_PAGE_SIZE = 2000
 _MAX_CURSORS = 64
@@ -183,6 +183,15 @@ def _columns(entity: str, fields: Sequence[FieldInfo]) -> dict[str, _Column]:
 
             add(name, leaf)
     return cols
+
+
+def rest_readers(
+    fields: Sequence[FieldInfo],
+) -> dict[str, Callable[[str, Mapping[str, Any], bool], Any]]:
+    """Field name -> reader of that field's REST API value from a ground-truth record
+    (``read(record_id, values, deleted)``): ``Id``, ``IsDeleted``, every schema field, person
+    name parts and ``IsPersonAccount``, as the query endpoint answers them."""
+    return {name: col.read for name, col in _columns("", fields).items()}
 
 
 class RestApi:

@@ -35,6 +35,7 @@ from ingest.emulator.managed import (
 from ingest.emulator.oauth import OAuthClient, OAuthServer, Token, TokenStore
 from ingest.emulator.rest import RestApi
 from ingest.emulator.service import PubSubService, ResponseEncoding, ServiceSettings
+from ingest.emulator.streaming import StreamingApi, StreamingSettings
 from ingest.emulator.tls import CA_CERT, SERVER_CERT, SERVER_KEY, TlsMaterial, ensure_tls
 from ingest.emulator.topics import Catalogue, EmittedEvent
 from ingest.errors import ConfigError
@@ -95,6 +96,7 @@ class EmulatorConfig:
     seed: int = 0
     response_encoding: ResponseEncoding = "prebuilt"
     max_workers: int = 64
+    streaming: StreamingSettings = field(default_factory=StreamingSettings)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -148,6 +150,10 @@ class EmulatorConfig:
             )
         if self.max_workers < 4:
             problems.append(f"max_workers: expected at least 4, got {self.max_workers!r}")
+        if not isinstance(self.streaming, StreamingSettings):
+            problems.append(f"streaming: expected StreamingSettings, got {self.streaming!r}")
+        else:
+            problems.extend(self.streaming.problems())
         if problems:
             raise ConfigError("invalid EmulatorConfig", problems)
 
@@ -199,6 +205,16 @@ class Emulator:
             state_dir=self.config.state_dir,
         )
         self._bus = self._new_bus()
+        # The Streaming API (CometD) on the HTTP(S) port, over the same bus and tokens.
+        self.streaming = StreamingApi(
+            catalogue,
+            tokens=self._tokens,
+            faults=self.faults,
+            settings=self.config.streaming,
+            clock=clock,
+            bus=lambda: self._bus,
+            secure_cookies=self.config.tls,
+        )
         self._grpc: grpc.Server | None = None
         self._oauth: OAuthServer | None = None
         self._service: PubSubService | None = None
@@ -255,6 +271,7 @@ class Emulator:
             ssl_context=ssl_context,
             faults=self.faults,
             rest=self.rest,
+            routes=self.streaming.routes,
         )
         self._http_port = self._oauth.port
         scheme = "https" if config.tls else "http"
@@ -305,6 +322,7 @@ class Emulator:
             raise RuntimeError(f"could not bind the gRPC server to {address}")
         self._grpc_port = port
         server.start()
+        self.streaming.bind(self._bus)
         self._oauth.start()
         self._grpc = server
         self.faults.attach(self._purge)
@@ -321,6 +339,7 @@ class Emulator:
         """End every stream with UNAVAILABLE and stop both servers. Idempotent."""
         if self._service is not None:
             self._service.shutdown()
+        self.streaming.close()
         if self._grpc is not None:
             self._grpc.stop(grace).wait()
             self._grpc = None

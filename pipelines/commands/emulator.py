@@ -23,6 +23,7 @@ from ingest.emulator.catalogue import default_catalogue
 from ingest.emulator.faults import FaultSettings, StreamCut
 from ingest.emulator.managed import ManagedSubscriptionConfig
 from ingest.emulator.server import DEFAULT_CLIENT, Emulator, EmulatorConfig
+from ingest.emulator.streaming import StreamingSettings
 from ingest.emulator.workload import Workload
 from ingest.errors import ConfigError
 
@@ -85,6 +86,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     s.add_argument("--cut-every", type=int, metavar="N", help="end streams after N events")
     s.add_argument("--latency-ms", type=float, default=0.0, help="delay added per response")
+    s.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=110.0,
+        help="Streaming API: seconds a /meta/connect long poll is held (110)",
+    )
+    s.add_argument(
+        "--batch-size",
+        type=int,
+        default=100,
+        help="Streaming API: most events one /meta/connect reply delivers (100)",
+    )
     s.add_argument("--connection-file", type=Path, help="write connection details as JSON")
     s.add_argument("--truth-file", type=Path, help="write the ground truth as JSON on exit")
     serve_parser.set_defaults(handler=_serve_command)
@@ -110,6 +123,7 @@ class EmulatorRun:
             "client_id": DEFAULT_CLIENT.client_id,
             "client_secret": DEFAULT_CLIENT.client_secret,
             "topics": sorted(t.name for t in emu.catalogue),
+            "cometd_url": f"{emu.instance_url}/cometd/62.0",
         }
 
 
@@ -159,6 +173,7 @@ def serve(args: argparse.Namespace) -> EmulatorRun:
         managed_subscriptions=_managed(args.managed),
         faults=faults,
         seed=args.seed,
+        streaming=StreamingSettings(poll_timeout=args.poll_seconds, batch_size=args.batch_size),
     )
     catalogue = default_catalogue()
     emulator = Emulator(catalogue, config).start()
@@ -203,6 +218,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         print(f"  CA     {info['ca_file']}")
     print(f"  OAuth  {info['http_url']}/services/oauth2/token")
     print(f"         client_id={info['client_id']} client_secret={info['client_secret']}")
+    print(f"  CometD {info['cometd_url']} (Streaming API, long polling)")
     print(f"  topics {', '.join(info['topics'])}")
     for topic in info["topics"]:
         n = len(run.emulator.log(topic))

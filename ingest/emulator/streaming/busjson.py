@@ -1,0 +1,106 @@
+"""Platform events and change events in the Streaming API's JSON form.
+
+The CometD channels ``/event/<Name>__e``, ``/data/<Object>ChangeEvent`` and
+``/data/ChangeEvents`` carry the same events as the gRPC side, read from the same bus, with the
+bus position of each event as its (integer) replay id. A message's ``data`` is::
+
+    {"schema": "<schema id>",
+     "payload": {"ChangeEventHeader": {..., "changedFields": ["Name", "BillingAddress.City"]},
+                 "Name": "Acme", "LastModifiedDate": "2025-01-01T00:00:03.000Z", ...},
+     "event": {"replayId": 1000017}}          (platform events add "EventUuid")
+
+Bitmaps become field-name lists; dates are ``YYYY-MM-DD``, datetimes ISO 8601 UTC with
+milliseconds and ``Z``, times ``hh:mm:ss.sssZ``; compound fields nested objects. Fields without
+a value are left out, except the ones an update nulls (``null``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ingest.decoding import ChangeEvent, DecoderCache
+from ingest.emulator.eventlog import LoggedEvent
+from ingest.emulator.topics import Catalogue
+from ingest.schema import HEADER_FIELD, EventSchema, FieldInfo
+
+__all__ = ["BusJson", "iso_datetime"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def iso_datetime(ms: float) -> str:
+    """Epoch milliseconds as ``YYYY-MM-DDThh:mm:ss.sssZ``."""
+    moment = _EPOCH + timedelta(milliseconds=int(ms))
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _time(ms: int) -> str:
+    h, rest = divmod(int(ms), 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s, milli = divmod(rest, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}.{milli:03d}Z"
+
+
+def _value(info: FieldInfo, value: Any) -> Any:
+    if value is None:
+        return None
+    if info.kind == "date":
+        return (_EPOCH + timedelta(milliseconds=int(value))).strftime("%Y-%m-%d")
+    if info.kind == "datetime":
+        return iso_datetime(value)
+    if info.kind == "time":
+        return _time(value)
+    if info.children and isinstance(value, Mapping):
+        kids = {c.name: c for c in info.children}
+        return {k: _value(kids[k], v) if k in kids else v for k, v in value.items()}
+    return value
+
+
+class BusJson:
+    """Builds (and caches) the ``data`` object of bus events (see the module docstring)."""
+
+    def __init__(self, catalogue: Catalogue, *, cache_size: int = 20_000) -> None:
+        self._decoders = DecoderCache(lambda sid: catalogue.schema(sid).json)
+        self._cache: dict[int, dict[str, Any]] = {}
+        self._cache_size = cache_size
+
+    def data(self, event: LoggedEvent) -> dict[str, Any]:
+        cached = self._cache.get(event.position)
+        if cached is not None:
+            return cached
+        schema, decoder = self._decoders.get(event.schema_id)
+        record = decoder.decode(event.payload)
+        if schema.is_change_event:
+            payload = self._change_payload(schema, record)
+            meta: dict[str, Any] = {"replayId": event.position}
+        else:
+            payload = {
+                f.name: _value(f, record.get(f.name))
+                for f in schema.fields
+                if record.get(f.name) is not None
+            }
+            meta = {"EventUuid": event.event_id, "replayId": event.position}
+        data = {"schema": schema.schema_id, "payload": payload, "event": meta}
+        if len(self._cache) >= self._cache_size:
+            self._cache.clear()
+        self._cache[event.position] = data
+        return data
+
+    @staticmethod
+    def _change_payload(schema: EventSchema, record: Mapping[str, Any]) -> dict[str, Any]:
+        change = ChangeEvent.from_record(record, schema)
+        header = dict(record[HEADER_FIELD])
+        header["changedFields"] = list(change.changed)
+        header["nulledFields"] = list(change.nulled)
+        header["diffFields"] = list(change.diffed)
+        nulled_tops = {n.partition(".")[0] for n in change.nulled}
+        payload: dict[str, Any] = {HEADER_FIELD: header}
+        for info in schema.fields:
+            if info.name == HEADER_FIELD:
+                continue
+            value = record.get(info.name)
+            if value is not None or info.name in nulled_tops:
+                payload[info.name] = _value(info, value)
+        return payload

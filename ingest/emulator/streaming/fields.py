@@ -1,0 +1,271 @@
+"""The fields of an emulated object as the REST and Streaming APIs name them.
+
+A change event schema nests compound fields (``BillingAddress`` with ``City``...); the REST
+API and PushTopic queries also name their parts as fields of their own (``BillingCity``,
+``HQ_Location__Latitude__s``, ``FirstName``). :class:`ObjectFields` lists both, with:
+
+- how to read each one from a ground-truth record, as the REST API shows it (a notification's
+  ``subject``) and normalized for a ``WHERE`` comparison (dates as epoch milliseconds);
+- which change event field names (``changedFields`` entries such as ``BillingAddress.City``)
+  count as a change of it, following the guide's compound-field rules: a person ``Name``
+  changes when any part changes (its parts alone never notify), an Address or Geolocation
+  changes only through its constituent fields;
+- its ``describe`` entry (type, nillable, compound parent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.emulator.rest import rest_readers
+from ingest.schema import HEADER_FIELD, EventSchema, FieldInfo
+
+__all__ = ["ObjectField", "ObjectFields", "Reader"]
+
+Reader = Callable[[str, Mapping[str, Any], bool], Any]
+
+_NOT_NILLABLE = frozenset(
+    {
+        "Id",
+        "IsDeleted",
+        "Name",
+        "OwnerId",
+        "CreatedDate",
+        "CreatedById",
+        "LastModifiedDate",
+        "LastModifiedById",
+        "IsPersonAccount",
+    }
+)
+_STRING_TYPES = {
+    "Phone": "phone",
+    "Email": "email",
+    "Url": "url",
+    "DynamicEnum": "picklist",
+    "StaticEnum": "picklist",
+}
+_DOUBLE_TYPES = {"Currency": "currency", "Percent": "percent"}
+_KIND_TYPES = {
+    "long_text": "textarea",
+    "multi_picklist": "multipicklist",
+    "boolean": "boolean",
+    "int": "int",
+    "long": "long",
+    "date": "date",
+    "datetime": "datetime",
+    "time": "time",
+}
+_ADDRESS_TYPES = {"Street": "textarea", "Latitude": "double", "Longitude": "double"}
+
+
+@dataclass(frozen=True)
+class ObjectField:
+    """One field (see the module docstring). ``kind`` is the schema's field kind (``id``,
+    ``string``, ``date``, ...); ``parent`` names the compound field a part belongs to."""
+
+    name: str
+    kind: str
+    sf_type: str
+    nillable: bool
+    parent: str | None
+    sources: frozenset[str]
+    rest: Reader
+    wire: Reader
+
+    def describe(self) -> dict[str, Any]:
+        """The field's entry in ``sobjects/<Object>/describe``."""
+        return {
+            "name": self.name,
+            "label": self.name.removesuffix("__c").replace("_", " "),
+            "type": self.sf_type,
+            "nillable": self.nillable,
+            "custom": self.name.endswith(("__c", "__s")),
+            "compoundFieldName": self.parent,
+            "filterable": self.kind not in ("long_text", "compound"),
+            "createable": self.name not in ("Id", "IsDeleted", "IsPersonAccount"),
+            "updateable": self.name not in ("Id", "IsDeleted", "IsPersonAccount"),
+            "referenceTo": [] if self.sf_type != "reference" else ["Unknown"],
+        }
+
+
+def _describe_type(info: FieldInfo) -> str:
+    if info.kind == "id":
+        return "reference"
+    if info.kind == "string":
+        return _STRING_TYPES.get(info.sf_type, "string")
+    if info.kind == "double":
+        return _DOUBLE_TYPES.get(info.sf_type, "double")
+    if info.kind in ("compound", "switchable_name"):
+        if info.sf_type == "Address":
+            return "address"
+        if info.sf_type == "Location":
+            return "location"
+        return "string"
+    return _KIND_TYPES.get(info.kind, "anyType")
+
+
+def _part_name(parent: FieldInfo, child: FieldInfo) -> str:
+    """The REST name of a compound part: ``BillingAddress.City`` -> ``BillingCity``,
+    ``HQ_Location__c.Latitude`` -> ``HQ_Location__Latitude__s``."""
+    if parent.sf_type == "Location":
+        if parent.name.endswith("__c"):
+            return f"{parent.name.removesuffix('__c')}__{child.name}__s"
+        return f"{parent.name.removesuffix('Location')}{child.name}"
+    return f"{parent.name.removesuffix('Address')}{child.name}"
+
+
+def _wire_top(name: str, info: FieldInfo | None, rest: Reader) -> Reader:
+    if info is None or info.kind in ("switchable_name", "compound"):
+        # Ids, IsDeleted, person names (as their full name) read as the REST API shows them.
+        return rest
+
+    def read(rid: str, values: Mapping[str, Any], deleted: bool) -> Any:
+        return values.get(name)
+
+    return read
+
+
+def _part_reader(parent: str, child: str) -> Reader:
+    def read(rid: str, values: Mapping[str, Any], deleted: bool) -> Any:
+        value = values.get(parent)
+        return value.get(child) if isinstance(value, Mapping) else None
+
+    return read
+
+
+class ObjectFields:
+    """Every field of one object (``Id`` and ``IsDeleted`` included), looked up ignoring
+    case as SOQL does."""
+
+    def __init__(self, entity: str, fields: Mapping[str, ObjectField]) -> None:
+        self.entity = entity
+        self._fields = dict(fields)
+        self._lower = {name.lower(): f for name, f in self._fields.items()}
+
+    @classmethod
+    def of_schema(cls, schema: EventSchema) -> ObjectFields:
+        """The fields of the object whose change events ``schema`` describes."""
+        infos = [f for f in schema.fields if f.name != HEADER_FIELD]
+        by_name = {f.name: f for f in infos}
+        readers = rest_readers(infos)
+        out: dict[str, ObjectField] = {}
+
+        def add(
+            name: str,
+            kind: str,
+            sf_type: str,
+            *,
+            parent: str | None = None,
+            sources: frozenset[str] = frozenset(),
+            wire: Reader | None = None,
+        ) -> None:
+            rest = readers.get(name) or _part_reader(parent or "", name)
+            out.setdefault(
+                name,
+                ObjectField(
+                    name,
+                    kind,
+                    sf_type,
+                    name not in _NOT_NILLABLE,
+                    parent,
+                    sources,
+                    rest,
+                    wire or _wire_top(name, by_name.get(name), rest),
+                ),
+            )
+
+        add("Id", "id", "id")
+        add("IsDeleted", "boolean", "boolean")
+        for info in infos:
+            parts = {f"{info.name}.{c.name}" for c in info.children}
+            if info.kind == "switchable_name" or (
+                info.kind == "compound" and info.sf_type == "PersonName"
+            ):
+                # A name changes through any of its parts; the parts alone never notify.
+                add(info.name, "string", "string", sources=frozenset({info.name, *parts}))
+                for child in info.children:
+                    add(child.name, "string", "string", parent=info.name)
+                if info.kind == "switchable_name":
+                    add("IsPersonAccount", "boolean", "boolean")
+            elif info.children:
+                # Address and Geolocation change only through their constituent fields.
+                add(info.name, "compound", _describe_type(info))
+                for child in info.children:
+                    part = _part_name(info, child)
+                    reader = _part_reader(info.name, child.name)
+                    add(
+                        part,
+                        child.kind,
+                        _ADDRESS_TYPES.get(child.name, "string"),
+                        parent=info.name,
+                        sources=frozenset({f"{info.name}.{child.name}"}),
+                        wire=reader,
+                    )
+                    # The REST value of a part: the nested value, as the parent shows it.
+                    out[part] = _with_rest(out[part], _rest_part(readers[info.name], child))
+            else:
+                add(info.name, info.kind, _describe_type(info), sources=frozenset({info.name}))
+        return cls(schema.entity_name, out)
+
+    @classmethod
+    def plain(cls, entity: str, kinds: Mapping[str, tuple[str, str]]) -> ObjectFields:
+        """An object stored as plain dicts (``PushTopic``, ``StreamingChannel``): name ->
+        (kind, describe type); values are read from the dict by name."""
+        out = {}
+        for name, (kind, sf_type) in kinds.items():
+
+            def read(rid: str, values: Mapping[str, Any], deleted: bool, n: str = name) -> Any:
+                return values.get(n)
+
+            out[name] = ObjectField(
+                name, kind, sf_type, name not in _NOT_NILLABLE, None, frozenset({name}), read, read
+            )
+        return cls(entity, out)
+
+    def get(self, name: str) -> ObjectField | None:
+        return self._lower.get(name.lower())
+
+    def __iter__(self) -> Any:
+        return iter(self._fields.values())
+
+    def describe(self, version: str) -> dict[str, Any]:
+        """``GET sobjects/<Object>/describe``: the object and its fields."""
+        custom = self.entity.endswith("__c")
+        return {
+            "name": self.entity,
+            "label": self.entity.removesuffix("__c").replace("_", " "),
+            "custom": custom,
+            "queryable": True,
+            "createable": True,
+            "updateable": True,
+            "urls": {
+                "sobject": f"/services/data/{version}/sobjects/{self.entity}",
+                "describe": f"/services/data/{version}/sobjects/{self.entity}/describe",
+            },
+            "fields": [f.describe() for f in self._fields.values()],
+        }
+
+
+def _with_rest(field: ObjectField, rest: Reader) -> ObjectField:
+    return ObjectField(
+        field.name,
+        field.kind,
+        field.sf_type,
+        field.nillable,
+        field.parent,
+        field.sources,
+        rest,
+        field.wire,
+    )
+
+
+def _rest_part(parent_rest: Reader, child: FieldInfo) -> Reader:
+    key = child.name[:1].lower() + child.name[1:]
+
+    def read(rid: str, values: Mapping[str, Any], deleted: bool) -> Any:
+        nested = parent_rest(rid, values, deleted)
+        return nested.get(key) if isinstance(nested, Mapping) else None
+
+    return read
