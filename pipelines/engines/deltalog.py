@@ -259,10 +259,17 @@ class DirectAppender:
         rows = sum(data.num_rows for _, data, _ in keep)
         if not keep or (rows == 0 and not txns):
             return results
-        data = pa.concat_tables([d.cast(state.schema) for _, d, _ in keep])
-        nulls = [f.name for f in state.schema if not f.nullable and data.column(f.name).null_count]
+        nulls = sorted(
+            {
+                f.name
+                for _, part, _ in keep
+                for f in state.schema
+                if not f.nullable and part.column(f.name).null_count
+            }
+        )
         if nulls:
             raise LakeError(f"{table}: nulls in NOT NULL columns {nulls}; nothing was written")
+        data = pa.concat_tables([d.cast(state.schema) for _, d, _ in keep])
         version = self._commit(table, state, data, txns=txns, metadata=metadata, layout=layout)
         assert state.applied is not None
         for txn in txns:

@@ -19,7 +19,7 @@ from ingest.replay import ReplayId
 from pipelines.bronze import BronzeLanding
 from pipelines.bronze.checkpoint import CheckpointStore
 from pipelines.bronze.tables import bronze_tables, ensure_tables
-from pipelines.commands.ingest import lake_engine
+from pipelines.session import engine_for
 from pipelines.spec import load_conf
 
 TOPIC = "/event/Order_Shipped__e"
@@ -77,7 +77,7 @@ def _land(root: Path, items: list[Item]) -> tuple[list[dict[str, Any]], list[dic
         "batching: {max_events: 7, max_bytes: 1MiB, max_age_seconds: 60}\n"
     )
     conf = load_conf(conf_dir)
-    engine = lake_engine(conf.pipeline.lake)
+    engine = engine_for(conf.pipeline.lake)
     tables = bronze_tables(conf.topics())
     ensure_tables(engine, tables)
     CheckpointStore(engine, tables).register_schemas(TOPIC, {"schema-a": "{}", "schema-b": "{}"})

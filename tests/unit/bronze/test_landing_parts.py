@@ -13,7 +13,7 @@ from ingest.errors import ConfigError, LakeError
 from ingest.replay import ReplayId
 from pipelines.bronze.landing import _arrow, _Committer, _Maintainer, _OpenBatch, _Sealed
 from pipelines.bronze.tables import BRONZE_SCHEMA
-from pipelines.commands.ingest import lake_engine, select_topics
+from pipelines.commands.ingest import select_topics
 from pipelines.engines import LocalEngine, TableRef
 from pipelines.spec import LakeSpec, load_conf
 
@@ -177,9 +177,11 @@ def test_object_selection(tmp_path: Path) -> None:
     assert "Invoice__c is disabled (enabled: false in" in info.value.problems[1]
 
 
-def test_landing_uses_the_local_engine_without_spark(tmp_path: Path) -> None:
+def test_the_local_engine_runs_without_spark(tmp_path: Path) -> None:
+    from pipelines.session import engine_for
+
     for engine in ("local", "auto"):
-        chosen = lake_engine(LakeSpec(engine=engine, location=str(tmp_path)), environ={})
+        chosen = engine_for(LakeSpec(engine=engine, location=str(tmp_path)), environ={})
         assert isinstance(chosen, LocalEngine)
         with pytest.raises(LakeError, match="without a Spark session"):
             _ = chosen.spark

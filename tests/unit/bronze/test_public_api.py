@@ -11,7 +11,7 @@ MODULES = [
     "pipelines.bronze",
     "pipelines.bronze.tables",
     "pipelines.bronze.checkpoint",
-    "pipelines.bronze.files",
+    "pipelines.engines.deltalog",
     "pipelines.bronze.landing",
     "pipelines.connect",
     "pipelines.commands.ingest",

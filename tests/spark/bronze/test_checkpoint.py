@@ -1,9 +1,10 @@
-"""Checkpoints on real Delta tables (delta-rs, no JVM): reading, writing, and recovering from a
-kill between the bronze and the checkpoint commit."""
+"""Checkpoints on real Delta tables, on both lake engines: reading, writing, and recovering
+from a kill between the bronze and the checkpoint commit."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -20,8 +21,7 @@ from pipelines.bronze import (
     checkpoint_app_id,
     ensure_tables,
 )
-from pipelines.bronze.files import LocalBronzeWriter
-from pipelines.engines import LocalEngine, TableRef, Txn
+from pipelines.engines import LakeEngine, TableRef, Txn
 from pipelines.spec import BatchingSpec, ReplaySpec, TopicSpec
 
 TOPIC = "/data/AccountChangeEvent"
@@ -56,8 +56,8 @@ def bronze_rows(batch: int, first: int, count: int) -> pa.Table:
 
 
 class Fixture:
-    def __init__(self, root: Path) -> None:
-        self.engine = LocalEngine(None, location=root / "lake")
+    def __init__(self, engine: LakeEngine) -> None:
+        self.engine = engine
         self.tables = bronze_tables([spec(TOPIC, "account_change_event"), spec(OTHER, "order")])
         ensure_tables(self.engine, self.tables)
         self.store = CheckpointStore(self.engine, self.tables, clock=lambda: 1_700_000_000.0)
@@ -76,8 +76,8 @@ class Fixture:
 
 
 @pytest.fixture
-def lake(tmp_path: Path) -> Fixture:
-    return Fixture(tmp_path)
+def lake(lake_engine: LakeEngine) -> Fixture:
+    return Fixture(lake_engine)
 
 
 def test_a_fresh_topic_starts_at_the_configured_position(lake: Fixture) -> None:
@@ -160,7 +160,9 @@ def test_a_replay_gap_row_resumes_where_the_policy_moved_the_subscription(lake: 
     assert recovery.next_batch_id == 3
 
 
-def test_inconsistent_tables_are_reported_not_guessed(lake: Fixture, tmp_path: Path) -> None:
+def test_inconsistent_tables_are_reported_not_guessed(
+    lake: Fixture, make_engine: Any, tmp_path: Path
+) -> None:
     lake.land(1, 100, 3)
     lake.engine.append(
         lake.tables.bronze(TOPIC), bronze_rows(3, 300, 1), txn=Txn(bronze_app_id(TOPIC), 3)
@@ -169,7 +171,7 @@ def test_inconsistent_tables_are_reported_not_guessed(lake: Fixture, tmp_path: P
         lake.store.recover(TOPIC, default_start=Earliest())
 
     # A transaction recorded without its row (rows deleted behind sfcdc's back).
-    other = Fixture(tmp_path / "other")
+    other = Fixture(make_engine(tmp_path / "other"))
     other.engine.append(
         other.tables.checkpoints,
         CHECKPOINT_SCHEMA.empty_table(),
@@ -222,13 +224,8 @@ def test_table_layout_refuses_reserved_and_shared_names() -> None:
         tables.bronze(OTHER)
 
 
-def test_rows_of_several_topics_share_one_commit_on_the_local_writer(lake: Fixture) -> None:
-    store = CheckpointStore(
-        lake.engine,
-        lake.tables,
-        clock=lambda: 1_700_000_000.0,
-        writer=LocalBronzeWriter(lake.engine.path),
-    )
+def test_rows_of_several_topics_are_written_together(lake: Fixture, engine_name: str) -> None:
+    store = lake.store
     lake.land(1, 100, 3, checkpoint=False)
     before = lake.engine.version(lake.tables.checkpoints)
     store.write_all(
@@ -237,13 +234,17 @@ def test_rows_of_several_topics_share_one_commit_on_the_local_writer(lake: Fixtu
             CheckpointRow(OTHER, 1, "keepalive", rid(999)),
         ]
     )
-    # One commit, holding both topics' transactions.
-    assert lake.engine.version(lake.tables.checkpoints) == before + 1
+    # The local engine: one commit holding both topics' transactions; a Spark write records
+    # one transaction, so the spark engine commits each row on its own.
+    commits = 1 if engine_name == "local" else 2
+    after = lake.engine.version(lake.tables.checkpoints)
+    assert before is not None and after == before + commits
     assert lake.engine.txn_version(lake.tables.checkpoints, checkpoint_app_id(TOPIC)) == 1
     assert lake.engine.txn_version(lake.tables.checkpoints, checkpoint_app_id(OTHER)) == 1
     assert store.recover(TOPIC, default_start=Earliest()).start == After(rid(102))
     assert store.recover(OTHER, default_start=Earliest()).start == After(rid(999))
-    # A row already committed refuses the whole commit: nothing of it is written.
+    # A row already committed is an error (another landing of the topic); it is not written
+    # twice.
     with pytest.raises(CheckpointError, match="already committed by another writer"):
         store.write_all(
             [
@@ -251,7 +252,8 @@ def test_rows_of_several_topics_share_one_commit_on_the_local_writer(lake: Fixtu
                 CheckpointRow(TOPIC, 1, "events", rid(102), event_count=3),
             ]
         )
-    assert lake.engine.version(lake.tables.checkpoints) == before + 1
+    rows = lake.engine.read_arrow(lake.tables.checkpoints, where=[("topic", "=", TOPIC)])
+    assert rows.column("batch_id").to_pylist() == [1]
     with pytest.raises(ValueError, match="distinct topics"):
         store.write_all(
             [
