@@ -102,3 +102,13 @@ def make_engine(engine_name: str, request: pytest.FixtureRequest) -> EngineFacto
 def lake_engine(make_engine: EngineFactory, tmp_path: Path) -> LakeEngine:
     """An engine of this test's kind over a fresh lake under ``tmp_path``."""
     return make_engine(tmp_path / "lake")
+
+
+@pytest.fixture
+def lake_kind(engine_name: str, request: pytest.FixtureRequest) -> str:
+    """This test's engine as a ``lake.engine`` value for the conf files it writes; for the
+    spark engine the shared session is started, so commands run in this process use it
+    (commands run in a subprocess start their own)."""
+    if engine_name == "spark":
+        request.getfixturevalue("spark")
+    return engine_name

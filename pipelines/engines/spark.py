@@ -520,9 +520,9 @@ class SparkEngine:
                 return txn.version
         return None
 
-    def _snapshot_transactions(self, table: TableRef) -> dict[str, int] | None:
-        """The application transactions of the table's latest snapshot, or ``None`` when
-        Delta's classes are not reachable through the JVM gateway (Spark Connect)."""
+    def _delta_log(self, table: TableRef) -> tuple[Any, Any] | None:
+        """``(DeltaLog, its latest snapshot)`` through the JVM gateway, or ``None`` where
+        Delta's classes cannot be reached that way (Spark Connect, another runtime)."""
         jvm: Any = getattr(self._spark, "_jvm", None)
         if jvm is None:
             return None
@@ -536,17 +536,26 @@ class SparkEngine:
             try:
                 delta_log = _jvm_class(jvm, name).forTable(self._spark._jsparkSession, path)
                 empty = jvm.scala.Option.empty()
-                snapshot = delta_log.update(False, empty, empty)
-                entries = snapshot.transactions()
-                out: dict[str, int] = {}
-                iterator = entries.iterator()
-                while iterator.hasNext():
-                    pair = iterator.next()
-                    out[str(pair._1())] = int(pair._2())
-                return out
+                return delta_log, delta_log.update(False, empty, empty)
             except Exception as exc:  # a class or signature this runtime does not have
-                _log.debug("reading the transactions of %s with %s failed: %s", table, name, exc)
+                _log.debug("opening the Delta log of %s with %s failed: %s", table, name, exc)
         return None
+
+    def _snapshot_transactions(self, table: TableRef) -> dict[str, int] | None:
+        """The application transactions of the table's latest snapshot (``None``: unknown)."""
+        opened = self._delta_log(table)
+        if opened is None:
+            return None
+        try:
+            iterator = opened[1].transactions().iterator()
+            out: dict[str, int] = {}
+            while iterator.hasNext():
+                pair = iterator.next()
+                out[str(pair._1())] = int(pair._2())
+        except Exception as exc:
+            _log.debug("reading the transactions of %s failed: %s", table, exc)
+            return None
+        return out
 
     def _already_applied(self, table: TableRef, txn: Txn | None) -> bool:
         if txn is None:
@@ -893,6 +902,7 @@ class SparkEngine:
         self._require(table)
         ident = self._ident(table)
         removed = added = 0
+        checkpoint_version: int | None = None
         with self._errors("maintain", table):
             if compact:
                 rows = self._sql(f"OPTIMIZE {ident}").collect()
@@ -901,7 +911,7 @@ class SparkEngine:
                     removed = _int(report, "numFilesRemoved")
                     added = _int(report, "numFilesAdded")
             if checkpoint:
-                _log.debug("%s: Delta Spark writes log checkpoints itself", ident)
+                checkpoint_version = self._checkpoint(table)
             if vacuum_hours is not None:
                 if vacuum_hours < 0:
                     raise LakeError(f"vacuum_hours must be >= 0 (got {vacuum_hours})")
@@ -909,7 +919,24 @@ class SparkEngine:
                 conf = {RETENTION_CHECK_CONF: "false"} if hours < 168 else {}
                 with self._session_conf(conf):
                     self._sql(f"VACUUM {ident} RETAIN {hours} HOURS")
-        return MaintenanceResult(table, removed, added, None, None)
+        return MaintenanceResult(table, removed, added, checkpoint_version, None)
+
+    def _checkpoint(self, table: TableRef) -> int | None:
+        """Write a log checkpoint of the latest version now (Delta Spark also writes one
+        every ``delta.checkpointInterval`` commits by itself, and cleans up expired log
+        entries after it); its version, ``None`` when the log is out of reach."""
+        opened = self._delta_log(table)
+        if opened is None:
+            _log.debug("%s: Delta Spark writes log checkpoints itself", table)
+            return None
+        delta_log, snapshot = opened
+        try:
+            jvm: Any = self._spark._jvm
+            delta_log.checkpoint(snapshot, jvm.scala.Option.empty())
+        except Exception as exc:
+            _log.warning("%s: writing a log checkpoint failed: %s", table, exc)
+            return None
+        return int(snapshot.version())
 
     # ---------------------------------------------------------------------------- SQL
 

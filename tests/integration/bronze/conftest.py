@@ -79,9 +79,11 @@ def write_conf(
     batching: str = "{max_events: 100, max_bytes: 1MiB, max_age_seconds: 0.2}",
     replay: str = "{start: earliest, on_corrupted: fail}",
     ingest: Mapping[str, object] | None = None,
+    engine: str = "local",
 ) -> Path:
     """A conf/ directory landing from ``emulator`` (external, over its socket) into
-    ``root/lake``; ``ingest`` overrides keys of the ``ingest:`` section."""
+    ``root/lake`` with the lake ``engine``; ``ingest`` overrides keys of the ``ingest:``
+    section."""
     conf = root / "conf"
     (conf / "objects").mkdir(parents=True, exist_ok=True)
     tls = (
@@ -102,7 +104,7 @@ def write_conf(
             http_port: {emulator.http_port}
             tls: {tls}
         lake:
-          engine: local
+          engine: {engine}
           location: {root / "lake"}
         defaults:
           replay: {replay}
@@ -119,7 +121,8 @@ def write_conf(
 
 
 def _engine(conf: Conf) -> LocalEngine:
-    return LocalEngine.from_spec(conf.pipeline.lake, None)
+    # Whichever engine landed, the lake is read back with delta-rs.
+    return LocalEngine.from_spec(conf.pipeline.lake)
 
 
 def landed(conf_dir: Path, topic: str) -> list[tuple[bytes, str]]:

@@ -13,9 +13,10 @@ from ingest.emulator.eventlog import encode_replay_id
 from ingest.emulator.server import Emulator
 from ingest.errors import ReplayIdError
 from pipelines.bronze import BronzeLanding
-from pipelines.commands.ingest import lake_engine, land
+from pipelines.commands.ingest import land
 from pipelines.connect import connect, secret_resolver
 from pipelines.engines import LocalEngine, TableRef
+from pipelines.session import engine_for
 from pipelines.spec import load_conf
 from tests.integration.bronze.conftest import (
     ACCOUNT,
@@ -36,12 +37,12 @@ pytestmark = pytest.mark.integration
 
 
 def test_every_topic_lands_exactly_with_schemas_and_checkpoints(
-    emulator: Emulator, tmp_path: Path
+    emulator: Emulator, tmp_path: Path, lake_kind: str
 ) -> None:
     fill(emulator, 250, ACCOUNT)
     fill(emulator, 120, CONTACT)
     fill(emulator, 230, ORDERS)
-    conf_dir = write_conf(tmp_path, emulator)
+    conf_dir = write_conf(tmp_path, emulator, engine=lake_kind)
     result = land(load_conf(conf_dir), once=True)
 
     assert result.stopped.startswith("drained")
@@ -56,7 +57,7 @@ def test_every_topic_lands_exactly_with_schemas_and_checkpoints(
     assert sum(r["event_count"] for r in events) == 250
     assert rows[-1]["replay_id"] is not None
     # Every schema the bronze rows use is in the registry, once.
-    engine = LocalEngine(None, location=tmp_path / "lake")
+    engine = LocalEngine(location=tmp_path / "lake")
     registry = engine.read_arrow(TableRef("bronze", "sfcdc_schemas")).to_pylist()
     used = set()
     for table in ("account_change_event", "change_events", "order_shipped__e"):
@@ -74,8 +75,10 @@ def test_every_topic_lands_exactly_with_schemas_and_checkpoints(
     assert len(engine.read_arrow(TableRef("bronze", "sfcdc_schemas"))) == len(registry)
 
 
-def test_keepalive_only_periods_advance_the_checkpoint(emulator: Emulator, tmp_path: Path) -> None:
-    conf_dir = write_conf(tmp_path, emulator, objects={"order": ORDER_OBJECT})
+def test_keepalive_only_periods_advance_the_checkpoint(
+    emulator: Emulator, tmp_path: Path, lake_kind: str
+) -> None:
+    conf_dir = write_conf(tmp_path, emulator, engine=lake_kind, objects={"order": ORDER_OBJECT})
     first = land(load_conf(conf_dir), once=True)
     assert first.events == 0
     (row,) = checkpoint_rows(conf_dir, ORDERS)
@@ -94,13 +97,16 @@ def test_keepalive_only_periods_advance_the_checkpoint(emulator: Emulator, tmp_p
     assert landed(conf_dir, ORDERS) == expected(emulator, ORDERS)
 
 
-def test_stream_cuts_resume_after_the_durable_position(emulator: Emulator, tmp_path: Path) -> None:
+def test_stream_cuts_resume_after_the_durable_position(
+    emulator: Emulator, tmp_path: Path, lake_kind: str
+) -> None:
     fill(emulator, 600, ACCOUNT)
     fill(emulator, 300, ORDERS)
     emulator.faults.cut_streams(37, repeat=True)
     conf_dir = write_conf(
         tmp_path,
         emulator,
+        engine=lake_kind,
         objects={"account": "object: Account\nkind: change_events\n", "order": ORDER_OBJECT},
         batching="{max_events: 50, max_bytes: 1MiB, max_age_seconds: 0.1}",
     )
@@ -111,17 +117,20 @@ def test_stream_cuts_resume_after_the_durable_position(emulator: Emulator, tmp_p
     assert sum(t.received for t in result.topics) >= 900
 
 
-def test_batches_commit_by_age_on_a_quiet_topic(emulator: Emulator, tmp_path: Path) -> None:
+def test_batches_commit_by_age_on_a_quiet_topic(
+    emulator: Emulator, tmp_path: Path, lake_kind: str
+) -> None:
     conf_dir = write_conf(
         tmp_path,
         emulator,
+        engine=lake_kind,
         objects={"order": ORDER_OBJECT},
         batching="{max_events: 10000, max_bytes: 64MiB, max_age_seconds: 0.3}",
     )
     conf = load_conf(conf_dir)
     with connect(conf.pipeline.connection, secrets=secret_resolver()) as source:
         landing = BronzeLanding(
-            lake_engine(conf.pipeline.lake),
+            engine_for(conf.pipeline.lake),
             conf.topics(),
             channel=source.channel,
             tokens=source.tokens,
@@ -140,10 +149,11 @@ def test_batches_commit_by_age_on_a_quiet_topic(emulator: Emulator, tmp_path: Pa
     assert landed(conf_dir, ORDERS) == expected(emulator, ORDERS)
 
 
-def test_stop_commits_the_open_batch(emulator: Emulator, tmp_path: Path) -> None:
+def test_stop_commits_the_open_batch(emulator: Emulator, tmp_path: Path, lake_kind: str) -> None:
     conf_dir = write_conf(
         tmp_path,
         emulator,
+        engine=lake_kind,
         objects={"order": ORDER_OBJECT},
         batching="{max_events: 10000, max_bytes: 64MiB, max_age_seconds: 600}",
     )
@@ -151,7 +161,7 @@ def test_stop_commits_the_open_batch(emulator: Emulator, tmp_path: Path) -> None
     fill(emulator, 42, ORDERS)
     with connect(conf.pipeline.connection, secrets=secret_resolver()) as source:
         landing = BronzeLanding(
-            lake_engine(conf.pipeline.lake),
+            engine_for(conf.pipeline.lake),
             conf.topics(),
             channel=source.channel,
             tokens=source.tokens,
@@ -185,9 +195,13 @@ def _purge_after_landing(emulator: Emulator, conf_dir: Path) -> None:
 
 @pytest.mark.parametrize("policy", ["earliest", "latest"])
 def test_a_purged_checkpoint_follows_the_policy_and_records_the_gap(
-    emulator: Emulator, tmp_path: Path, policy: str, caplog: pytest.LogCaptureFixture
+    emulator: Emulator,
+    tmp_path: Path,
+    policy: str,
+    caplog: pytest.LogCaptureFixture,
+    lake_kind: str,
 ) -> None:
-    conf_dir = write_conf(tmp_path, emulator, objects={"order": ORDER_OBJECT})
+    conf_dir = write_conf(tmp_path, emulator, engine=lake_kind, objects={"order": ORDER_OBJECT})
     _purge_after_landing(emulator, conf_dir)
     stored = checkpoint_rows(conf_dir, ORDERS)[-1]["replay_id"]
     (conf_dir / "objects" / "order.yml").write_text(
@@ -216,9 +230,9 @@ def test_a_purged_checkpoint_follows_the_policy_and_records_the_gap(
 
 
 def test_a_purged_checkpoint_with_policy_fail_stops_with_the_reason(
-    emulator: Emulator, tmp_path: Path
+    emulator: Emulator, tmp_path: Path, lake_kind: str
 ) -> None:
-    conf_dir = write_conf(tmp_path, emulator, objects={"order": ORDER_OBJECT})
+    conf_dir = write_conf(tmp_path, emulator, engine=lake_kind, objects={"order": ORDER_OBJECT})
     _purge_after_landing(emulator, conf_dir)
     before = checkpoint_rows(conf_dir, ORDERS)
     with pytest.raises(ReplayIdError, match=r"rejected replay id .* on_corrupted='earliest'"):
@@ -227,11 +241,14 @@ def test_a_purged_checkpoint_with_policy_fail_stops_with_the_reason(
     assert len(landed(conf_dir, ORDERS)) == 20
 
 
-def test_managed_subscription_commits_only_after_delta(emulator: Emulator, tmp_path: Path) -> None:
+def test_managed_subscription_commits_only_after_delta(
+    emulator: Emulator, tmp_path: Path, lake_kind: str
+) -> None:
     orders = fill(emulator, 400, ORDERS)
     conf_dir = write_conf(
         tmp_path,
         emulator,
+        engine=lake_kind,
         objects={"order": ORDER_OBJECT + f"managed_subscription: {MANAGED}\n"},
         batching="{max_events: 60, max_bytes: 1MiB, max_age_seconds: 0.1}",
     )
@@ -277,12 +294,13 @@ def test_managed_subscription_commits_only_after_delta(emulator: Emulator, tmp_p
 
 
 def test_progress_lines_and_periodic_maintenance(
-    emulator: Emulator, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    emulator: Emulator, tmp_path: Path, caplog: pytest.LogCaptureFixture, lake_kind: str
 ) -> None:
     fill(emulator, 300, ORDERS)
     conf_dir = write_conf(
         tmp_path,
         emulator,
+        engine=lake_kind,
         objects={"order": ORDER_OBJECT},
         batching="{max_events: 50, max_bytes: 1MiB, max_age_seconds: 0.2}",
         ingest={"progress_interval_seconds": 0.05, "maintain_every_commits": 2},
@@ -295,7 +313,7 @@ def test_progress_lines_and_periodic_maintenance(
     assert all(f"progress {ORDERS}: " in line and "events/s" in line for line in progress)
     assert any("pending at the server" in line and "last replay id" in line for line in progress)
     # Compactions and log checkpoints ran between commits; contents are unchanged by them.
-    engine = LocalEngine(None, location=tmp_path / "lake")
+    engine = LocalEngine(location=tmp_path / "lake")
     operations = {h.operation for h in engine.history(TableRef("bronze", "order_shipped__e"))}
     assert "OPTIMIZE" in operations
     log_dir = engine.path(TableRef("bronze", "order_shipped__e")) / "_delta_log"
