@@ -45,6 +45,8 @@ __all__ = [
     "ClientCredentials",
     "Credentials",
     "DatabricksSecrets",
+    "Dbutils",
+    "DbutilsSecrets",
     "DeprecatedAuthFlowWarning",
     "EnvRef",
     "EnvSecrets",
@@ -194,8 +196,9 @@ class EnvSecrets:
     def resolve(self, ref: SecretRef) -> Secret:
         if not isinstance(ref, EnvRef):
             raise ConfigError(
-                f"cannot resolve {ref} from environment variables; on Databricks use "
-                "DatabricksSecrets, elsewhere reference an environment variable with {env: NAME}"
+                f"cannot resolve {ref} from environment variables: secret scopes are read with "
+                "dbutils (DatabricksSecrets), which Databricks jobs (sfcdc-job) and notebooks "
+                "pass in; elsewhere reference an environment variable with {env: NAME}"
             )
         value = self._environ.get(ref.name)
         if not value:
@@ -203,17 +206,39 @@ class EnvSecrets:
         return Secret(value)
 
 
+class DbutilsSecrets(Protocol):
+    """What :class:`DatabricksSecrets` uses of ``dbutils.secrets``."""
+
+    def get(self, scope: str, key: str) -> str:
+        """The value of ``key`` in secret scope ``scope``; raises when there is none."""
+        ...
+
+
+class Dbutils(Protocol):
+    """Databricks' ``dbutils``, as far as secrets go: a notebook's global, or
+    ``pyspark.dbutils.DBUtils(spark)`` in a job."""
+
+    @property
+    def secrets(self) -> DbutilsSecrets:
+        """The secrets utility."""
+        ...
+
+
 class DatabricksSecrets:
-    """Resolves ``{secret: {scope, key}}`` with an injected getter, normally
-    ``dbutils.secrets.get``; ``{env: NAME}`` references use ``environ`` when one is given."""
+    """Resolves ``{secret: {scope, key}}`` with ``dbutils.secrets.get`` of an injected
+    ``dbutils``; ``{env: NAME}`` references use ``environ`` when one is given.
+
+    ``dbutils.secrets`` is looked up at each resolution, so a ``dbutils`` that is only
+    obtained when first needed (a Spark session started, say) costs nothing until then.
+    """
 
     def __init__(
         self,
-        get: Callable[[str, str], str],
+        dbutils: Dbutils,
         *,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        self._get = get
+        self._dbutils = dbutils
         self._env = EnvSecrets(environ) if environ is not None else None
 
     def resolve(self, ref: SecretRef) -> Secret:
@@ -225,9 +250,15 @@ class DatabricksSecrets:
                 )
             return self._env.resolve(ref)
         try:
-            value = self._get(ref.scope, ref.key)
-        except Exception as exc:  # dbutils raises its own (Java-backed) exception types
-            raise ConfigError(f"cannot read {ref}: {type(exc).__name__}") from exc
+            value = self._dbutils.secrets.get(scope=ref.scope, key=ref.key)
+        except ConfigError:
+            raise
+        except Exception as exc:  # dbutils raises Java-backed (py4j) or SDK exception types
+            raise ConfigError(
+                f"cannot read {ref} with dbutils.secrets.get ({type(exc).__name__}): check "
+                f"that the scope has that key (databricks secrets list-secrets {ref.scope}) and "
+                "that the identity the job runs as may read the scope"
+            ) from exc
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{ref} is empty")
         return Secret(value)

@@ -31,7 +31,7 @@ conf = load_conf(
 schema = fetch_schema(
     conf.pipeline.connection,
     dbutils.widgets.get("topic"),
-    secrets=secret_resolver(environ=os.environ, dbutils_get=dbutils.secrets.get),
+    secrets=secret_resolver(environ=os.environ, dbutils=dbutils),
 )
 
 # COMMAND ----------

@@ -6,10 +6,15 @@
 # MAGIC objects, after GAP_OVERFLOW or a replay gap) that the gold re-sync table lists as open,
 # MAGIC and merges them into gold. Leave `object` blank for every object. Needs the sfcdc wheel
 # MAGIC on the cluster (the `sfcdc_resync` job provides it). See `docs/operations.md`.
+# MAGIC Secret references in `conf/pipeline.yml` are read from the environment (`{env: NAME}`)
+# MAGIC and with this notebook's `dbutils` (`{secret: {scope, key}}`).
 
 # COMMAND ----------
 
+import os
+
 from pipelines.cli import main
+from pipelines.connect import secret_resolver
 
 dbutils.widgets.text("object", "", "Object API name (blank: all)")
 dbutils.widgets.text("conf_dir", "../conf", "conf/ directory")
@@ -40,7 +45,8 @@ status = main(
         f"lake.schemas.gold={dbutils.widgets.get('gold_schema')}",
         "--set",
         f"connection.source={dbutils.widgets.get('source')}",
-    ]
+    ],
+    secrets=secret_resolver(environ=os.environ, dbutils=dbutils),
 )
 if status:
     raise RuntimeError(f"sfcdc resync stopped with status {status}: see its message above")

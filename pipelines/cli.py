@@ -8,8 +8,12 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ingest.errors import SfcdcError
+
+if TYPE_CHECKING:
+    from ingest.auth import SecretResolver
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -58,9 +62,15 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, secrets: SecretResolver | None = None) -> int:
+    """Run ``sfcdc`` with ``argv`` (default: the process arguments) and return its exit status.
+
+    ``secrets`` resolves the configuration's secret references for the commands that log in
+    (default: environment variables only); Databricks entry points pass one that reads secret
+    scopes with ``dbutils``."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.secrets = secrets
     _configure_logging(args.verbose, args.quiet)
     try:
         result = args.handler(args)

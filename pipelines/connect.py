@@ -35,6 +35,7 @@ from ingest.auth import (
     ClientCredentials,
     Credentials,
     DatabricksSecrets,
+    Dbutils,
     EnvRef,
     EnvSecrets,
     JwtBearer,
@@ -129,13 +130,14 @@ class Source:
 def secret_resolver(
     *,
     environ: Mapping[str, str] | None = None,
-    dbutils_get: Callable[[str, str], str] | None = None,
+    dbutils: Dbutils | None = None,
 ) -> SecretResolver:
-    """The resolver for the spec's secret references: environment variables, and with
-    ``dbutils_get`` (``dbutils.secrets.get`` in a Databricks job) secret scopes as well."""
+    """The resolver for the spec's secret references: ``{env: NAME}`` from ``environ`` (default:
+    the process environment), and with ``dbutils`` (Databricks' own, which a notebook has as a
+    global and a job obtains, see :mod:`pipelines.jobs`) ``{secret: {scope, key}}`` as well."""
     env = os.environ if environ is None else environ
-    if dbutils_get is not None:
-        return DatabricksSecrets(dbutils_get, environ=env)
+    if dbutils is not None:
+        return DatabricksSecrets(dbutils, environ=env)
     return EnvSecrets(env)
 
 

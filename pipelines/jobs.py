@@ -5,20 +5,59 @@ Python wheel task calls the entry point function itself and fails only when it r
 command that stops on a configuration error would otherwise count as a successful run (and a
 continuous job would not back off). ``sfcdc-job`` raises :class:`SystemExit` with the status
 instead; the arguments are the same as ``sfcdc``'s.
+
+Secret references ``{secret: {scope, key}}`` are read with ``dbutils.secrets.get``. A notebook
+has ``dbutils`` as a global; a wheel task builds it from the cluster's Spark session
+(``pyspark.dbutils.DBUtils``, which exists only on Databricks). This entry point does that the
+first time a scope is read, so a command that reads none never starts a session for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from ingest.auth import Dbutils, DbutilsSecrets
+from ingest.errors import ConfigError
 from pipelines.cli import main as cli_main
+from pipelines.connect import secret_resolver
 
-__all__ = ["main"]
+__all__ = ["RuntimeDbutils", "main"]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+class RuntimeDbutils:
+    """The ``dbutils`` of the Databricks cluster this process runs on, obtained on first use
+    from its Spark session."""
+
+    def __init__(self) -> None:
+        self._dbutils: Any = None
+
+    @property
+    def secrets(self) -> DbutilsSecrets:
+        if self._dbutils is None:
+            try:
+                from pyspark.dbutils import DBUtils
+            except ImportError:
+                raise ConfigError(
+                    "{secret: {scope, key}} references are read with Databricks' dbutils, "
+                    "which exists only on a Databricks cluster (in a wheel task of sfcdc-job or "
+                    "a notebook); elsewhere reference an environment variable with {env: NAME}"
+                ) from None
+            from pyspark.sql import SparkSession
+
+            self._dbutils = DBUtils(SparkSession.builder.getOrCreate())
+        secrets: DbutilsSecrets = self._dbutils.secrets
+        return secrets
+
+    def __repr__(self) -> str:
+        return f"RuntimeDbutils({'obtained' if self._dbutils is not None else 'not obtained'})"
+
+
+def main(argv: Sequence[str] | None = None, *, dbutils: Dbutils | None = None) -> None:
     """Run ``sfcdc`` with ``argv`` (default: the process arguments); raise ``SystemExit`` with
-    its status when it is not 0."""
-    status = cli_main(argv)
+    its status when it is not 0. Secret scopes are read with ``dbutils`` (default: the
+    cluster's, see :class:`RuntimeDbutils`), environment variables from the environment."""
+    secrets = secret_resolver(dbutils=dbutils if dbutils is not None else RuntimeDbutils())
+    status = cli_main(argv, secrets=secrets)
     if status:
         raise SystemExit(status)

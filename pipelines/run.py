@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from ingest.auth import SecretResolver
 from ingest.errors import ReplayIdError, SfcdcError
 from pipelines.bronze import BronzeLanding, LandingResult
 from pipelines.connect import connect, secret_resolver
@@ -316,8 +317,9 @@ class Pipeline:
     ``landing_engine`` makes the engine the landing writes with, ``engine`` the one silver and
     gold read and write with (called once, before the landing connects: a Spark session
     starts then); both default to :func:`~pipelines.session.engine_for` of the lake.
-    ``report`` receives progress lines of a continuous run; ``environ`` resolves secret
-    references; ``monotonic`` times passes and intervals.
+    ``report`` receives progress lines of a continuous run; ``secrets`` resolves secret
+    references (default: from ``environ``) for landings in this process; a landing child
+    reads environment variables. ``monotonic`` times passes and intervals.
     ``landing_process``: continuous runs land in that child process instead of a thread
     (:meth:`run_once` always lands in this process).
     """
@@ -331,6 +333,7 @@ class Pipeline:
         engine: Callable[[], LakeEngine] | None = None,
         report: Callable[[str], None] | None = None,
         environ: dict[str, str] | None = None,
+        secrets: SecretResolver | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         logger: logging.Logger | None = None,
         landing_process: LandingProcess | None = None,
@@ -349,6 +352,7 @@ class Pipeline:
         self._log = logger or _log
         self._report = report or (lambda line: self._log.info("%s", line))
         self._environ = environ
+        self._secrets = secrets
         self._monotonic = monotonic
         self._stop = threading.Event()
         self._stop_reason: str | None = None
@@ -529,7 +533,7 @@ class Pipeline:
     ) -> LandingResult:
         conf = self.conf
         engine = self._landing_engine()
-        secrets = secret_resolver(environ=self._environ)
+        secrets = self._secrets or secret_resolver(environ=self._environ)
         with connect(conf.pipeline.connection, secrets=secrets, topics=self._topics) as source:
             landing = BronzeLanding(
                 engine,

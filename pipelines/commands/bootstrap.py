@@ -20,11 +20,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ingest.auth import SecretResolver
 from ingest.client import SchemaCache, TlsSettings
 from ingest.rest import RestClient
 from pipelines.bootstrap import SnapshotResult, bootstrap_object
 from pipelines.bronze import BronzeLanding
-from pipelines.commands.conf_options import add_conf_options, conf_from_args
+from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
 from pipelines.commands.ingest import select_topics
 from pipelines.connect import Source, connect, secret_resolver
 from pipelines.engines import LakeEngine
@@ -58,10 +59,14 @@ def _ca_file(conf: Conf, source: Source) -> Path | None:
 
 
 @contextmanager
-def open_rest(conf: Conf, objects: list[str] | None = None) -> Iterator[tuple[Source, RestClient]]:
-    """The event source ``conf`` describes and a REST client logged in with its tokens."""
+def open_rest(
+    conf: Conf, objects: list[str] | None = None, *, secrets: SecretResolver | None = None
+) -> Iterator[tuple[Source, RestClient]]:
+    """The event source ``conf`` describes and a REST client logged in with its tokens;
+    ``secrets`` resolves the connection's secret references (default: the environment)."""
     topics = select_topics(conf, objects)
-    with connect(conf.pipeline.connection, secrets=secret_resolver(), topics=topics) as source:
+    resolver = secrets if secrets is not None else secret_resolver()
+    with connect(conf.pipeline.connection, secrets=resolver, topics=topics) as source:
         tls = TlsSettings(ca_file=_ca_file(conf, source))
         with RestClient(source.tokens, tls=tls) as rest:
             yield source, rest
@@ -102,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     """Bootstrap the object the parsed arguments name."""
     conf = conf_from_args(args)
     engine = engine_for(conf.pipeline.lake)
-    with open_rest(conf, [args.object]) as (source, rest):
+    with open_rest(conf, [args.object], secrets=secrets_from_args(args)) as (source, rest):
         schemas = SchemaCache(source.channel, tokens=source.tokens)
         result = bootstrap_object(
             engine,

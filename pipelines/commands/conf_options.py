@@ -13,10 +13,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ingest.auth import SecretResolver
 from ingest.errors import ConfigError
+from pipelines.connect import secret_resolver
 from pipelines.spec import Conf, load_conf, parse_override
 
-__all__ = ["add_conf_options", "conf_from_args"]
+__all__ = ["add_conf_options", "conf_from_args", "secrets_from_args"]
 
 
 def _override(text: str) -> tuple[str, Any]:
@@ -46,3 +48,10 @@ def add_conf_options(parser: argparse.ArgumentParser) -> None:
 def conf_from_args(args: argparse.Namespace) -> Conf:
     """The configuration the parsed ``--conf`` and ``--set`` options describe."""
     return load_conf(args.conf, overrides=tuple(getattr(args, "overrides", ())))
+
+
+def secrets_from_args(args: argparse.Namespace) -> SecretResolver:
+    """The resolver :func:`pipelines.cli.main` was given for secret references, or one that
+    reads environment variables."""
+    secrets: SecretResolver | None = getattr(args, "secrets", None)
+    return secrets if secrets is not None else secret_resolver()

@@ -35,9 +35,10 @@ from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
+from ingest.auth import SecretResolver
 from ingest.errors import ConfigError, ReplayIdError
 from pipelines.bronze import BronzeLanding, LandingResult, TopicResult
-from pipelines.commands.conf_options import add_conf_options, conf_from_args
+from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
 from pipelines.connect import connect, secret_resolver
 from pipelines.session import engine_for
 from pipelines.spec import Conf, TopicSpec
@@ -239,15 +240,18 @@ def land(
     once: bool = False,
     seconds: float | None = None,
     environ: dict[str, str] | None = None,
+    secrets: SecretResolver | None = None,
     started: Callable[[BronzeLanding], Callable[[], None] | None] | None = None,
 ) -> LandingResult:
     """Connect as ``conf`` says and land its topics (what ``sfcdc ingest`` runs).
 
+    ``secrets`` resolves the connection's secret references (default: from ``environ``).
     ``started`` is called with the landing before it runs (to watch it from other threads);
     the function it may return is called once the landing has stopped."""
     topics = select_topics(conf, objects)
     engine = engine_for(conf.pipeline.lake, environ=environ or os.environ)
-    secrets = secret_resolver(environ=environ)
+    if secrets is None:
+        secrets = secret_resolver(environ=environ)
     with connect(conf.pipeline.connection, secrets=secrets, topics=topics) as source:
         landing = BronzeLanding(
             engine,
@@ -291,7 +295,14 @@ def run(args: argparse.Namespace) -> int:
             return None
         return _reporting(landing, every, _write_line)
 
-    result = land(conf, objects=args.objects, once=args.once, seconds=args.seconds, started=started)
+    result = land(
+        conf,
+        objects=args.objects,
+        once=args.once,
+        seconds=args.seconds,
+        secrets=secrets_from_args(args),
+        started=started,
+    )
     if every is not None:
         _write_line(encode_progress(result))
     print(f"sfcdc ingest: stopped after {result.seconds:.1f} s ({result.stopped})")

@@ -18,7 +18,7 @@ from typing import Any
 
 from pipelines.bootstrap import resync_objects
 from pipelines.commands.bootstrap import describe, open_rest
-from pipelines.commands.conf_options import add_conf_options, conf_from_args
+from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
 from pipelines.session import engine_for
 
 __all__ = ["register", "run"]
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     conf = conf_from_args(args)
     engine = engine_for(conf.pipeline.lake)
     names = [args.object] if args.object else None
-    with open_rest(conf, names) as (_source, rest):
+    with open_rest(conf, names, secrets=secrets_from_args(args)) as (_source, rest):
         results = resync_objects(engine, conf, names, rest=rest)
     for result in results:
         for line in describe(result):

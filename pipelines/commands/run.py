@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-from pipelines.commands.conf_options import add_conf_options, conf_from_args
+from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
 from pipelines.commands.gold import summary as gold_summary
 from pipelines.commands.ingest import _names, _positive_seconds
 from pipelines.commands.silver import summary as silver_summary
@@ -151,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         conf,
         objects=args.objects,
         report=lambda line: print(line, flush=True),
+        secrets=secrets_from_args(args),
         landing_process=child,
     )
     with stop_on_signals(pipeline.stop):

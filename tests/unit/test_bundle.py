@@ -353,6 +353,22 @@ def test_prod_jobs_that_reach_salesforce_get_the_credentials_the_conf_names() ->
             assert "spark_env_vars" not in cluster["new_cluster"]
 
 
+def _runtime_order(key: str) -> tuple[int, int]:
+    major, _, minor = key.split("-", maxsplit=1)[0].removesuffix(".x").partition(".")
+    return int(major), int(minor or 0)
+
+
+def test_the_job_clusters_default_to_the_newest_runtime_whose_libraries_the_wheel_fits() -> None:
+    """constraints/ lists the packages of the runtimes the wheel is checked against
+    (tests/unit/test_runtime_constraints.py); the jobs run the newest of them by default."""
+    keys = []
+    for path in sorted((ROOT / "constraints").glob("databricks-*.txt")):
+        match = re.search(r"\(cluster key ([\w.-]+)\)", path.read_text().splitlines()[0])
+        assert match, f"{path.name}: the first line names the runtime's cluster key"
+        keys.append(match[1])
+    assert BUNDLE_DOC["variables"]["spark_version"]["default"] == max(keys, key=_runtime_order)
+
+
 def test_no_literal_secret_or_host_in_the_bundle() -> None:
     for text in _strings(BUNDLE_DOC) + [s for _, j in JOBS.values() for s in _strings(j)]:
         assert "token" not in text.lower() or "{{secrets/" in text, text

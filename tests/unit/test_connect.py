@@ -3,6 +3,7 @@ org ids, and the channel a Salesforce source opens (gRPC channels connect lazily
 
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from pipelines.spec import (
     StaticTokenAuth,
     UsernamePasswordAuth,
 )
+from tests.fake_dbutils import FakeDbutils, SecretDoesNotExist
 
 DOMAIN = "https://acme.my.salesforce.com"
 
@@ -66,12 +68,52 @@ def test_secret_resolver_reads_the_environment_or_databricks_scopes() -> None:
     env = secret_resolver(environ={"X": "from-env"})
     assert isinstance(env, EnvSecrets)
     assert env.resolve(EnvRef("X")).reveal() == "from-env"
-    with pytest.raises(ConfigError, match="DatabricksSecrets"):
+    with pytest.raises(ConfigError, match="secret scopes are read with dbutils"):
         env.resolve(ScopeRef("s", "k"))
-    scopes = secret_resolver(environ={"X": "x"}, dbutils_get=lambda s, k: f"{s}/{k}")
+    dbutils = FakeDbutils({("sfcdc", "key"): "from-scope"})
+    scopes = secret_resolver(environ={"X": "x"}, dbutils=dbutils)
     assert isinstance(scopes, DatabricksSecrets)
-    assert scopes.resolve(ScopeRef("sfcdc", "key")).reveal() == "sfcdc/key"
+    assert scopes.resolve(ScopeRef("sfcdc", "key")).reveal() == "from-scope"
     assert scopes.resolve(EnvRef("X")).reveal() == "x"
+    assert dbutils.secrets.calls == [("sfcdc", "key")]
+
+
+@pytest.mark.parametrize(
+    "ref", [ScopeRef("sfcdc", "client-secret"), ScopeRef("nowhere", "client-id")]
+)
+def test_a_missing_scope_or_key_names_both_and_the_fix(ref: ScopeRef) -> None:
+    resolver = secret_resolver(dbutils=FakeDbutils({("sfcdc", "client-id"): "s3cr3t-value"}))
+    with pytest.raises(ConfigError) as info:
+        resolver.resolve(ref)
+    message = str(info.value)
+    assert f"cannot read secret scope '{ref.scope}' key '{ref.key}'" in message
+    assert f"databricks secrets list-secrets {ref.scope}" in message
+    assert "SecretDoesNotExist" in message
+    assert "s3cr3t-value" not in message
+    assert isinstance(info.value.__cause__, SecretDoesNotExist)
+
+
+def test_a_secret_read_with_dbutils_never_shows_itself(caplog: pytest.LogCaptureFixture) -> None:
+    value = "client-s3cret-from-the-scope"
+    caplog.set_level(logging.DEBUG)
+    dbutils = FakeDbutils({("sfcdc", "client-secret"): value})
+    secrets = secret_resolver(environ={"CLIENT_ID": "3MVG9-id"}, dbutils=dbutils)
+    auth = ClientCredentialsAuth(
+        login_url=DOMAIN,
+        client_id=EnvRef("CLIENT_ID"),
+        client_secret=ScopeRef("sfcdc", "client-secret"),
+    )
+    provider = token_provider(auth, secrets=secrets)
+    secret = secrets.resolve(ScopeRef("sfcdc", "client-secret"))
+    assert secret.reveal() == value
+    shown = " ".join([repr(provider), str(provider), repr(secret), str(secret), caplog.text])
+    assert value not in shown
+
+
+def test_an_empty_secret_is_an_error() -> None:
+    resolver = secret_resolver(dbutils=FakeDbutils({("sfcdc", "empty"): ""}))
+    with pytest.raises(ConfigError, match="secret scope 'sfcdc' key 'empty' is empty"):
+        resolver.resolve(ScopeRef("sfcdc", "empty"))
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.jobs import main
+from ingest.auth import DbutilsSecrets, ScopeRef
+from ingest.errors import ConfigError
+from pipelines.connect import secret_resolver
+from pipelines.jobs import RuntimeDbutils, main
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -30,3 +33,25 @@ def test_bad_arguments_fail_the_task_as_argparse_does() -> None:
     with pytest.raises(SystemExit) as info:
         main(["ingest", "--conf"])
     assert info.value.code == 2
+
+
+class _NoDbutils:
+    """A ``dbutils`` that must not be touched."""
+
+    @property
+    def secrets(self) -> DbutilsSecrets:
+        raise AssertionError("dbutils was used by a command that reads no secret")
+
+
+def test_a_command_that_reads_no_secret_never_obtains_dbutils(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    main(["-q", "validate", "--conf", str(CONF)], dbutils=_NoDbutils())
+    assert "problem" not in capsys.readouterr().err
+
+
+def test_off_databricks_a_secret_scope_reference_says_where_it_can_be_read() -> None:
+    resolver = secret_resolver(dbutils=RuntimeDbutils())
+    with pytest.raises(ConfigError, match="exists only on a Databricks cluster"):
+        resolver.resolve(ScopeRef("sfcdc", "client-secret"))
+    assert "not obtained" in repr(RuntimeDbutils())

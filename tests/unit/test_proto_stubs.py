@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from google.protobuf import descriptor_pb2
 
 from ingest import protogen
 from ingest.pubsub import pb2, pb2_grpc
@@ -20,6 +21,14 @@ def test_regenerating_the_stubs_changes_nothing(tmp_path: Path) -> None:
         assert committed.read_text() == generated.read_text(), (
             f"{committed.relative_to(ROOT)} is stale: run `python -m ingest.protogen`"
         )
+
+
+def test_the_stubs_accept_older_protobuf_and_grpcio_runtimes() -> None:
+    # protoc's and the gRPC plugin's version checks would refuse the protobuf and grpcio of a
+    # Databricks runtime (ingest/protogen.py); the committed stubs must not carry them.
+    pubsub = ROOT / "ingest" / "pubsub"
+    assert "runtime_version" not in (pubsub / "pubsub_api_pb2.py").read_text()
+    assert "_version_not_supported" not in (pubsub / "pubsub_api_pb2_grpc.py").read_text()
 
 
 def _fields(message: type) -> dict[str, int]:
@@ -96,17 +105,15 @@ def test_message_fields_match_salesforce(message: type, expected: dict[str, int]
 
 
 def test_repeated_fields() -> None:
+    # Read from the file's descriptor proto: the field descriptors' own way of saying this
+    # changed between protobuf 5 (``label``) and 7 (``is_repeated``), and the stubs run on both.
+    file = descriptor_pb2.FileDescriptorProto()
+    pb2.DESCRIPTOR.CopyToProto(file)
     repeated = {
-        (m.DESCRIPTOR.name, f.name)
-        for m in (
-            pb2.ProducerEvent,
-            pb2.FetchResponse,
-            pb2.PublishRequest,
-            pb2.PublishResponse,
-            pb2.ManagedFetchResponse,
-        )
-        for f in m.DESCRIPTOR.fields
-        if f.is_repeated
+        (m.name, f.name)
+        for m in file.message_type
+        for f in m.field
+        if f.label == descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
     }
     assert repeated == {
         ("ProducerEvent", "headers"),

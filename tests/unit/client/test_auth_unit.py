@@ -26,6 +26,7 @@ from ingest.auth import (
     parse_secret_ref,
 )
 from ingest.errors import ConfigError
+from tests.fake_dbutils import FakeDbutils
 
 
 def test_secret_hides_itself_everywhere() -> None:
@@ -71,22 +72,15 @@ def test_resolvers() -> None:
     with pytest.raises(ConfigError, match="DatabricksSecrets"):
         env.resolve(ScopeRef("s", "k"))
 
-    calls: list[tuple[str, str]] = []
-
-    def get(scope: str, key: str) -> str:
-        calls.append((scope, key))
-        if key == "broken":
-            raise RuntimeError("secret does not exist with scope: s and key: broken")
-        return "from-scope"
-
-    dbx = DatabricksSecrets(get)
+    dbutils = FakeDbutils({("s", "k"): "from-scope"})
+    dbx = DatabricksSecrets(dbutils)
     assert dbx.resolve(ScopeRef("s", "k")).reveal() == "from-scope"
-    assert calls == [("s", "k")]
+    assert dbutils.secrets.calls == [("s", "k")]
     with pytest.raises(ConfigError, match="cannot read secret scope 's' key 'broken'"):
         dbx.resolve(ScopeRef("s", "broken"))
     with pytest.raises(ConfigError, match="environ="):
         dbx.resolve(EnvRef("X"))
-    assert DatabricksSecrets(get, environ={"X": "y"}).resolve(EnvRef("X")).reveal() == "y"
+    assert DatabricksSecrets(dbutils, environ={"X": "y"}).resolve(EnvRef("X")).reveal() == "y"
 
     static = StaticSecrets({"A": "1", ("s", "k"): "2"})
     assert static.resolve(EnvRef("A")).reveal() == "1"
