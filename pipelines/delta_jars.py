@@ -15,7 +15,7 @@ before, only the Scala version (``delta-spark_2.13``).
 The folder holds the jars and a ``manifest.json`` naming them; the Scala library is left out
 (Spark ships its own, and two on one class path conflict)::
 
-    sfcdc delta-jars              # -> build/delta-jars/delta-spark-4.0.1/*.jar
+    sfcdc delta-jars              # -> build/delta-jars/delta-spark-4.1.0/*.jar
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ JARS_ENV = "SFCDC_DELTA_JARS"
 SCALA_BINARY = "2.13"
 _MANIFEST = "manifest.json"
 # Provided by Spark itself: a second copy on the class path conflicts with Spark's.
-_PROVIDED_GROUPS = ("org.scala-lang",)
+_PROVIDED_GROUPS = ("org.scala-lang", "org.slf4j", "org.apache.logging.log4j")
 
 
 @dataclass(frozen=True)

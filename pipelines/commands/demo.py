@@ -2,7 +2,7 @@
 
 ::
 
-    sfcdc demo [--events 2000] [--seed 42] [--dir .sfcdc/demo]
+    sfcdc demo [--events 2000] [--seed 42] [--dir .sfcdc/demo] [--engine local|spark]
 
 It writes a configuration to ``<dir>/conf`` (Account, Contact, Opportunity, Invoice__c and
 the Order_Shipped__e platform event), starts the built-in emulator inside this process with
@@ -10,7 +10,8 @@ TLS and OAuth (a client-credentials login, certificates verified against the emu
 CA), generates a seeded workload (creates, updates, deletes, long-text diffs, gap events),
 runs ingest -> silver -> gold once into a fresh lake under ``<dir>/lake``, and prints what
 landed where and a few queries with their results. The same seed prints the same output,
-timings apart. ``sfcdc sql --conf <dir>/conf`` explores the tables further.
+timings apart. ``sfcdc sql --conf <dir>/conf`` explores the tables further. ``--engine
+spark`` runs it on the spark engine (delta-spark; ``sfcdc delta-jars`` first).
 """
 
 from __future__ import annotations
@@ -110,6 +111,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--temp", action="store_true", help="use a temporary directory, removed at the end"
     )
+    parser.add_argument(
+        "--engine",
+        choices=("local", "spark"),
+        default="local",
+        help="lake engine: local (delta-rs, the default) or spark (delta-spark in a local "
+        "Spark session; resolve its jars once with `sfcdc delta-jars`)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -123,8 +131,8 @@ def _count(text: str) -> int:
     return value
 
 
-def write_conf(directory: Path, *, events: int, seed: int) -> Path:
-    """Write the demo's ``conf/`` under ``directory`` and return its path."""
+def write_conf(directory: Path, *, events: int, seed: int, engine: str = "local") -> Path:
+    """Write the demo's ``conf/`` under ``directory`` (lake ``engine``) and return its path."""
     conf = directory / "conf"
     (conf / "objects").mkdir(parents=True, exist_ok=True)
     (conf / "pipeline.yml").write_text(
@@ -141,7 +149,7 @@ def write_conf(directory: Path, *, events: int, seed: int) -> Path:
         f"      events: {events}\n"
         f"      platform_events: {max(1, events // 10)}\n"
         "lake:\n"
-        "  engine: local\n"
+        f"  engine: {engine}\n"
         "  location: ./lake\n"
     )
     for name, (api_name, kind) in _OBJECTS.items():
@@ -222,11 +230,19 @@ def run(args: argparse.Namespace) -> int:
             directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sfcdc-")))
         else:
             directory = args.dir
-        return _demo(directory.absolute(), events=args.events, seed=args.seed, temp=args.temp)
+        return _demo(
+            directory.absolute(),
+            events=args.events,
+            seed=args.seed,
+            temp=args.temp,
+            engine=args.engine,
+        )
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _demo(directory: Path, *, events: int, seed: int, temp: bool = False) -> int:
+def _demo(
+    directory: Path, *, events: int, seed: int, temp: bool = False, engine: str = "local"
+) -> int:
     started = time.monotonic()
     directory.mkdir(parents=True, exist_ok=True)
     for name in _OWNED:
@@ -235,7 +251,7 @@ def _demo(directory: Path, *, events: int, seed: int, temp: bool = False) -> int
             shutil.rmtree(path)
         elif path.exists():
             path.unlink()
-    conf_dir = write_conf(directory, events=events, seed=seed)
+    conf_dir = write_conf(directory, events=events, seed=seed, engine=engine)
     conf = load_conf(conf_dir)
     log = directory / "spark.log"
 
