@@ -50,8 +50,19 @@ class ViewRegistry:
         ``schema``."""
         self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(database)}")
         body = self._query(schema, files)
+        self._make_room(qualified)
         self.spark.sql(f"CREATE OR REPLACE VIEW {qualified} AS {body}")
         _log.debug("view %s refreshed over %d files", qualified, len(files))
+
+    def _make_room(self, qualified: str) -> None:
+        """Drop an external table of that name (the spark engine's name for a table at a
+        location, which may be this very table): the view takes its place."""
+        dotted = qualified.replace("`", "")
+        if not self.spark.catalog.tableExists(dotted):
+            return
+        kind = str(self.spark.catalog.getTable(dotted).tableType).upper()
+        if kind == "EXTERNAL":
+            self.spark.sql(f"DROP TABLE {qualified}")
 
     def _footer_schema(self, file: str) -> StructType:
         if file not in self._footers:

@@ -801,20 +801,21 @@ class SparkEngine:
     ) -> str | None:
         if self.properties(table).get(CDF_PROPERTY, "false").lower() != "true":
             return f"{CDF_PROPERTY} is off; ensure_table turns it on"
-        rows = [
-            r
-            for r in self._history_rows(table, latest - first + 1)
-            if first <= int(r["version"]) <= last
-        ]
-        versions = {int(r["version"]) for r in rows}
-        if not set(range(first, last + 1)) <= versions:
+        since = [history_entry(r) for r in self._history_rows(table, latest - first + 1)]
+        since = [e for e in since if e.version >= first]
+        if not set(range(first, last + 1)) <= {e.version for e in since}:
             return "part of the range is no longer in the table history"
-        for row in rows:
-            entry = history_entry(row)
-            if entry.operation in ("SET TBLPROPERTIES", "UNSET TBLPROPERTIES") and (
-                CDF_PROPERTY in str(entry.parameters)
+        for entry in since:
+            if (
+                entry.version <= last
+                and entry.operation in ("SET TBLPROPERTIES", "UNSET TBLPROPERTIES")
+                and CDF_PROPERTY in str(entry.parameters)
             ):
                 return f"{CDF_PROPERTY} changed in version {entry.version}"
+            # The feed of a version reads the files it added; a vacuum since may have deleted
+            # them (compacted away, then unreferenced long enough).
+            if entry.operation.startswith("VACUUM"):
+                return f"version {entry.version} ({entry.operation}) may have deleted its files"
         return None
 
     # ---------------------------------------------------------------------- execution
@@ -974,15 +975,20 @@ class SparkEngine:
         with self._errors("register", table):
             self._sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_name(table.layer)}")
             if self._spark.catalog.tableExists(dotted):
-                detail = self._sql(f"DESCRIBE DETAIL {qualified}").collect()[0]
-                if _same_location(str(detail["location"]), path):
-                    return
-                if str(self._spark.catalog.getTable(dotted).tableType).upper() != "EXTERNAL":
+                kind = str(self._spark.catalog.getTable(dotted).tableType).upper()
+                if kind == "VIEW":
+                    self._sql(f"DROP VIEW {qualified}")
+                elif kind != "EXTERNAL":
                     raise LakeError(
                         f"the session catalog has a managed table {qualified}; the spark "
                         f"engine cannot name the table at {path} so"
                     )
-                self._sql(f"DROP TABLE {qualified}")
+                elif _same_location(
+                    str(self._sql(f"DESCRIBE DETAIL {qualified}").collect()[0]["location"]), path
+                ):
+                    return
+                else:
+                    self._sql(f"DROP TABLE {qualified}")
             self._sql(f"CREATE TABLE {qualified} USING DELTA LOCATION {quote_string(path)}")
 
     def sql(self, text: str) -> DataFrame:

@@ -1,5 +1,5 @@
-"""A lake filled once by ``sfcdc run --once`` from the in-process emulator, shared by the
-command tests that read it (run, status, sql)."""
+"""A lake filled once per lake engine by ``sfcdc run --once`` from the in-process emulator,
+shared by the command tests that read it (run, status, sql)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pipelines import cli
+from tests.conftest import engine_params
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -21,8 +22,11 @@ _OBJECTS = {
 }
 
 
-def write_conf(root: Path, *, events: int = 300, platform_events: int = 30) -> Path:
-    """A conf/ under ``root``: the in-process emulator with a small seeded workload."""
+def write_conf(
+    root: Path, *, events: int = 300, platform_events: int = 30, engine: str = "local"
+) -> Path:
+    """A conf/ under ``root``: the in-process emulator with a small seeded workload, into a
+    lake of the ``engine``."""
     conf = root / "conf"
     (conf / "objects").mkdir(parents=True)
     (conf / "pipeline.yml").write_text(
@@ -35,7 +39,7 @@ def write_conf(root: Path, *, events: int = 300, platform_events: int = 30) -> P
         f"      events: {events}\n"
         f"      platform_events: {platform_events}\n"
         "lake:\n"
-        "  engine: local\n"
+        f"  engine: {engine}\n"
         "  location: ./lake\n"
         "defaults:\n"
         "  batching:\n"
@@ -52,12 +56,16 @@ class FilledLake:
     lake: Path
     code: int
     out: str
+    engine: str
 
 
-@pytest.fixture(scope="session")
-def filled_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> FilledLake:
-    root = tmp_path_factory.mktemp("cli-lake")
-    conf = write_conf(root)
+@pytest.fixture(scope="session", params=engine_params())
+def filled_lake(
+    request: pytest.FixtureRequest, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> FilledLake:
+    engine = str(request.param)
+    root = tmp_path_factory.mktemp(f"cli-lake-{engine}")
+    conf = write_conf(root, engine=engine)
     capture = root / "run.out"
     import contextlib
     import io
@@ -66,4 +74,4 @@ def filled_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -
     with contextlib.redirect_stdout(buffer):
         code = cli.main(["-q", "run", "--conf", str(conf), "--once"])
     capture.write_text(buffer.getvalue())
-    return FilledLake(conf, root / "lake", code, buffer.getvalue())
+    return FilledLake(conf, root / "lake", code, buffer.getvalue(), engine)

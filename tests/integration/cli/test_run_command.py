@@ -15,8 +15,8 @@ from ingest.errors import ConfigError
 from pipelines import cli
 from pipelines.commands.run import stop_on_signals
 from pipelines.commands.status import read_status
-from pipelines.engines import LocalEngine
 from pipelines.run import Pipeline
+from pipelines.session import engine_for
 from pipelines.spec import load_conf
 from tests.integration.cli.conftest import FilledLake, write_conf
 
@@ -44,11 +44,13 @@ def test_run_once_lands_every_topic_then_fills_silver_and_gold(filled_lake: Fill
 
 
 def test_run_continuous_stops_after_its_duration_with_a_last_pass(
-    spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    lake_kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    conf = write_conf(tmp_path, events=200, platform_events=0)
+    conf = write_conf(tmp_path, events=200, platform_events=0, engine=lake_kind)
+    # The landing child of the spark engine starts a Spark driver of its own first.
+    seconds = "3" if lake_kind == "local" else "60"
     code = cli.main(
-        ["-q", "run", "--conf", str(conf), "--continuous", "--interval", "0.5", "--for", "3"]
+        ["-q", "run", "--conf", str(conf), "--continuous", "--interval", "0.5", "--for", seconds]
     )
     out = capsys.readouterr().out
     assert code == 0, out
@@ -71,9 +73,9 @@ def test_run_with_an_unknown_object_names_the_configured_ones(
 
 
 def test_sigterm_stops_a_continuous_run_cleanly_with_a_last_pass(
-    spark: object, tmp_path: Path
+    lake_kind: str, tmp_path: Path
 ) -> None:
-    conf = load_conf(write_conf(tmp_path, events=200, platform_events=0))
+    conf = load_conf(write_conf(tmp_path, events=200, platform_events=0, engine=lake_kind))
     lines: list[str] = []
 
     def report(line: str) -> None:
@@ -89,14 +91,14 @@ def test_sigterm_stops_a_continuous_run_cleanly_with_a_last_pass(
     assert len(result.passes) >= 2  # the pass that reported, then the last one
     assert any(line.startswith("silver/gold pass: ") for line in lines)
     # Everything the landing committed reached silver and gold.
-    status = read_status(LocalEngine.from_spec(conf.pipeline.lake, None), conf)
+    status = read_status(engine_for(conf.pipeline.lake), conf)
     for obj in status.objects:
         assert obj.bronze_lag == 0 and obj.silver_lag in (0, None), obj
     assert sum(t.events_landed for t in status.topics) == result.landing.events > 0
 
 
-def test_a_failing_pass_stops_the_landing_and_is_raised(spark: object, tmp_path: Path) -> None:
-    conf_dir = write_conf(tmp_path, events=100, platform_events=0)
+def test_a_failing_pass_stops_the_landing_and_is_raised(lake_kind: str, tmp_path: Path) -> None:
+    conf_dir = write_conf(tmp_path, events=100, platform_events=0, engine=lake_kind)
     (conf_dir / "objects" / "account.yml").write_text(
         "object: Account\nkind: change_events\ngold:\n  sequence_by: [No_Such_Column__c]\n"
     )

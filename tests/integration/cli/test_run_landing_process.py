@@ -14,8 +14,8 @@ from deltalake import DeltaTable
 from ingest.errors import SfcdcError
 from pipelines.commands.run import stop_on_signals
 from pipelines.commands.status import read_status
-from pipelines.engines import LocalEngine
 from pipelines.run import LandingProcess, Pipeline
+from pipelines.session import engine_for
 from pipelines.spec import load_conf
 from tests.integration.cli.conftest import write_conf
 
@@ -23,15 +23,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def test_sigterm_stops_the_landing_process_then_a_last_pass_folds_everything(
-    spark: object, tmp_path: Path
+    lake_kind: str, tmp_path: Path
 ) -> None:
-    conf_dir = write_conf(tmp_path, events=200, platform_events=20)
+    conf_dir = write_conf(tmp_path, events=200, platform_events=20, engine=lake_kind)
     conf = load_conf(conf_dir)
     lines: list[str] = []
     pids: list[int | None] = []
 
     def report(line: str) -> None:
-        if not pids:
+        # Once the child reports on its topics (it has started landing; with the spark
+        # engine it starts a Spark driver first), the run is stopped.
+        if not pids and line.startswith("/data/"):
             pids.append(pipeline.landing_pid)
             os.kill(os.getpid(), signal.SIGTERM)
         lines.append(line)
@@ -56,7 +58,7 @@ def test_sigterm_stops_the_landing_process_then_a_last_pass_folds_everything(
         for t in ("account_change_event", "contact_change_event", "order_shipped__e")
     )
     assert result.landing.events == landed > 0
-    status = read_status(LocalEngine.from_spec(conf.pipeline.lake, None), conf)
+    status = read_status(engine_for(conf.pipeline.lake), conf)
     for obj in status.objects:
         assert obj.bronze_lag == 0 and obj.silver_lag in (0, None), obj
 
