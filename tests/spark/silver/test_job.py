@@ -48,17 +48,6 @@ from tests.unit.silver.support import (
 )
 
 
-@pytest.fixture
-def lake(tmp_path: Path) -> Path:
-    return tmp_path / "lake"
-
-
-@pytest.fixture
-def engine(make_engine: EngineFactory, lake: Path) -> LakeEngine:
-    """An engine of this test's kind over the test's lake."""
-    return make_engine(lake)
-
-
 def test_single_topic_end_to_end_incremental_and_idempotent(engine: LakeEngine) -> None:
     register(engine, ACCOUNT_V1, CONTACT)
     # Bronze versions are the landing commits' (the local engine creates a table in a commit
