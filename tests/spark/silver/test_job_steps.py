@@ -149,6 +149,26 @@ def test_a_quarantine_range_already_partly_written(engine: LakeEngine) -> None:
     assert topic.other_entities == {"Opportunity": 2}
 
 
+def test_an_object_without_events_in_a_range_still_records_it(engine: LakeEngine) -> None:
+    account = ObjectSpec(api_name="Account", kind="change_events", topic=CHANNEL)
+    contact = ObjectSpec(api_name="Contact", kind="change_events", topic=CHANNEL)
+    a, c = ACCOUNT_V1, CONTACT
+    conf = conf_of(account, contact)
+    register(engine, a, c, topic=CHANNEL)
+    landed = land(engine, account, [(a.schema_id, change_event(a, "CREATE", ["0010"]))], 0)
+    result = run(engine, conf)
+    by_object = {o.object: o for o in result.objects}
+    assert (by_object["Contact"].events, by_object["Contact"].rows) == (0, 0)
+    # An empty commit creates the table and records the bronze version it got to.
+    contacts = TableRef("silver", "contact")
+    assert engine.count(engine.read(contacts)) == 0
+    assert engine.txn_version(contacts, "sfcdc.silver:Contact") == landed
+    assert all(o.up_to_date for o in run(engine, conf).objects)
+    land(engine, account, [(c.schema_id, change_event(c, "CREATE", ["0030"]))], 1)
+    assert run(engine, conf).rows == 1
+    assert [r["Id"] for r in silver(engine, contact)] == ["0030"]
+
+
 @pytest.mark.parametrize("vacuum", [False, True], ids=["compacted", "vacuumed"])
 def test_bronze_compacted_behind_silver_is_read_once(engine: LakeEngine, vacuum: bool) -> None:
     s = ACCOUNT_V1
