@@ -22,7 +22,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
-from pyspark.sql import SparkSession
 
 from ingest.emulator.catalogue import default_catalogue
 from ingest.emulator.server import Emulator, EmulatorConfig
@@ -30,9 +29,12 @@ from ingest.emulator.workload import GeneratedChange, Workload, WorkloadMix
 from pipelines.bronze.tables import BRONZE_SCHEMA
 from pipelines.cli import main
 from pipelines.commands.ingest import land
-from pipelines.engines import LocalEngine, TableRef
+from pipelines.engines import LakeEngine, TableRef
+from pipelines.session import engine_for
 from pipelines.silver.job import QUARANTINE_TABLE, SilverResult, run_silver
 from pipelines.spec import Conf, load_conf
+from tests.conftest import engine_params
+from tests.lake_helpers import rows_of
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +74,7 @@ ALL_CHANGE_TYPES = {
 @dataclass
 class Run:
     conf: Conf
-    engine: LocalEngine
+    engine: LakeEngine
     emulator: Emulator
     workload: Workload
     first_cli_exit: int
@@ -83,7 +85,7 @@ class Run:
     injected: list[dict[str, Any]]
 
 
-def write_conf(root: Path, emulator: Emulator) -> Path:
+def write_conf(root: Path, emulator: Emulator, engine: str) -> Path:
     conf = root / "conf"
     (conf / "objects").mkdir(parents=True)
     (conf / "pipeline.yml").write_text(
@@ -98,7 +100,7 @@ def write_conf(root: Path, emulator: Emulator) -> Path:
                 http_port: {emulator.http_port}
                 tls: {{enabled: false}}
             lake:
-              engine: local
+              engine: {engine}
               location: {root / "lake"}
             defaults:
               replay: {{start: earliest, on_corrupted: fail}}
@@ -116,7 +118,7 @@ def write_conf(root: Path, emulator: Emulator) -> Path:
     return conf
 
 
-def inject_corrupt_rows(engine: LocalEngine, emulator: Emulator) -> list[dict[str, Any]]:
+def inject_corrupt_rows(engine: LakeEngine, emulator: Emulator) -> list[dict[str, Any]]:
     """Rows no decoder accepts, appended to the Account bronze table by hand."""
     logged = list(emulator.log(ACCOUNT_TOPIC))
     first, last = logged[0], logged[-1]
@@ -153,9 +155,14 @@ def inject_corrupt_rows(engine: LocalEngine, emulator: Emulator) -> list[dict[st
     ]
 
 
-@pytest.fixture(scope="module")
-def run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    root = tmp_path_factory.mktemp("silver")
+@pytest.fixture(scope="module", params=engine_params())
+def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """The whole flow on one lake engine: landing, the ``silver`` command and the job all use
+    the engine ``lake.engine`` names (the spark engine in the tests' shared session)."""
+    name = str(request.param)
+    if name == "spark":
+        request.getfixturevalue("spark")  # the active session the commands find
+    root = tmp_path_factory.mktemp(f"silver-{name}")
     catalogue = default_catalogue()
     workload = Workload(
         catalogue,
@@ -166,13 +173,14 @@ def run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     )
     config = EmulatorConfig(keepalive_interval=0.2, idle_timeout=10.0)
     with Emulator(catalogue, config) as emulator:
-        conf_dir = write_conf(root, emulator)
+        conf_dir = write_conf(root, emulator, name)
         conf = load_conf(conf_dir)
         emulator.append(workload.events(900))
         land(conf, once=True)
-        # The command, in this process (it uses the active Spark session).
+        # The command, in this process.
         first_cli_exit = main(["-q", "silver", "--conf", str(conf_dir)])
-        engine = LocalEngine.from_spec(conf.pipeline.lake, spark)
+        engine = engine_for(conf.pipeline.lake)
+        assert engine.name == name
         first_columns = engine.schema(SILVER["Account"]).names  # type: ignore[union-attr]
 
         # Account's schema changes mid-stream; later events use version 2.
@@ -199,7 +207,7 @@ def run(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def silver_rows(run: Run, entity: str) -> list[dict[str, Any]]:
-    return [r.asDict(recursive=True) for r in run.engine.read(SILVER[entity]).collect()]
+    return rows_of(run.engine, SILVER[entity])
 
 
 def changes(run: Run, entity: str) -> list[GeneratedChange]:
@@ -259,7 +267,9 @@ def _decoded(run: Run, topic: str) -> dict[str, tuple[str, dict[str, Any]]]:
 
 
 def _ts(ms: int | None) -> dt.datetime | None:
-    return None if ms is None else dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms)
+    return (
+        None if ms is None else dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(milliseconds=ms)
+    )
 
 
 def _date(ms: int | None) -> dt.date | None:
@@ -358,7 +368,7 @@ def test_platform_events(run: Run) -> None:
 
 
 def test_corrupt_rows_reach_quarantine_while_the_rest_lands(run: Run) -> None:
-    rows = [r.asDict() for r in run.engine.read(QUARANTINE_TABLE).collect()]
+    rows = rows_of(run.engine, QUARANTINE_TABLE)
     assert sorted((r["event_id"], r["reason_kind"]) for r in rows) == sorted(
         (i["event_id"], i["reason_kind"]) for i in run.injected
     )
