@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructField, StructType
 
 __all__ = [
+    "PRESERVE_NULL_STRUCTS",
     "TXN_APP_ID_CONF",
     "TXN_VERSION_CONF",
     "USER_METADATA_CONF",
@@ -98,6 +99,14 @@ TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 AUTO_MERGE_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
+# Delta expands a NULL struct of the source into a struct of NULL fields when a MERGE
+# updates a subset of columns (UPDATE SET * with schema evolution) or casts a struct type; a
+# compound field Salesforce left empty must stay NULL in gold.
+PRESERVE_NULL_STRUCTS: Mapping[str, str] = {
+    "spark.databricks.delta.merge.preserveNullSourceStructs": "true",
+    "spark.databricks.delta.merge.preserveNullSourceStructs.updateStar": "true",
+    "spark.databricks.delta.insert.preserveNullSourceStructs": "true",
+}
 # Delta's log class in open-source Delta and in Databricks runtimes.
 _DELTA_LOG_CLASSES = (
     "org.apache.spark.sql.delta.DeltaLog",
@@ -586,7 +595,7 @@ class SparkEngine:
         writer = df.write.format("delta").mode(mode)
         for key, value in options.items():
             writer = writer.option(key, value)
-        with self._errors(mode, table):
+        with self._errors(mode, table), self._session_conf(PRESERVE_NULL_STRUCTS):
             if self.location is None:
                 writer.saveAsTable(self.qualified_name(table))
             else:
@@ -687,7 +696,7 @@ class SparkEngine:
             builder = builder.whenMatchedUpdateAll(condition=update_condition)
             if insert:
                 builder = builder.whenNotMatchedInsertAll()
-            conf: dict[str, str] = {}
+            conf: dict[str, str] = dict(PRESERVE_NULL_STRUCTS)
             if evolve_schema:
                 builder = builder.withSchemaEvolution()
             if txn is not None:

@@ -543,3 +543,24 @@ def test_arrow_reads_of_both_engines_agree(lake_engine: LakeEngine) -> None:
     )
     assert sorted(picked.column("event_id").to_pylist()) == ["e2", "e4"]
     assert arrow_of(lake_engine, BRONZE).num_rows == 5
+
+
+def test_a_merge_of_some_columns_keeps_null_structs_null(lake_engine: LakeEngine) -> None:
+    address = pa.struct([("City", pa.string()), ("PostalCode", pa.string())])
+    first = pa.table(
+        {
+            "Id": ["1", "2"],
+            "Address": pa.array([None, {"City": "Lyon", "PostalCode": None}], address),
+            "n": pa.array([1, 2], pa.int64()),
+        }
+    )
+    lake_engine.merge(GOLD, first, on=["Id"])
+    # A source without ``n``: only the columns it has change; an empty compound stays NULL.
+    later = pa.table({"Id": ["2", "3"], "Address": pa.array([None, None], address)})
+    lake_engine.merge(GOLD, later, on=["Id"])
+    rows = {r["Id"]: r for r in rows_of(lake_engine, GOLD)}
+    assert rows == {
+        "1": {"Id": "1", "Address": None, "n": 1},
+        "2": {"Id": "2", "Address": None, "n": 2},
+        "3": {"Id": "3", "Address": None, "n": None},
+    }

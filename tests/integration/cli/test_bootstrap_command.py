@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
 
 from ingest.emulator.catalogue import default_catalogue
 from ingest.emulator.server import Emulator, EmulatorConfig
@@ -17,7 +16,8 @@ from ingest.emulator.workload import Workload, WorkloadMix
 from pipelines.bronze.checkpoint import CheckpointStore
 from pipelines.bronze.tables import bronze_tables
 from pipelines.cli import main
-from pipelines.engines import LocalEngine, TableRef
+from pipelines.engines import TableRef
+from pipelines.session import engine_for
 from pipelines.spec import load_conf
 from tests.integration.rest.oracle import assert_gold_equals_truth, write_conf
 
@@ -43,15 +43,15 @@ def emulator() -> Iterator[Emulator]:
 
 
 def test_bootstrap_then_stream_equals_the_truth(
-    spark: SparkSession, emulator: Emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    lake_kind: str, emulator: Emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     workload = Workload(emulator.catalogue, seed=73, mix=MIX)
     emulator.append(list(workload.events(500)))
     emulator.rest.attach(workload.truth)
     assert workload.truth.deleted("Account"), "the history should hold deleted accounts"
-    conf_dir = write_conf(tmp_path, emulator, OBJECTS, start="latest")
+    conf_dir = write_conf(tmp_path, emulator, OBJECTS, start="latest", engine=lake_kind)
     conf = load_conf(conf_dir)
-    engine = LocalEngine.from_spec(conf.pipeline.lake, spark)
+    engine = engine_for(conf.pipeline.lake)
     capsys.readouterr()
 
     for name in OBJECTS.values():

@@ -8,14 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
 
 from ingest.emulator.catalogue import default_catalogue
 from ingest.emulator.server import Emulator, EmulatorConfig
 from ingest.emulator.workload import Workload, WorkloadMix
 from pipelines.cli import main
-from pipelines.engines import LocalEngine, TableRef
+from pipelines.engines import TableRef
 from pipelines.gold.resync import RESYNC_TABLE
+from pipelines.session import engine_for
 from pipelines.spec import load_conf
 from tests.integration.rest.oracle import assert_gold_equals_truth, write_conf
 
@@ -39,7 +39,7 @@ def emulator() -> Iterator[Emulator]:
 
 
 def test_resync_makes_gold_equal_to_the_truth(
-    spark: SparkSession, emulator: Emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    lake_kind: str, emulator: Emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     workload = Workload(emulator.catalogue, seed=41, mix=MIX)
     emulator.append(list(workload.events(900)))
@@ -49,7 +49,7 @@ def test_resync_makes_gold_equal_to_the_truth(
         expectation = truth.resync(entity)
         assert expectation.record_ids, f"the workload made no gap event of {entity}"
     assert any(truth.resync(e).full_resync for e in OBJECTS.values()), "no overflow"
-    conf_dir = write_conf(tmp_path, emulator, OBJECTS, start="earliest")
+    conf_dir = write_conf(tmp_path, emulator, OBJECTS, start="earliest", engine=lake_kind)
     assert main(["-q", "ingest", "--once", "--conf", str(conf_dir)]) == 0
     capsys.readouterr()
 
@@ -59,7 +59,7 @@ def test_resync_makes_gold_equal_to_the_truth(
     assert "Account: resync read" in out and "Contact: resync read" in out
     assert "whole object" in out
     conf = load_conf(conf_dir)
-    engine = LocalEngine.from_spec(conf.pipeline.lake, spark)
+    engine = engine_for(conf.pipeline.lake)
     rows = engine.read_arrow(RESYNC_TABLE).to_pylist()
     assert {"gap", "overflow"} <= {r["reason"] for r in rows}
     # Every row is resolved: by a later CREATE / UNDELETE event, or else by the snapshot.

@@ -16,8 +16,11 @@ from pipelines.spec import Conf
 from tests.integration.gold.test_oracle import expected_row
 
 
-def write_conf(root: Path, emulator: Emulator, objects: dict[str, str], *, start: str) -> Path:
-    """A conf/ reaching ``emulator`` (external, no TLS) for ``objects`` (file -> API name)."""
+def write_conf(
+    root: Path, emulator: Emulator, objects: dict[str, str], *, start: str, engine: str = "local"
+) -> Path:
+    """A conf/ reaching ``emulator`` (external, no TLS) for ``objects`` (file -> API name),
+    into a lake of the ``engine``."""
     conf = root / "conf"
     (conf / "objects").mkdir(parents=True)
     (conf / "pipeline.yml").write_text(
@@ -29,7 +32,7 @@ def write_conf(root: Path, emulator: Emulator, objects: dict[str, str], *, start
                 grpc_port: {emulator.grpc_port}
                 http_port: {emulator.http_port}
                 tls: {{enabled: false}}
-            lake: {{engine: local, location: {root / "lake"}}}
+            lake: {{engine: {engine}, location: {root / "lake"}}}
             defaults:
               replay: {{start: {start}, on_corrupted: fail}}
               batching: {{max_events: 5000, max_bytes: 8MiB, max_age_seconds: 0.2}}

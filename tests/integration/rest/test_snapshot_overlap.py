@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
 
 from ingest.auth import ClientCredentials, Secret, TokenManager
 from ingest.client import SchemaCache, TlsSettings
@@ -21,8 +20,9 @@ from pipelines.bootstrap import bootstrap_object, resync_objects
 from pipelines.bronze import BronzeLanding
 from pipelines.commands.ingest import select_topics
 from pipelines.connect import connect, secret_resolver
-from pipelines.engines import LocalEngine, TableRef
+from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold.job import run_gold
+from pipelines.session import engine_for
 from pipelines.silver.job import run_silver
 from pipelines.spec import Conf, load_conf
 from tests.integration.rest.oracle import assert_gold_equals_truth, write_conf
@@ -52,7 +52,7 @@ def _tokens(emulator: Emulator) -> TokenManager:
     )
 
 
-def _land(engine: LocalEngine, conf: Conf, source: object) -> None:
+def _land(engine: LakeEngine, conf: Conf, source: object) -> None:
     landing = BronzeLanding(
         engine,
         select_topics(conf, ["Account"]),
@@ -64,14 +64,16 @@ def _land(engine: LocalEngine, conf: Conf, source: object) -> None:
 
 
 def test_changes_during_the_snapshot_are_not_missed(
-    spark: SparkSession, emulator: Emulator, tmp_path: Path
+    lake_kind: str, emulator: Emulator, tmp_path: Path
 ) -> None:
     workload = Workload(emulator.catalogue, seed=5, mix=MIX)
     emulator.rest.attach(workload.truth)
     # Part of the history is landed before the bootstrap (at or before the position).
     emulator.append(list(workload.events(300)))
-    conf = load_conf(write_conf(tmp_path, emulator, {"account": "Account"}, start="earliest"))
-    engine = LocalEngine.from_spec(conf.pipeline.lake, spark)
+    conf = load_conf(
+        write_conf(tmp_path, emulator, {"account": "Account"}, start="earliest", engine=lake_kind)
+    )
+    engine = engine_for(conf.pipeline.lake)
     during: list[int] = []
 
     def land_then_keep_changing() -> None:
