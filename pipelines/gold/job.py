@@ -94,6 +94,7 @@ __all__ = [
     "batch_wildcards",
     "fold_rows",
     "gold_table",
+    "history_changes",
     "history_table",
     "run_gold",
     "tombstone_condition",
@@ -296,6 +297,22 @@ def fold_rows(
         schema=function.output,
         partitions=plan.partitions,
     )
+
+
+def history_changes(engine: LakeEngine, new: Rows, current: Rows, *, schema: T.StructType) -> Rows:
+    """The rows to MERGE into an SCD2 history table of ``schema`` on
+    :data:`~pipelines.gold.scd2.HISTORY_KEYS`, run by ``engine``: the ``new`` versions a fold
+    started, and the ``current`` rows of the history table (of the records they touch) that
+    they close (:class:`~pipelines.gold.scd2.HistoryChanges`)."""
+    inputs = history_input_schema(schema)
+    combined = engine.union(
+        [
+            engine.map_batches(new, _Tag(inputs, NEW_VERSION), inputs),
+            engine.map_batches(current, _Tag(inputs, CURRENT_VERSION), inputs),
+        ],
+        inputs,
+    )
+    return engine.map_groups(combined, key=ID, function=HistoryChanges(schema), schema=schema)
 
 
 def _replay_gaps(
@@ -635,20 +652,10 @@ class _ObjectRun:
         tracked = [by_name[c] for c in plan.track or () if c in by_name]
         schema = history_schema(tracked)
         engine.ensure_table(table, schema)
-        inputs = history_input_schema(schema)
         new = engine.persist(engine.map_batches(folded, VersionsPart(), schema))
         try:
             current = engine.read_keyed(table, key=ID, keys=new)
-            combined = engine.union(
-                [
-                    engine.map_batches(new, _Tag(inputs, NEW_VERSION), inputs),
-                    engine.map_batches(current, _Tag(inputs, CURRENT_VERSION), inputs),
-                ],
-                inputs,
-            )
-            changes = engine.map_groups(
-                combined, key=ID, function=HistoryChanges(schema), schema=schema
-            )
+            changes = history_changes(engine, new, current, schema=schema)
             metrics = engine.merge(
                 table,
                 changes,
