@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -38,6 +38,9 @@ from pipelines.gold.folding import (
 from pipelines.gold.job import batch_wildcards, fold_rows
 from pipelines.gold.resync import RESYNC_SCHEMA
 from pipelines.silver.columns import FieldLayout, LeafLayout, SilverLayout
+
+# Its assertions explain themselves as the tests' own do.
+pytest.register_assert_rewrite("tests.spark.gold.helpers")
 
 T0 = datetime(2025, 3, 1, 9, 0, 0, tzinfo=timezone.utc)
 RUN_AT = datetime(2025, 3, 2, 0, 0, 0, tzinfo=timezone.utc)
@@ -235,7 +238,7 @@ def fold(
     (rows of ``engine``), folded by ``engine`` as the gold job folds a batch, computed once."""
     p = the_plan or plan(silver.compounds, extra=silver.extra)
     changes = silver.rows_of(engine, rows)
-    folded = engine.persist(_fold(engine, changes, silver.schema, p, gold, tombstones))
+    folded = engine.to_arrow(_fold(engine, changes, silver.schema, p, gold, tombstones))
     # The same inputs folded in this process, as the local engine folds them: whatever the
     # engine under test, every case must come out the same, in every column.
     reference = LocalEngine(location=_NO_LAKE)
@@ -247,8 +250,13 @@ def fold(
         None if gold is None else engine.to_arrow(gold),
         None if tombstones is None else engine.to_arrow(tombstones),
     )
-    assert _sorted(engine.to_arrow(folded)) == _sorted(reference.to_arrow(expected))
-    return folded
+    assert _sorted(folded) == _sorted(reference.to_arrow(expected))
+    return engine.rows(folded)
+
+
+def computed(engine: LakeEngine, rows: Rows) -> Rows:
+    """``rows`` computed once, for tests that look at them several ways or fold onto them."""
+    return engine.rows(engine.to_arrow(rows))
 
 
 # The in-process reference engine only runs functions: it never touches its lake.
@@ -326,3 +334,16 @@ def silver() -> Silver:
 def engine(lake_engine: LakeEngine) -> LakeEngine:
     """The lake engine the test folds with: each test asking for it runs once per engine."""
     return lake_engine
+
+
+@pytest.fixture
+def lake(make_engine: Any, engine_name: str, tmp_path: Path) -> Callable[..., Any]:
+    """``lake(gold="", root=None)``: a :class:`~tests.spark.gold.lakes.Lake` under
+    ``root`` (default: this test's ``tmp_path``) on the engine under test (each test asking
+    for it runs once per engine); ``gold`` is the object's ``gold:`` section."""
+    from tests.spark.gold.lakes import Lake  # it builds on this module's Silver
+
+    def new(gold: str = "", root: Path | None = None) -> Lake:
+        return Lake(make_engine, engine_name, root or tmp_path, gold)
+
+    return new

@@ -10,6 +10,7 @@ from pipelines.gold.fold import FOLD_GOLD, FOLD_TOMBSTONE
 from tests.spark.gold.conftest import (
     T0,
     Silver,
+    computed,
     fold,
     gold_changes,
     gold_of,
@@ -99,7 +100,7 @@ def test_a_tombstone_keeps_late_changes_out(engine: LakeEngine) -> None:
     first = Silver()
     first.create("001A", 0, Phone="555")
     first.add("001A", "DELETE", 5)
-    tombstones = engine.persist(tombstone_changes(engine, fold(engine, first, the_plan=HARD)))
+    tombstones = computed(engine, tombstone_changes(engine, fold(engine, first, the_plan=HARD)))
     batch = first.next_batch()
     batch.update("001A", 3, Phone="late")
     batch.add("001A", "UPDATE", 4, changed=["Phone"], Phone="late too")
@@ -112,7 +113,7 @@ def test_hard_undelete_brings_the_row_back_and_drops_the_tombstone(engine: LakeE
     first = Silver()
     first.create("001A", 0, Phone="555")
     first.add("001A", "DELETE", 5)
-    tombstones = engine.persist(tombstone_changes(engine, fold(engine, first, the_plan=HARD)))
+    tombstones = computed(engine, tombstone_changes(engine, fold(engine, first, the_plan=HARD)))
     batch = first.next_batch()
     batch.add("001A", "UNDELETE", 9, Name="Company 001A", Phone="555")
     folded = fold(engine, batch, tombstones=tombstones, the_plan=HARD)
@@ -132,8 +133,8 @@ def test_a_tombstone_newer_than_the_gold_row_wins(engine: LakeEngine) -> None:
     gold = gold_of(engine, first, the_plan=HARD)
     batch = first.next_batch()
     batch.add("001A", "DELETE", 5)
-    tombstones = engine.persist(
-        tombstone_changes(engine, fold(engine, batch, gold=gold, the_plan=HARD))
+    tombstones = computed(
+        engine, tombstone_changes(engine, fold(engine, batch, gold=gold, the_plan=HARD))
     )
     rerun = fold(engine, batch, gold=gold, tombstones=tombstones, the_plan=HARD)
     assert_rows(engine, rerun, ["Id", FOLD_GOLD, FOLD_TOMBSTONE], [("001A", "delete", None)])

@@ -8,7 +8,15 @@ from datetime import timedelta
 from pipelines.engines import LakeEngine
 from pipelines.gold.job import history_changes
 from pipelines.gold.scd2 import history_schema
-from tests.spark.gold.conftest import T0, Silver, fold, gold_changes, history_versions, plan
+from tests.spark.gold.conftest import (
+    T0,
+    Silver,
+    computed,
+    fold,
+    gold_changes,
+    history_versions,
+    plan,
+)
 from tests.spark.gold.helpers import assert_rows
 
 TRACKED = plan(track=["Phone", "NumberOfEmployees"])
@@ -69,8 +77,8 @@ def test_new_versions_close_the_current_one(engine: LakeEngine) -> None:
     first = Silver()
     first.create("001A", 0, Phone="p0")
     first.create("001B", 0, Phone="b0")
-    gold = engine.persist(gold_changes(engine, fold(engine, first, the_plan=TRACKED)))
-    history = engine.persist(history_versions(engine, fold(engine, first, the_plan=TRACKED)))
+    gold = computed(engine, gold_changes(engine, fold(engine, first, the_plan=TRACKED)))
+    history = computed(engine, history_versions(engine, fold(engine, first, the_plan=TRACKED)))
     batch = first.next_batch()
     batch.update("001A", 7, Phone="p1")
     folded = fold(engine, batch, gold=gold, the_plan=TRACKED)
@@ -84,8 +92,8 @@ def test_new_versions_close_the_current_one(engine: LakeEngine) -> None:
         ],
     )
     # Re-running the batch: its version is already current, nothing is closed twice.
-    current = engine.persist(
-        history_changes(engine, history_versions(engine, folded), history, schema=HISTORY)
+    current = computed(
+        engine, history_changes(engine, history_versions(engine, folded), history, schema=HISTORY)
     )
     rerun = history_changes(engine, history_versions(engine, folded), current, schema=HISTORY)
     assert_rows(engine, rerun, ["Id", "_scd_change_type"], [("001A", "UPDATE")])
