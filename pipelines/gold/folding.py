@@ -499,7 +499,7 @@ class _FoldFunction:
                     raise ValueError(
                         f"{self.plan.object_name}: wildcard change {row.get(_EVENT_ID)} reached "
                         "the per-record fold; pass the batch's wildcard changes with "
-                        "fold_changes(wildcards=...)"
+                        "fold_rows(wildcards=...)"
                     )
                 changes.append(row)
         count = len(changes)

@@ -7,10 +7,9 @@ For every configured change event object, :func:`run_gold`
 2. reads only the silver rows appended after that version (``engine.read_appends``) and,
    from the gold table (and the tombstone table, with hard deletes), the rows of the records
    they touch (every row when the batch has a wildcard change);
-3. folds them (:func:`pipelines.gold.fold.fold_changes`): one complete row per record; the
-   local engine, which writes from the driver, folds there
-   (:func:`~pipelines.gold.fold.fold_changes_arrow`), and reads a small batch's silver rows
-   with pyarrow from the files the Delta log lists, so it costs no Spark job at all;
+3. folds them (:func:`fold_rows`): one complete row per record, computed by the pure
+   functions of :mod:`pipelines.gold.folding` wherever the engine runs them (in this process
+   for the local engine, on executors for the spark engine);
 4. writes, in this order: the re-sync table (new rows, and rows a full image resolved), the
    tombstones (hard deletes), the SCD2 history, and last the gold table with
    ``engine.merge(on=["Id"], update_condition=<newer order key>,
@@ -92,7 +91,10 @@ __all__ = [
     "GoldResult",
     "ObjectResult",
     "app_id",
+    "batch_wildcards",
+    "fold_rows",
     "gold_table",
+    "history_changes",
     "history_table",
     "run_gold",
     "tombstone_condition",
@@ -249,6 +251,70 @@ def run_gold(
     return GoldResult(tuple(results), len(gaps), tuple(events))
 
 
+def batch_wildcards(
+    engine: LakeEngine, changes: Rows, schema: T.StructType
+) -> list[dict[str, Any]]:
+    """The wildcard changes (record id ``001*``) of a batch of silver rows of ``schema``,
+    collected for :func:`fold_rows` (Salesforce sends few: lossy field type conversions)."""
+    rows: list[dict[str, Any]] = engine.to_arrow(
+        engine.map_batches(changes, Wildcards(), schema)
+    ).to_pylist()
+    return rows
+
+
+def fold_rows(
+    engine: LakeEngine,
+    changes: Rows,
+    *,
+    schema: T.StructType,
+    plan: FoldPlan,
+    wildcards: Sequence[Mapping[str, Any]] = (),
+    gold: Rows | None = None,
+    tombstones: Rows | None = None,
+) -> Rows:
+    """The fold of silver ``changes`` (rows of the silver ``schema``) onto the ``gold`` rows
+    and hard-delete ``tombstones`` of the records they touch, run by ``engine``: one row of
+    :func:`~pipelines.gold.fold.fold_output_schema` per record (and per GAP_OVERFLOW), split
+    into ``plan.partitions`` groups by ``Id``.
+
+    ``gold`` and ``tombstones`` are rows of the engine with (some of) their tables' columns,
+    and may hold more records than the changes touch. ``wildcards`` are the batch's wildcard
+    changes (:func:`batch_wildcards`): they travel with the fold and apply to every record
+    that exists at their point of the order, so ``gold`` must then hold the whole table.
+    """
+    inputs = fold_input_schema(plan, schema)
+    parts = [
+        engine.map_batches(changes, ChangeRows(inputs, without_wildcards=bool(wildcards)), inputs)
+    ]
+    for state, role in ((gold, ROLE_GOLD), (tombstones, ROLE_TOMBSTONE)):
+        if state is not None:
+            parts.append(engine.map_batches(state, StateRows(inputs, role=role), inputs))
+    function = FoldTable(plan, schema, wildcards)
+    return engine.map_groups(
+        engine.union(parts, inputs),
+        key=ID,
+        function=function,
+        schema=function.output,
+        partitions=plan.partitions,
+    )
+
+
+def history_changes(engine: LakeEngine, new: Rows, current: Rows, *, schema: T.StructType) -> Rows:
+    """The rows to MERGE into an SCD2 history table of ``schema`` on
+    :data:`~pipelines.gold.scd2.HISTORY_KEYS`, run by ``engine``: the ``new`` versions a fold
+    started, and the ``current`` rows of the history table (of the records they touch) that
+    they close (:class:`~pipelines.gold.scd2.HistoryChanges`)."""
+    inputs = history_input_schema(schema)
+    combined = engine.union(
+        [
+            engine.map_batches(new, _Tag(inputs, NEW_VERSION), inputs),
+            engine.map_batches(current, _Tag(inputs, CURRENT_VERSION), inputs),
+        ],
+        inputs,
+    )
+    return engine.map_groups(combined, key=ID, function=HistoryChanges(schema), schema=schema)
+
+
 def _replay_gaps(
     engine: LakeEngine,
     conf: Conf,
@@ -379,7 +445,7 @@ class _ObjectRun:
         rows = engine.persist(changes.rows)
         held = [rows]
         try:
-            wildcards = engine.to_arrow(engine.map_batches(rows, Wildcards(), schema)).to_pylist()
+            wildcards = batch_wildcards(engine, rows, schema)
             folded = engine.persist(self._fold(rows, schema, plan, wildcards))
             held.append(folded)
             counts = _counts(engine.to_arrow(engine.map_batches(folded, FoldCounts(), _COUNTS)))
@@ -448,27 +514,22 @@ class _ObjectRun:
         """The batch's changes folded onto the gold rows and tombstones of the records they
         touch (all of them when the batch has wildcard changes)."""
         engine = self.engine
-        inputs = fold_input_schema(plan, schema)
-        parts = [
-            engine.map_batches(
-                changes, ChangeRows(inputs, without_wildcards=bool(wildcards)), inputs
-            )
-        ]
-        stones = tombstone_table(self.obj)
-        for table, role in ((self.gold, ROLE_GOLD), (stones, ROLE_TOMBSTONE)):
+
+        def state(table: TableRef) -> Rows | None:
             if not engine.exists(table):
-                continue
-            state = (
-                engine.read(table) if wildcards else engine.read_keyed(table, key=ID, keys=changes)
-            )
-            parts.append(engine.map_batches(state, StateRows(inputs, role=role), inputs))
-        function = FoldTable(plan, schema, wildcards)
-        return engine.map_groups(
-            engine.union(parts, inputs),
-            key=ID,
-            function=function,
-            schema=function.output,
-            partitions=self.partitions,
+                return None
+            if wildcards:
+                return engine.read(table)
+            return engine.read_keyed(table, key=ID, keys=changes)
+
+        return fold_rows(
+            engine,
+            changes,
+            schema=schema,
+            plan=plan,
+            wildcards=wildcards,
+            gold=state(self.gold),
+            tombstones=state(tombstone_table(self.obj)),
         )
 
     # -- planning --------------------------------------------------------------------------
@@ -591,20 +652,10 @@ class _ObjectRun:
         tracked = [by_name[c] for c in plan.track or () if c in by_name]
         schema = history_schema(tracked)
         engine.ensure_table(table, schema)
-        inputs = history_input_schema(schema)
         new = engine.persist(engine.map_batches(folded, VersionsPart(), schema))
         try:
             current = engine.read_keyed(table, key=ID, keys=new)
-            combined = engine.union(
-                [
-                    engine.map_batches(new, _Tag(inputs, NEW_VERSION), inputs),
-                    engine.map_batches(current, _Tag(inputs, CURRENT_VERSION), inputs),
-                ],
-                inputs,
-            )
-            changes = engine.map_groups(
-                combined, key=ID, function=HistoryChanges(schema), schema=schema
-            )
+            changes = history_changes(engine, new, current, schema=schema)
             metrics = engine.merge(
                 table,
                 changes,

@@ -1,4 +1,6 @@
-"""Silver-shaped DataFrames for the gold fold tests, built row by row.
+"""Silver-shaped rows for the gold fold tests, built row by row, and the fold run through the
+lake engine under test (the ``engine`` fixture: each test runs once per engine) exactly as the
+gold job runs it (:func:`pipelines.gold.job.fold_rows`).
 
 The object is Account-like: a plain text field, a long text field (diffs), an integer, a
 datetime, a date, an Address compound and Account's switchable ``Name`` (``Name`` string +
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -18,21 +20,27 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 import ingest.emulator as emulator_schemas
-from pipelines.engines.arrow import dataframe_to_arrow
-from pipelines.gold.fold import (
-    FoldPlan,
-    fold_changes,
-    fold_changes_arrow,
-    fold_plan,
-    gold_changes,
-    wildcard_changes,
-    wildcard_rows,
+from pipelines.engines import LakeEngine, Rows
+from pipelines.engines.arrow import arrow_schema_to_spark, spark_schema_to_arrow
+from pipelines.engines.local import LocalEngine
+from pipelines.gold.columns import tombstone_schema
+from pipelines.gold.fold import FoldPlan, fold_plan
+from pipelines.gold.folding import (
+    GoldPart,
+    ResyncPart,
+    TombstonePart,
+    VersionsPart,
+    versions_schema,
 )
+from pipelines.gold.job import batch_wildcards, fold_rows
+from pipelines.gold.resync import RESYNC_SCHEMA
 from pipelines.silver.columns import FieldLayout, LeafLayout, SilverLayout
+
+# Its assertions explain themselves as the tests' own do.
+pytest.register_assert_rewrite("tests.spark.gold.helpers")
 
 T0 = datetime(2025, 3, 1, 9, 0, 0, tzinfo=timezone.utc)
 RUN_AT = datetime(2025, 3, 2, 0, 0, 0, tzinfo=timezone.utc)
@@ -204,60 +212,113 @@ class Silver:
             record_id, "UPDATE", at, changed=changed, nulled=nulled, **options, **values
         )
 
-    def df(self, spark: SparkSession, rows: Iterable[Mapping[str, Any]] | None = None) -> DataFrame:
-        schema = self.schema
-        data = [
-            tuple(r.get(n) for n in schema.names) for r in (self.rows if rows is None else rows)
-        ]
-        return spark.createDataFrame(data, schema)
+    def table(self, rows: Iterable[Mapping[str, Any]] | None = None) -> pa.Table:
+        """The rows (default: all added), as Arrow in the silver schema's types."""
+        chosen = self.rows if rows is None else rows
+        return pa.Table.from_pylist(list(chosen), schema=spark_schema_to_arrow(self.schema))
+
+    def rows_of(self, engine: LakeEngine, rows: Iterable[Mapping[str, Any]] | None = None) -> Rows:
+        """:meth:`table` as rows of ``engine``."""
+        return engine.rows(self.table(rows), self.schema)
 
     def next_batch(self) -> Silver:
         return replace(self, rows=[], batch=self.batch + 1)
 
 
 def fold(
-    spark: SparkSession,
+    engine: LakeEngine,
     silver: Silver,
     *,
-    gold: DataFrame | None = None,
-    tombstones: DataFrame | None = None,
+    gold: Rows | None = None,
+    tombstones: Rows | None = None,
     the_plan: FoldPlan | None = None,
     rows: Iterable[Mapping[str, Any]] | None = None,
-) -> DataFrame:
+) -> Rows:
+    """The fold output of ``silver``'s rows (or ``rows``) onto ``gold`` and ``tombstones``
+    (rows of ``engine``), folded by ``engine`` as the gold job folds a batch, computed once."""
     p = the_plan or plan(silver.compounds, extra=silver.extra)
-    chosen = list(silver.rows if rows is None else rows)
-    changes = silver.df(spark, chosen)
-    # Collecting the wildcard changes is a Spark job: only when there are some.
-    has_wildcards = any(r.get("_cdc_is_wildcard") for r in chosen)
-    wildcards = wildcard_changes(changes) if has_wildcards else ()
-    folded = fold_changes(changes, gold, plan=p, tombstones=tombstones, wildcards=wildcards)
-    # Computed once: tests look at the result several ways.
-    result = folded.localCheckpoint()
-    # The local engine folds in the driver: every case must come out the same there.
-    in_driver = fold_changes_arrow(
-        dataframe_to_arrow(changes),
-        None if gold is None else dataframe_to_arrow(gold),
-        schema=changes.schema,
-        plan=p,
-        tombstones=None if tombstones is None else dataframe_to_arrow(tombstones),
-        wildcards=wildcard_rows(dataframe_to_arrow(changes)),
+    changes = silver.rows_of(engine, rows)
+    folded = engine.to_arrow(_fold(engine, changes, silver.schema, p, gold, tombstones))
+    # The same inputs folded in this process, as the local engine folds them: whatever the
+    # engine under test, every case must come out the same, in every column.
+    reference = LocalEngine(location=_NO_LAKE)
+    expected = _fold(
+        reference,
+        engine.to_arrow(changes),
+        silver.schema,
+        p,
+        None if gold is None else engine.to_arrow(gold),
+        None if tombstones is None else engine.to_arrow(tombstones),
     )
-    assert _rows(in_driver) == _rows(dataframe_to_arrow(result))
-    return result
+    assert _sorted(folded) == _sorted(reference.to_arrow(expected))
+    return engine.rows(folded)
 
 
-def _rows(table: pa.Table) -> list[dict[str, Any]]:
+def computed(engine: LakeEngine, rows: Rows) -> Rows:
+    """``rows`` computed once, for tests that look at them several ways or fold onto them."""
+    return engine.rows(engine.to_arrow(rows))
+
+
+# The in-process reference engine only runs functions: it never touches its lake.
+_NO_LAKE = Path("/nonexistent/sfcdc-gold-tests")
+
+
+def _fold(
+    engine: LakeEngine,
+    changes: Rows,
+    schema: T.StructType,
+    the_plan: FoldPlan,
+    gold: Rows | None,
+    tombstones: Rows | None,
+) -> Rows:
+    wildcards = batch_wildcards(engine, changes, schema)
+    return fold_rows(
+        engine,
+        changes,
+        schema=schema,
+        plan=the_plan,
+        wildcards=wildcards,
+        gold=gold,
+        tombstones=tombstones,
+    )
+
+
+def _sorted(table: pa.Table) -> list[dict[str, Any]]:
     rows = table.to_pylist()
     return sorted(rows, key=lambda r: (r["Id"] is not None, r["Id"] or "", repr(r)))
 
 
-def gold_of(spark: SparkSession, silver: Silver, **kwargs: Any) -> DataFrame:
-    """The gold rows after folding ``silver`` (what the MERGE would upsert), computed once."""
-    return gold_changes(fold(spark, silver, **kwargs))
+def _output_schema(engine: LakeEngine, folded: Rows) -> T.StructType:
+    return arrow_schema_to_spark(engine.to_arrow(folded).schema)
 
 
-def by_id(df: DataFrame) -> dict[str, dict[str, Any]]:
-    return {r["Id"]: r.asDict(recursive=True) for r in df.collect()}
+def gold_changes(engine: LakeEngine, folded: Rows) -> Rows:
+    """The rows of a fold output the job MERGEs into the gold table (gold columns)."""
+    output = _output_schema(engine, folded)
+    gold = T.StructType([f for f in output.fields if not f.name.startswith("_fold_")])
+    return engine.map_batches(folded, GoldPart(gold.names), gold)
+
+
+def tombstone_changes(engine: LakeEngine, folded: Rows) -> Rows:
+    """The rows of a fold output the job MERGEs into the tombstone table."""
+    return engine.map_batches(folded, TombstonePart(), tombstone_schema())
+
+
+def resync_entries(engine: LakeEngine, folded: Rows) -> Rows:
+    """The re-sync rows a fold found."""
+    return engine.map_batches(folded, ResyncPart(), RESYNC_SCHEMA)
+
+
+def history_versions(engine: LakeEngine, folded: Rows) -> Rows:
+    """The SCD2 versions a fold started."""
+    return engine.map_batches(
+        folded, VersionsPart(), versions_schema(_output_schema(engine, folded))
+    )
+
+
+def gold_of(engine: LakeEngine, silver: Silver, **kwargs: Any) -> Rows:
+    """The gold rows after folding ``silver`` (what the MERGE would upsert)."""
+    return gold_changes(engine, fold(engine, silver, **kwargs))
 
 
 def day(y: int, m: int, d: int) -> date:
@@ -267,3 +328,22 @@ def day(y: int, m: int, d: int) -> date:
 @pytest.fixture
 def silver() -> Silver:
     return Silver()
+
+
+@pytest.fixture
+def engine(lake_engine: LakeEngine) -> LakeEngine:
+    """The lake engine the test folds with: each test asking for it runs once per engine."""
+    return lake_engine
+
+
+@pytest.fixture
+def lake(make_engine: Any, engine_name: str, tmp_path: Path) -> Callable[..., Any]:
+    """``lake(gold="", root=None)``: a :class:`~tests.spark.gold.lakes.Lake` under
+    ``root`` (default: this test's ``tmp_path``) on the engine under test (each test asking
+    for it runs once per engine); ``gold`` is the object's ``gold:`` section."""
+    from tests.spark.gold.lakes import Lake  # it builds on this module's Silver
+
+    def new(gold: str = "", root: Path | None = None) -> Lake:
+        return Lake(make_engine, engine_name, root or tmp_path, gold)
+
+    return new

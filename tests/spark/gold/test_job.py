@@ -1,109 +1,37 @@
-"""The gold job on real Delta tables: incremental reads of silver, the MERGE through the local
-engine with its txn, tombstones, SCD2 history, re-sync rows (and their resolution), replay
+"""The gold job on real Delta tables, on both lake engines: incremental reads of silver, the
+MERGE with its txn, tombstones, SCD2 history, re-sync rows (and their resolution), replay
 gaps, schema evolution, and ``sfcdc gold`` itself."""
 
 from __future__ import annotations
 
-import textwrap
-import uuid
-from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from ingest.errors import ConfigError
-from ingest.schema import schema_id
 from pipelines.cli import main
-from pipelines.engines import LocalEngine, TableRef, Txn
 from pipelines.gold.job import app_id, history_table, run_gold, tombstone_table
 from pipelines.gold.resync import RESYNC_TABLE
-from pipelines.spec import Conf, SchemasSpec, load_conf
+from pipelines.spec import Conf
+from tests.lake_helpers import rows_of
 from tests.spark.gold.conftest import T0, Silver, account_schema_json
 from tests.spark.gold.helpers import assert_rows
-
-pytestmark = pytest.mark.spark
-
-GOLD = TableRef("gold", "account")
-SILVER = TableRef("silver", "account")
-REGISTRY = TableRef("bronze", "sfcdc_schemas")
-CHECKPOINTS = TableRef("bronze", "sfcdc_checkpoints")
-RATING = ("Rating__c", "double", "Data:Double")
-NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
-
-
-@pytest.fixture
-def lake(spark: SparkSession, tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path
-    for layer in ("bronze", "silver", "gold"):
-        spark.sql(f"DROP DATABASE IF EXISTS {layer}_{tmp_path.name[-8:]} CASCADE")
+from tests.spark.gold.lakes import (
+    CHECKPOINTS,
+    GOLD,
+    NOW,
+    RATING,
+    SILVER,
+    LakeFactory,
+    make_conf,
+    register,
+)
 
 
-def make_conf(root: Path, gold: str = "") -> Conf:
-    conf = root / "conf"
-    (conf / "objects").mkdir(parents=True, exist_ok=True)
-    tag = uuid.uuid4().hex[:8]
-    (conf / "pipeline.yml").write_text(
-        textwrap.dedent(
-            f"""\
-            lake:
-              engine: local
-              location: {root / "lake"}
-              schemas: {{bronze: bronze_{tag}, silver: silver_{tag}, gold: gold_{tag}}}
-            """
-        )
-    )
-    (conf / "objects" / "account.yml").write_text(
-        "object: Account\nkind: change_events\n" + textwrap.dedent(gold)
-    )
-    return load_conf(conf)
-
-
-def engine_for(spark: SparkSession, conf: Conf) -> LocalEngine:
-    lake = conf.pipeline.lake
-    return LocalEngine(spark, location=lake.location, schemas=SchemasSpec(**vars(lake.schemas)))
-
-
-def register(engine: LocalEngine, *schemas: str) -> None:
-    rows = [
-        (schema_id(text), text, "/data/AccountChangeEvent", NOW - timedelta(days=len(schemas) - i))
-        for i, text in enumerate(schemas)
-    ]
-    df = engine.spark.createDataFrame(
-        rows, "schema_id string, schema_json string, topic string, first_seen_at timestamp"
-    )
-    engine.overwrite(REGISTRY, df)
-
-
-class Lake:
-    """A lake with a silver Account table filled batch by batch, as the silver job does."""
-
-    def __init__(self, spark: SparkSession, root: Path, gold: str = "") -> None:
-        self.conf = make_conf(root, gold)
-        self.engine = engine_for(spark, self.conf)
-        self.version = 0
-        register(self.engine, account_schema_json())
-
-    def land(self, silver: Silver) -> int:
-        self.version += 1
-        self.engine.append(
-            SILVER, silver.df(self.engine.spark), txn=Txn("sfcdc.silver:Account", self.version)
-        )
-        return self.version
-
-    def gold(self, *, now: datetime = NOW, **options: object):
-        return run_gold(self.engine, self.conf, now=lambda: now, partitions=2, **options)
-
-    def read(self, table: TableRef = GOLD):
-        return self.engine.read(table)
-
-
-def test_gold_applies_silver_incrementally_and_a_rerun_changes_nothing(
-    spark: SparkSession, lake: Path
-) -> None:
-    env = Lake(spark, lake)
+def test_gold_applies_silver_incrementally_and_a_rerun_changes_nothing(lake: LakeFactory) -> None:
+    env = lake()
     first = Silver()
     first.create(
         "001A",
@@ -120,6 +48,7 @@ def test_gold_applies_silver_incrementally_and_a_rerun_changes_nothing(
     assert result.merge is not None and result.merge.inserted == 2
     assert env.engine.txn_version(GOLD, app_id(env.conf.objects[0])) == silver_version
     assert_rows(
+        env.engine,
         env.read(),
         ["Id", "Phone", "BillingAddress", "_cdc_updated_at"],
         [("001A", "p1", ("1 Main", "Lyon", None, "FR"), NOW), ("001B", "b0", None, NOW)],
@@ -144,6 +73,7 @@ def test_gold_applies_silver_incrementally_and_a_rerun_changes_nothing(
     assert (result.changes, result.applied, result.ignored) == (3, 2, 1)
     assert result.merge is not None and (result.merge.inserted, result.merge.updated) == (0, 2)
     assert_rows(
+        env.engine,
         env.read(),
         ["Id", "Phone", "BillingAddress", "_cdc_is_deleted", "_cdc_deleted_at"],
         [
@@ -153,10 +83,8 @@ def test_gold_applies_silver_incrementally_and_a_rerun_changes_nothing(
     )
 
 
-def test_hard_deletes_leave_tombstones_that_keep_late_changes_out(
-    spark: SparkSession, lake: Path
-) -> None:
-    env = Lake(spark, lake, gold="gold: {deletes: hard}\n")
+def test_hard_deletes_leave_tombstones_that_keep_late_changes_out(lake: LakeFactory) -> None:
+    env = lake(gold="gold: {deletes: hard}\n")
     first = Silver()
     first.create("001A", 0, Phone="p0")
     first.create("001B", 0, Phone="b0")
@@ -164,25 +92,25 @@ def test_hard_deletes_leave_tombstones_that_keep_late_changes_out(
     env.land(first)
     env.gold()
     stones = tombstone_table(env.conf.objects[0])
-    assert_rows(env.read(), ["Id"], [("001B",)])
-    assert_rows(env.read(stones), ["Id", "_cdc_is_deleted"], [("001A", True)])
+    assert_rows(env.engine, env.read(), ["Id"], [("001B",)])
+    assert_rows(env.engine, env.read(stones), ["Id", "_cdc_is_deleted"], [("001A", True)])
 
     late = first.next_batch()
     late.update("001A", 3, Phone="stale")  # before the delete: ignored
     env.land(late)
     env.gold()
-    assert_rows(env.read(), ["Id"], [("001B",)])
+    assert_rows(env.engine, env.read(), ["Id"], [("001B",)])
 
     back = late.next_batch()
     back.add("001A", "UNDELETE", 8, Name="Company 001A", Phone="restored")
     env.land(back)
     env.gold()
-    assert_rows(env.read(), ["Id", "Phone"], [("001A", "restored"), ("001B", "b0")])
-    assert env.read(stones).count() == 0
+    assert_rows(env.engine, env.read(), ["Id", "Phone"], [("001A", "restored"), ("001B", "b0")])
+    assert env.engine.count(env.read(stones)) == 0
 
 
-def test_scd2_history_through_the_engine(spark: SparkSession, lake: Path) -> None:
-    env = Lake(spark, lake, gold="gold: {scd2: {enabled: true, track: [Phone]}}\n")
+def test_scd2_history_through_the_engine(lake: LakeFactory) -> None:
+    env = lake(gold="gold: {scd2: {enabled: true, track: [Phone]}}\n")
     first = Silver()
     first.create("001A", 0, Phone="p0")
     first.update("001A", 1, NumberOfEmployees=50)  # untracked
@@ -195,6 +123,7 @@ def test_scd2_history_through_the_engine(spark: SparkSession, lake: Path) -> Non
     env.gold()  # nothing new: the history stays as it is
     history = env.read(history_table(env.conf.objects[0]))
     assert_rows(
+        env.engine,
         history,
         ["Id", "Phone", "_scd_valid_from", "_scd_valid_to", "_scd_is_current", "_scd_change_type"],
         [
@@ -204,10 +133,8 @@ def test_scd2_history_through_the_engine(spark: SparkSession, lake: Path) -> Non
     )
 
 
-def test_gaps_are_listed_and_resolved_by_a_later_full_image(
-    spark: SparkSession, lake: Path
-) -> None:
-    env = Lake(spark, lake)
+def test_gaps_are_listed_and_resolved_by_a_later_full_image(lake: LakeFactory) -> None:
+    env = lake()
     first = Silver()
     first.create("001A", 0)
     gap = first.add("001A", "GAP_DELETE", 2)
@@ -215,6 +142,7 @@ def test_gaps_are_listed_and_resolved_by_a_later_full_image(
     env.land(first)
     env.gold()
     assert_rows(
+        env.engine,
         env.read(RESYNC_TABLE),
         ["object", "record_id", "change_type", "reason", "event_id", "resolved_at"],
         [
@@ -228,6 +156,7 @@ def test_gaps_are_listed_and_resolved_by_a_later_full_image(
     resolved_at = NOW + timedelta(hours=1)
     env.gold(now=resolved_at)
     assert_rows(
+        env.engine,
         env.read(RESYNC_TABLE),
         ["record_id", "reason", "resolved_at", "resolved_by"],
         [
@@ -235,40 +164,66 @@ def test_gaps_are_listed_and_resolved_by_a_later_full_image(
             (None, "overflow", None, None),  # only a re-bootstrap resolves a whole object
         ],
     )
-    assert_rows(env.read(), ["Id", "Phone", "_cdc_needs_resync"], [("001A", "known again", False)])
+    assert_rows(
+        env.engine,
+        env.read(),
+        ["Id", "Phone", "_cdc_needs_resync"],
+        [("001A", "known again", False)],
+    )
 
 
-def test_replay_gaps_become_whole_object_resyncs_once(spark: SparkSession, lake: Path) -> None:
-    env = Lake(spark, lake)
+def test_replay_gaps_become_whole_object_resyncs_once(lake: LakeFactory) -> None:
+    env = lake()
     silver = Silver()
     silver.create("001A", 0)
     env.land(silver)
-    checkpoints = spark.createDataFrame(
+    checkpoints = pa.Table.from_pylist(
         [
-            ("/data/AccountChangeEvent", 4, "replay_gap", "after:0a0b", "earliest", "expired"),
-            ("/data/AccountChangeEvent", 3, "events", None, None, None),
-            ("/data/ContactChangeEvent", 5, "replay_gap", "after:0c", "latest", None),
+            {
+                "topic": topic,
+                "batch_id": batch_id,
+                "kind": kind,
+                "gap_requested": requested,
+                "gap_resumed": resumed,
+                "detail": detail,
+                "committed_at": NOW,
+            }
+            for topic, batch_id, kind, requested, resumed, detail in [
+                ("/data/AccountChangeEvent", 4, "replay_gap", "after:0a0b", "earliest", "expired"),
+                ("/data/AccountChangeEvent", 3, "events", None, None, None),
+                ("/data/ContactChangeEvent", 5, "replay_gap", "after:0c", "latest", None),
+            ]
         ],
-        "topic string, batch_id long, kind string, gap_requested string, gap_resumed string, "
-        "detail string",
-    ).withColumn("committed_at", F.lit(NOW))
+        schema=pa.schema(
+            [
+                ("topic", pa.string()),
+                ("batch_id", pa.int64()),
+                ("kind", pa.string()),
+                ("gap_requested", pa.string()),
+                ("gap_resumed", pa.string()),
+                ("detail", pa.string()),
+                ("committed_at", pa.timestamp("us", tz="UTC")),
+            ]
+        ),
+    )
     env.engine.append(CHECKPOINTS, checkpoints)
     first = env.gold()
     assert first.replay_gaps == 1
     assert_rows(
+        env.engine,
         env.read(RESYNC_TABLE),
         ["object", "record_id", "reason", "bronze_batch_id", "resolved_at"],
         [("Account", None, "replay_gap", 4, None)],
     )
-    (row,) = env.read(RESYNC_TABLE).collect()
+    (row,) = rows_of(env.engine, RESYNC_TABLE)
     assert "after:0a0b" in row["detail"] and "earliest" in row["detail"]
     version = env.engine.version(RESYNC_TABLE)
     assert env.gold().replay_gaps == 0
     assert env.engine.version(RESYNC_TABLE) == version
 
 
-def test_gold_follows_a_new_silver_column(spark: SparkSession, lake: Path) -> None:
-    env = Lake(spark, lake)
+def test_gold_follows_a_new_silver_column(lake: LakeFactory) -> None:
+    env = lake()
     first = Silver()
     first.create("001A", 0, Phone="p0")
     env.land(first)
@@ -280,39 +235,41 @@ def test_gold_follows_a_new_silver_column(spark: SparkSession, lake: Path) -> No
     second.update("001A", 4, Rating__c=4.5)
     env.land(second)
     env.gold()
-    assert_rows(env.read(), ["Id", "Phone", "Rating__c"], [("001A", "p0", 4.5)])
+    assert_rows(env.engine, env.read(), ["Id", "Phone", "Rating__c"], [("001A", "p0", 4.5)])
 
 
-def test_changing_sequence_by_on_a_built_table_is_refused(spark: SparkSession, lake: Path) -> None:
-    env = Lake(spark, lake)
+def test_changing_sequence_by_on_a_built_table_is_refused(
+    lake: LakeFactory, tmp_path: Path
+) -> None:
+    env = lake()
     silver = Silver()
     silver.create("001A", 0)
     env.land(silver)
     env.gold()
     env.land(silver.next_batch())
-    changed = make_conf(lake, "gold: {sequence_by: [_cdc_commit_timestamp]}\n")
+    changed = make_conf(tmp_path / "changed", "gold: {sequence_by: [_cdc_commit_timestamp]}\n")
     changed = Conf(env.conf.pipeline, changed.objects, env.conf.conf_dir)
     with pytest.raises(ConfigError, match="was built with sequence_by"):
         run_gold(env.engine, changed)
 
 
-def test_unknown_columns_in_the_gold_section_are_reported(spark: SparkSession, lake: Path) -> None:
-    env = Lake(spark, lake, gold="gold: {sequence_by: [_cdc_commit_timestamp, Rank__c]}\n")
+def test_unknown_columns_in_the_gold_section_are_reported(
+    lake: LakeFactory, tmp_path: Path
+) -> None:
+    env = lake(gold="gold: {sequence_by: [_cdc_commit_timestamp, Rank__c]}\n")
     silver = Silver()
     silver.create("001A", 0)
     env.land(silver)
     with pytest.raises(ConfigError, match=r"sequence_by names \['Rank__c'\]"):
         env.gold()
-    env = Lake(spark, lake / "other", gold="gold: {scd2: {enabled: true, track: [Rank__c]}}\n")
+    env = lake("gold: {scd2: {enabled: true, track: [Rank__c]}}\n", root=tmp_path / "other")
     env.land(silver)
     with pytest.raises(ConfigError, match=r"scd2.track names \['Rank__c'\]"):
         env.gold()
 
 
-def test_the_gold_command(
-    spark: SparkSession, lake: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    env = Lake(spark, lake)
+def test_the_gold_command(lake: LakeFactory, capsys: pytest.CaptureFixture[str]) -> None:
+    env = lake()
     silver = Silver()
     silver.create("001A", 0)
     silver.add("001B", "GAP_CREATE", 1)

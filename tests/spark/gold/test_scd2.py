@@ -5,17 +5,22 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-from pyspark.sql import SparkSession
-
-from pipelines.gold.fold import history_versions
-from pipelines.gold.scd2 import history_changes
-from tests.spark.gold.conftest import T0, Silver, fold, plan
+from pipelines.engines import LakeEngine
+from pipelines.gold.job import history_changes
+from pipelines.gold.scd2 import history_schema
+from tests.spark.gold.conftest import (
+    T0,
+    Silver,
+    computed,
+    fold,
+    gold_changes,
+    history_versions,
+    plan,
+)
 from tests.spark.gold.helpers import assert_rows
 
-pytestmark = pytest.mark.spark
-
 TRACKED = plan(track=["Phone", "NumberOfEmployees"])
+HISTORY = history_schema([f for f in Silver().schema.fields if f.name in TRACKED.track])
 VERSION = [
     "Id",
     "Phone",
@@ -32,7 +37,7 @@ def s(seconds: int):
     return T0 + timedelta(seconds=seconds)
 
 
-def test_a_version_per_change_of_a_tracked_column(spark: SparkSession) -> None:
+def test_a_version_per_change_of_a_tracked_column(engine: LakeEngine) -> None:
     silver = Silver()
     silver.create("001A", 0, Phone="p0", NumberOfEmployees=1)
     silver.update("001A", 1, Description="untracked: no version")
@@ -41,7 +46,8 @@ def test_a_version_per_change_of_a_tracked_column(spark: SparkSession) -> None:
     silver.add("001A", "DELETE", 4)
     silver.add("001A", "UNDELETE", 5, Name="Company 001A", Phone="p1", NumberOfEmployees=2)
     assert_rows(
-        history_versions(fold(spark, silver, the_plan=TRACKED)),
+        engine,
+        history_versions(engine, fold(engine, silver, the_plan=TRACKED)),
         VERSION,
         [
             ("001A", "p0", 1, s(0), s(2), False, False, "CREATE"),
@@ -52,30 +58,33 @@ def test_a_version_per_change_of_a_tracked_column(spark: SparkSession) -> None:
     )
 
 
-def test_track_all_follows_every_body_column(spark: SparkSession) -> None:
+def test_track_all_follows_every_body_column(engine: LakeEngine) -> None:
     silver = Silver()
     silver.create("001A", 0)
     silver.update("001A", 1, Description="now tracked")
-    versions = history_versions(fold(spark, silver, the_plan=plan(track="all")))
+    versions = history_versions(engine, fold(engine, silver, the_plan=plan(track="all")))
     assert_rows(
+        engine,
         versions,
         ["Id", "Description", "_scd_change_type"],
         [("001A", None, "CREATE"), ("001A", "now tracked", "UPDATE")],
     )
-    assert {"BillingAddress", "Name_PersonName", "SLAExpirationDate__c"} <= set(versions.columns)
+    columns = engine.to_arrow(versions).column_names
+    assert {"BillingAddress", "Name_PersonName", "SLAExpirationDate__c"} <= set(columns)
 
 
-def test_new_versions_close_the_current_one(spark: SparkSession) -> None:
+def test_new_versions_close_the_current_one(engine: LakeEngine) -> None:
     first = Silver()
     first.create("001A", 0, Phone="p0")
     first.create("001B", 0, Phone="b0")
-    gold = fold(spark, first, the_plan=TRACKED).drop("_fold_versions").localCheckpoint()
-    history = history_versions(fold(spark, first, the_plan=TRACKED)).localCheckpoint()
+    gold = computed(engine, gold_changes(engine, fold(engine, first, the_plan=TRACKED)))
+    history = computed(engine, history_versions(engine, fold(engine, first, the_plan=TRACKED)))
     batch = first.next_batch()
     batch.update("001A", 7, Phone="p1")
-    folded = fold(spark, batch, gold=gold, the_plan=TRACKED)
+    folded = fold(engine, batch, gold=gold, the_plan=TRACKED)
     assert_rows(
-        history_changes(history_versions(folded), history),
+        engine,
+        history_changes(engine, history_versions(engine, folded), history, schema=HISTORY),
         VERSION,
         [
             ("001A", "p0", 10, s(0), s(7), False, False, "CREATE"),  # closed
@@ -83,6 +92,8 @@ def test_new_versions_close_the_current_one(spark: SparkSession) -> None:
         ],
     )
     # Re-running the batch: its version is already current, nothing is closed twice.
-    current = history_changes(history_versions(folded), history).localCheckpoint()
-    rerun = history_changes(history_versions(folded), current)
-    assert_rows(rerun, ["Id", "_scd_change_type"], [("001A", "UPDATE")])
+    current = computed(
+        engine, history_changes(engine, history_versions(engine, folded), history, schema=HISTORY)
+    )
+    rerun = history_changes(engine, history_versions(engine, folded), current, schema=HISTORY)
+    assert_rows(engine, rerun, ["Id", "_scd_change_type"], [("001A", "UPDATE")])

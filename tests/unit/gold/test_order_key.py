@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.gold.fold import _column_parts, encode_order_key, order_columns
+from pipelines.gold.fold import encode_order_key, order_columns
+from pipelines.gold.folding import _column_parts
 
 UTC = timezone.utc
 
