@@ -293,6 +293,19 @@ class CheckpointStore:
         )
         return set(rows.column("replay_id").to_pylist())
 
+    def landed_from(self, topic: str, replay_id: bytes) -> set[bytes]:
+        """Replay ids of the topic's bronze events in the batch holding ``replay_id`` and
+        after it (empty when bronze does not hold it): what a stream restarted at EARLIEST
+        delivers again when its first event is ``replay_id``."""
+        table = self._tables.bronze(topic)
+        found = self._engine.read_arrow(
+            table, columns=["batch_id"], where=[("replay_id", "=", replay_id)]
+        )
+        if found.num_rows == 0:
+            return set()
+        first = min(found.column("batch_id").to_pylist())
+        return self.landed_after(topic, first - 1)
+
     def registered_schemas(self) -> set[str]:
         """Schema ids the registry holds."""
         rows = self._engine.read_arrow(self._tables.schemas, columns=["schema_id"])

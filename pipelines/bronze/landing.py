@@ -175,6 +175,9 @@ class _Topic:
     sealed_position: ReplayId | None = None
     drained: bool = False
     skip: set[bytes] = field(default_factory=set)
+    # The stream (re)starts at EARLIEST while bronze may hold events: the first delivered
+    # event tells whether the server is delivering landed events again (see _check_redelivery).
+    check_redelivery: bool = False
     received: int = 0
     received_bytes: int = 0
     progress_mark: tuple[float, int, int] = (0.0, 0, 0)
@@ -486,6 +489,8 @@ class BronzeLanding:
                 sub=self._subscription(spec, recovery.start),
                 next_batch=recovery.next_batch_id,
                 position=recovery.start,
+                check_redelivery=spec.managed_subscription is None
+                and isinstance(recovery.start, Earliest),
             )
             if recovery.checkpoint is not None:
                 topic.last_replay_id = recovery.checkpoint.replay_id
@@ -587,6 +592,8 @@ class BronzeLanding:
             )
 
     def _add(self, t: _Topic, columns: EventColumns, received_at: float) -> None:
+        if t.check_redelivery and columns.replay_ids:
+            self._check_redelivery(t, columns.replay_ids[0])
         if t.skip:
             columns = self._skip_redelivered(t, columns)
         t.drained = False
@@ -628,6 +635,26 @@ class BronzeLanding:
             if len(ob.replay_ids) >= limits.max_events or ob.nbytes >= limits.max_bytes:
                 self._seal(t)
 
+    def _check_redelivery(self, t: _Topic, first: bytes) -> None:
+        # A stream that starts at EARLIEST (a corrupted-replay recovery, or a restart after
+        # one) delivers every retained event, and the retained ones may already be in bronze.
+        # Stream order is bronze order, so if the first delivered event is in bronze, the
+        # redelivered events are exactly the bronze rows from its batch on: skip those replay
+        # ids until the first event bronze does not hold (as for ManagedSubscribe). Memory is
+        # bounded by what bronze holds from that batch on, read once.
+        t.check_redelivery = False
+        self._committer.wait_idle()  # the engine is free to read until the next hand-over
+        landed = self._store.landed_from(t.spec.topic, first)
+        if landed:
+            self._log.warning(
+                "%s: the stream restarted at the earliest retained event and delivers events "
+                "already in bronze (from replay id %s); %d landed events will be skipped",
+                t.spec.topic,
+                first.hex(),
+                len(landed),
+            )
+            t.skip = landed
+
     def _skip_redelivered(self, t: _Topic, columns: EventColumns) -> EventColumns:
         # Delivery is in stream order, so the first event bronze does not hold ends the run
         # of redelivered ones.
@@ -636,8 +663,8 @@ class BronzeLanding:
             if rid not in skip:
                 t.skipped += i
                 self._log.info(
-                    "%s: skipped %d events the managed subscription delivered again (already "
-                    "in bronze); landing resumes at %s",
+                    "%s: skipped %d events the server delivered again (already in bronze); "
+                    "landing resumes at %s",
                     t.spec.topic,
                     t.skipped,
                     rid.hex(),
@@ -697,6 +724,7 @@ class BronzeLanding:
         )
         t.open = _OpenBatch()
         t.sealed_position = None
+        t.check_redelivery = isinstance(gap.resumed, Earliest)
         sealed = _Sealed(t.spec.topic, t.next_batch, "replay_gap", None, _OpenBatch(), gap)
         t.next_batch += 1
         self._committer.submit(sealed)

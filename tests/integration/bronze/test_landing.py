@@ -327,3 +327,29 @@ def test_progress_lines_and_periodic_maintenance(
     fill(emulator, 20, ORDERS, start=300)
     land(load_conf(conf_dir), once=True)
     assert landed(conf_dir, ORDERS) == expected(emulator, ORDERS)
+
+
+def test_an_earliest_recovery_lands_no_event_twice(
+    emulator: Emulator, tmp_path: Path, lake_kind: str
+) -> None:
+    # The stored position is rejected while the events before it are still retained (the
+    # emulator refuses the replay id without purging): EARLIEST delivers every landed event
+    # again, and landing skips them.
+    conf_dir = write_conf(tmp_path, emulator, engine=lake_kind, objects={"order": ORDER_OBJECT})
+    fill(emulator, 20, ORDERS)
+    land(load_conf(conf_dir), once=True)
+    emulator.faults.reject_replay_ids(through=encode_replay_id(emulator.bus.position))
+    fill(emulator, 10, ORDERS, start=20)
+    (conf_dir / "objects" / "order.yml").write_text(
+        ORDER_OBJECT + "replay: {on_corrupted: earliest}\n"
+    )
+    result = land(load_conf(conf_dir), once=True)
+
+    assert result.topics[0].replay_gaps == 1
+    assert result.topics[0].events == 10
+    assert result.topics[0].redelivered_skipped == 20
+    assert landed(conf_dir, ORDERS) == expected(emulator, ORDERS)
+    # The next run resumes after the last landed event.
+    fill(emulator, 5, ORDERS, start=30)
+    land(load_conf(conf_dir), once=True)
+    assert landed(conf_dir, ORDERS) == expected(emulator, ORDERS)
