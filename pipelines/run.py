@@ -2,8 +2,9 @@
 
 :class:`Pipeline` runs ``ingest -> silver -> gold`` for the enabled objects of a ``conf/``:
 
-- :meth:`Pipeline.run_once` drains what the source has (the landing stops once a keepalive
-  shows nothing pending on any topic), then runs one silver and one gold pass;
+- :meth:`Pipeline.run_once` lands what was published before it started (the landing stops
+  once every topic has caught up, whatever the traffic), then runs one silver and one gold
+  pass;
 - :meth:`Pipeline.run_continuous` lands in the background while the calling thread runs
   silver and gold as micro-batches every ``interval`` seconds; :meth:`Pipeline.stop` (from a
   signal handler or another thread) ends it cleanly: the landing commits its open batches,

@@ -174,6 +174,9 @@ class _Topic:
     open: _OpenBatch = field(default_factory=_OpenBatch)
     sealed_position: ReplayId | None = None
     drained: bool = False
+    # Received everything published before the run started (a keepalive, or a response the
+    # server could not fill): what --once waits for. Stays set while the stream goes on.
+    caught_up: bool = False
     skip: set[bytes] = field(default_factory=set)
     # The stream (re)starts at EARLIEST while bronze may hold events: the first delivered
     # event tells whether the server is delivering landed events again (see _check_redelivery).
@@ -443,7 +446,9 @@ class BronzeLanding:
 
     def run(self, *, once: bool = False, duration: float | None = None) -> LandingResult:
         """Land until stopped (:meth:`stop`), for ``duration`` seconds, or with ``once``
-        until every topic is drained (a keepalive shows nothing more is pending)."""
+        until every topic has caught up: it received a keepalive, or a response holding fewer
+        events than the server owed (the server had no more to send), so every event
+        published before the run started is landed; steady traffic cannot keep it going."""
         if self._ran:
             raise RuntimeError("a BronzeLanding runs once; create a new one to resume")
         self._ran = True
@@ -571,13 +576,20 @@ class BronzeLanding:
 
     def _handle(self, item: Any) -> None:
         if isinstance(item, EventBatch):
-            self._add(self._topics[item.topic], item.columns, item.received_at)
+            t = self._topics[item.topic]
+            self._add(t, item.columns, item.received_at)
+            if item.pending_num_requested > 0:
+                # The server sent fewer events than it owed: it had no more when it sent
+                # them, so everything published before then (after this run started) has
+                # been received. Under steady traffic this comes long before a keepalive.
+                t.caught_up = True
         elif isinstance(item, Keepalive):
             t = self._topics[item.topic]
             t.open.position = item.latest_replay_id
             if t.open.opened_at is None:
                 t.open.opened_at = self._monotonic()
             t.drained = True
+            t.caught_up = True
         elif isinstance(item, Resubscribed):
             self._resubscribed(self._topics[item.topic], item)
         elif isinstance(item, ReplayGap):
@@ -683,6 +695,7 @@ class BronzeLanding:
 
     def _resubscribed(self, t: _Topic, item: Resubscribed) -> None:
         t.drained = False
+        t.caught_up = False  # what was received but not committed comes again
         if t.managed:
             # The new stream resumes after the position the server had committed when it
             # opened, which the item reports as far as this process saw it acknowledged (acks
@@ -765,8 +778,11 @@ class BronzeLanding:
         reason = self._stop_reason
         if reason is None and self._deadline is not None and now >= self._deadline:
             reason = "duration reached"
-        if reason is None and self._once and all(t.drained for t in self._topics.values()):
-            reason = "drained: a keepalive showed nothing more pending on every topic"
+        if reason is None and self._once and all(t.caught_up for t in self._topics.values()):
+            reason = (
+                "drained: every topic received all events published before the run started "
+                "(a keepalive, or a response the server could not fill)"
+            )
         if reason is None:
             return False
         self._finish(reason)

@@ -3,7 +3,7 @@
 ::
 
     sfcdc ingest --conf conf/                  # run until SIGINT / SIGTERM
-    sfcdc ingest --conf conf/ --once           # drain what is available, then stop
+    sfcdc ingest --conf conf/ --once           # land what was published before it started
     sfcdc ingest --conf conf/ --for 600        # run for ten minutes
     sfcdc ingest --conf conf/ --objects Account,Contact
 
@@ -71,8 +71,8 @@ def register(subparsers: Any) -> None:
     until.add_argument(
         "--once",
         action="store_true",
-        help="drain what is available and stop (when a keepalive shows nothing more pending "
-        "on every topic)",
+        help="land what was published before the run started and stop (once every topic has "
+        "had a keepalive or a response the server could not fill), whatever the traffic",
     )
     until.add_argument(
         "--for",

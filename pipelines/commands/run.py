@@ -5,7 +5,8 @@
     sfcdc run [--conf conf/] --once                  # drain what is available, then stop
     sfcdc run [--conf conf/] [--continuous] [--interval 1] [--objects Account,Contact]
 
-``--once`` lands what the source has (until a keepalive shows nothing pending on any topic),
+``--once`` lands what was published before it started (every topic caught up: see
+docs/operations.md),
 then runs silver and gold once. Continuous mode (the default) lands in a child process
 (``sfcdc ingest``, so silver and gold never hold up the landing) and runs silver and gold
 every ``--interval`` seconds in this one, printing per-topic progress; SIGINT or SIGTERM stops

@@ -353,3 +353,47 @@ def test_an_earliest_recovery_lands_no_event_twice(
     fill(emulator, 5, ORDERS, start=30)
     land(load_conf(conf_dir), once=True)
     assert landed(conf_dir, ORDERS) == expected(emulator, ORDERS)
+
+
+def test_once_finishes_under_steady_traffic_and_loses_nothing(
+    emulator: Emulator, tmp_path: Path, lake_kind: str
+) -> None:
+    # Events keep arriving faster than the keepalive interval, so no keepalive ever comes:
+    # --once stops once every topic received what was published before it started.
+    conf_dir = write_conf(tmp_path, emulator, engine=lake_kind, objects={"order": ORDER_OBJECT})
+    before = fill(emulator, 300, ORDERS)
+    stop = threading.Event()
+    produced = [300]
+
+    def produce() -> None:
+        while not stop.wait(0.02):  # 50 events/s
+            fill(emulator, 1, ORDERS, start=produced[0])
+            produced[0] += 1
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    landings: list[BronzeLanding] = []
+    results = []
+    runner = threading.Thread(
+        target=lambda: results.append(
+            land(load_conf(conf_dir), once=True, started=lambda lg: landings.append(lg))
+        )
+    )
+    try:
+        runner.start()
+        runner.join(timeout=60)
+        finished = not runner.is_alive()
+        if not finished:
+            landings[0].stop("the test gave up waiting")
+            runner.join(timeout=30)
+        assert finished, "--once did not finish under steady traffic"
+        assert results[0].stopped.startswith("drained")
+        rids = [rid for rid, _ in landed(conf_dir, ORDERS)]
+        assert rids[: len(before)] == before
+        # A second --once under the same traffic resumes right after the first.
+        land(load_conf(conf_dir), once=True)
+    finally:
+        stop.set()
+        producer.join()
+    land(load_conf(conf_dir), once=True)
+    assert landed(conf_dir, ORDERS) == expected(emulator, ORDERS)
