@@ -70,7 +70,9 @@ from ingest.errors import CheckpointError, LakeError
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
 from pipelines.bronze.tables import (
     CHECKPOINT_SCHEMA,
+    SCHEMA_FAILURES_SCHEMA,
     SCHEMA_REGISTRY_SCHEMA,
+    TOPIC_FAILURES_SCHEMA,
     BronzeTables,
     CheckpointKind,
     bronze_app_id,
@@ -365,6 +367,37 @@ class CheckpointStore:
             schema=SCHEMA_REGISTRY_SCHEMA,
         )
         self._engine.append(self._tables.schemas, table, metadata={"sfcdc.topic": topic})
+
+    def record_topic_failure(
+        self, topic: str, objects: str, *, status: str, error_code: str, error: str
+    ) -> None:
+        """Append a row saying ``topic`` failed for good (``sfcdc status`` shows it)."""
+        row = {
+            "topic": topic,
+            "objects": objects,
+            "status": status,
+            "error_code": error_code or None,
+            "error": error,
+            "failed_at": self._now(),
+        }
+        table = pa.Table.from_pylist([row], schema=TOPIC_FAILURES_SCHEMA)
+        self._engine.append(self._tables.topic_failures, table, metadata={"sfcdc.topic": topic})
+
+    def record_schema_failure(
+        self, topic: str, schema_id: str, *, status: str, error_code: str, error: str
+    ) -> None:
+        """Append a row saying GetSchema refused ``schema_id`` (silver quarantines its
+        events with this error until the schema can be fetched)."""
+        row = {
+            "schema_id": schema_id,
+            "topic": topic,
+            "status": status,
+            "error_code": error_code or None,
+            "error": error,
+            "failed_at": self._now(),
+        }
+        table = pa.Table.from_pylist([row], schema=SCHEMA_FAILURES_SCHEMA)
+        self._engine.append(self._tables.schema_failures, table, metadata={"sfcdc.topic": topic})
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self._clock(), tz=timezone.utc)

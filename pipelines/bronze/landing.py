@@ -62,8 +62,9 @@ from ingest.client import (
     RetryPolicy,
     SchemaCache,
     Subscription,
+    TopicFailed,
 )
-from ingest.errors import CheckpointError
+from ingest.errors import CheckpointError, PermanentError, PubSubError
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
 from pipelines.bronze.checkpoint import CheckpointRow, CheckpointStore, describe_position
 from pipelines.bronze.tables import (
@@ -107,6 +108,7 @@ class TopicResult:
     replay_gaps: int
     redelivered_skipped: int
     last_replay_id: str | None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,11 @@ class LandingResult:
     def events(self) -> int:
         """Events landed across topics."""
         return sum(t.events for t in self.topics)
+
+    @property
+    def failed(self) -> tuple[TopicResult, ...]:
+        """The topics whose subscription failed for good (``error`` says why)."""
+        return tuple(t for t in self.topics if t.error is not None)
 
 
 class _OpenBatch:
@@ -177,6 +184,8 @@ class _Topic:
     # Received everything published before the run started (a keepalive, or a response the
     # server could not fill): what --once waits for. Stays set while the stream goes on.
     caught_up: bool = False
+    short_responses: int = 0  # consecutive responses holding fewer events than owed
+    failed: str | None = None  # why the subscription failed for good (the others go on)
     skip: set[bytes] = field(default_factory=set)
     # The stream (re)starts at EARLIEST while bronze may hold events: the first delivered
     # event tells whether the server is delivering landed events again (see _check_redelivery).
@@ -446,8 +455,8 @@ class BronzeLanding:
 
     def run(self, *, once: bool = False, duration: float | None = None) -> LandingResult:
         """Land until stopped (:meth:`stop`), for ``duration`` seconds, or with ``once``
-        until every topic has caught up: it received a keepalive, or a response holding fewer
-        events than the server owed (the server had no more to send), so every event
+        until every topic has caught up: it received a keepalive, or two responses in a row
+        holding fewer events than the server owed (the server had no more to send), so every event
         published before the run started is landed; steady traffic cannot keep it going."""
         if self._ran:
             raise RuntimeError("a BronzeLanding runs once; create a new one to resume")
@@ -467,6 +476,9 @@ class BronzeLanding:
             [t.sub for t in self._topics.values()],
             on_idle=self._on_idle,
             idle_interval=_TICK,
+            # A topic that does not exist (or CDC is off for it, or the user cannot read it)
+            # fails alone: the other topics keep landing.
+            isolate=(PermanentError,),
             logger=self._log,
         )
         try:
@@ -578,10 +590,13 @@ class BronzeLanding:
         if isinstance(item, EventBatch):
             t = self._topics[item.topic]
             self._add(t, item.columns, item.received_at)
-            if item.pending_num_requested > 0:
-                # The server sent fewer events than it owed: it had no more when it sent
-                # them, so everything published before then (after this run started) has
-                # been received. Under steady traffic this comes long before a keepalive.
+            # The server sent fewer events than it owed: it had no more when it sent them,
+            # so everything published before then (after this run started) has been
+            # received. Two such responses in a row on one stream, because one alone can be
+            # a response cut short (the stream then ends, or the size cap was reached).
+            # Under steady traffic this comes long before a keepalive.
+            t.short_responses = t.short_responses + 1 if item.pending_num_requested > 0 else 0
+            if t.short_responses >= 2:
                 t.caught_up = True
         elif isinstance(item, Keepalive):
             t = self._topics[item.topic]
@@ -594,6 +609,8 @@ class BronzeLanding:
             self._resubscribed(self._topics[item.topic], item)
         elif isinstance(item, ReplayGap):
             self._replay_gap(self._topics[item.topic], item)
+        elif isinstance(item, TopicFailed):
+            self._topic_failed(self._topics[item.topic], item.error)
         elif isinstance(item, CommitFailed):
             self._log.info(
                 "%s: the server did not take commit %s (%s); the Delta checkpoint is "
@@ -647,6 +664,21 @@ class BronzeLanding:
             if len(ob.replay_ids) >= limits.max_events or ob.nbytes >= limits.max_bytes:
                 self._seal(t)
 
+    def _topic_failed(self, t: _Topic, error: BaseException) -> None:
+        objects = ", ".join(o.api_name for o in t.spec.objects) or t.spec.topic
+        self._log.error(
+            "%s (%s) failed and stops; the other topics go on: %s", t.spec.topic, objects, error
+        )
+        self._seal(t)  # what it delivered before failing is landed
+        self._committer.wait_idle()
+        t.failed = str(error)
+        t.caught_up = True
+        status = error.status if isinstance(error, PubSubError) else type(error).__name__
+        code = error.error_code if isinstance(error, PubSubError) else ""
+        self._store.record_topic_failure(
+            t.spec.topic, objects, status=status or "UNKNOWN", error_code=code, error=str(error)
+        )
+
     def _check_redelivery(self, t: _Topic, first: bytes) -> None:
         # A stream that starts at EARLIEST (a corrupted-replay recovery, or a restart after
         # one) delivers every retained event, and the retained ones may already be in bronze.
@@ -696,6 +728,7 @@ class BronzeLanding:
     def _resubscribed(self, t: _Topic, item: Resubscribed) -> None:
         t.drained = False
         t.caught_up = False  # what was received but not committed comes again
+        t.short_responses = 0
         if t.managed:
             # The new stream resumes after the position the server had committed when it
             # opened, which the item reports as far as this process saw it acknowledged (acks
@@ -781,7 +814,7 @@ class BronzeLanding:
         if reason is None and self._once and all(t.caught_up for t in self._topics.values()):
             reason = (
                 "drained: every topic received all events published before the run started "
-                "(a keepalive, or a response the server could not fill)"
+                "(a keepalive, or responses the server could not fill)"
             )
         if reason is None:
             return False
@@ -846,6 +879,7 @@ class BronzeLanding:
                     replay_gaps=t.gaps,
                     redelivered_skipped=t.skipped,
                     last_replay_id=t.last_replay_id.hex() if t.last_replay_id else None,
+                    error=t.failed,
                 )
                 for t in self._topics.values()
             )

@@ -31,7 +31,7 @@ from typing import Any
 
 from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
 from pipelines.commands.gold import summary as gold_summary
-from pipelines.commands.ingest import _names, _positive_seconds
+from pipelines.commands.ingest import _names, _positive_seconds, report_failures
 from pipelines.commands.silver import summary as silver_summary
 from pipelines.run import LandingProcess, Pipeline, RunResult
 
@@ -162,4 +162,4 @@ def run(args: argparse.Namespace) -> int:
             result = pipeline.run_continuous(interval=args.interval, duration=args.seconds)
     for line in summary(result):
         print(line)
-    return 0
+    return report_failures("sfcdc run", conf, result.landing)

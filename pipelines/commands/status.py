@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.bronze import CHECKPOINT_TABLE
+from pipelines.bronze.tables import TOPIC_FAILURES_TABLE
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold import job as gold_job
@@ -62,6 +63,9 @@ class TopicStatus:
     events_landed: int
     replay_gaps: int
     quarantined: int
+    # The topic's subscription failed for good after its last checkpoint (FAIL): why, when.
+    failed: str | None = None
+    failed_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ class ObjectStatus:
     silver_lag: int | None
     resync_records: int
     resync_full_object: int
+    failed: str | None = None  # its topic's subscription failed for good (FAIL)
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,9 @@ def read_status(engine: LakeEngine, conf: Conf) -> Status:
         ["topic", "batch_id", "kind", "replay_id", "event_count", "committed_at"],
     )
     quarantine = _read(engine, silver_job.QUARANTINE_TABLE, ["bronze_table"])
+    failures = _read(
+        engine, TableRef("bronze", TOPIC_FAILURES_TABLE), ["topic", "status", "error", "failed_at"]
+    )
     resync = _read(engine, RESYNC_TABLE, ["object", "record_id", "reason", "resolved_at"])
 
     topics = []
@@ -128,6 +136,7 @@ def read_status(engine: LakeEngine, conf: Conf) -> Status:
             if quarantine is None
             else int(pc.sum(pc.equal(quarantine["bronze_table"], spec.bronze_table)).as_py() or 0)
         )
+        failure = _open_failure(failures, spec.topic, last["committed_at"] if last else None)
         topics.append(
             TopicStatus(
                 topic=spec.topic,
@@ -140,9 +149,12 @@ def read_status(engine: LakeEngine, conf: Conf) -> Status:
                 events_landed=sum(r["event_count"] for r in rows),
                 replay_gaps=sum(1 for r in rows if r["kind"] == "replay_gap"),
                 quarantined=quarantined,
+                failed=failure["error"] if failure else None,
+                failed_at=_iso(failure["failed_at"]) if failure else None,
             )
         )
 
+    topic_failures = {t.topic: t.failed for t in topics if t.failed is not None}
     open_resync = resync.filter(pc.is_null(resync["resolved_at"])).to_pylist() if resync else []
     objects = []
     for spec in conf.topics():
@@ -183,10 +195,26 @@ def read_status(engine: LakeEngine, conf: Conf) -> Status:
                     silver_lag=_lag(silver_version, applied) if gold_name else None,
                     resync_records=len({r["record_id"] for r in mine if r["record_id"]}),
                     resync_full_object=whole,
+                    failed=topic_failures.get(spec.topic),
                 )
             )
     location = getattr(engine, "location", None)
     return Status(str(location or engine.name), tuple(topics), tuple(objects))
+
+
+def _open_failure(
+    failures: pa.Table | None, topic: str, checkpointed: datetime | None
+) -> dict[str, Any] | None:
+    """The topic's last failure when nothing was checkpointed after it."""
+    if failures is None:
+        return None
+    rows = failures.filter(pc.equal(failures["topic"], topic)).to_pylist()
+    if not rows:
+        return None
+    last: dict[str, Any] = max(rows, key=lambda r: r["failed_at"])
+    if checkpointed is not None and checkpointed > last["failed_at"]:
+        return None
+    return last
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -213,6 +241,8 @@ def format_status(status: Status) -> list[str]:
         if t.quarantined:
             extras.append(f"{t.quarantined} quarantined")
         extra = f"; {', '.join(extras)}" if extras else ""
+        if t.failed is not None:
+            extra += f"; FAIL at {t.failed_at}: {t.failed}"
         lines.append(
             f"  {t.topic} -> {t.bronze_table} v{_v(t.bronze_version)}: {t.events_landed} "
             f"events landed; {where}{extra}"
@@ -235,7 +265,8 @@ def format_status(status: Status) -> list[str]:
                 f"; re-sync pending: {o.resync_records} records, "
                 f"{o.resync_full_object} whole-object"
             )
-        lines.append(f"  {o.object}: {silver}; {gold}{resync}")
+        failed = f"; FAIL: {o.failed}" if o.failed is not None else ""
+        lines.append(f"  {o.object}: {silver}; {gold}{resync}{failed}")
     return lines
 
 

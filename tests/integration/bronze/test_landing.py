@@ -375,9 +375,7 @@ def test_once_finishes_under_steady_traffic_and_loses_nothing(
     landings: list[BronzeLanding] = []
     results = []
     runner = threading.Thread(
-        target=lambda: results.append(
-            land(load_conf(conf_dir), once=True, started=lambda lg: landings.append(lg))
-        )
+        target=lambda: results.append(land(load_conf(conf_dir), once=True, started=landings.append))
     )
     try:
         runner.start()
