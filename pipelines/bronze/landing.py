@@ -64,9 +64,10 @@ from ingest.client import (
     Subscription,
     TopicFailed,
 )
-from ingest.errors import CheckpointError, PermanentError, PubSubError
+from ingest.errors import CheckpointError, LeaseHeldError, PermanentError, PubSubError
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
 from pipelines.bronze.checkpoint import CheckpointRow, CheckpointStore, describe_position
+from pipelines.bronze.lease import LeaseHolder, LeaseStore
 from pipelines.bronze.tables import (
     BRONZE_LAYOUT,
     BRONZE_SCHEMA,
@@ -440,6 +441,14 @@ class BronzeLanding:
         self._checkpoint_commits = 0
         self._started = self._monotonic()
         self._ran = False
+        self._leases = LeaseHolder(
+            LeaseStore(engine, clock=clock),
+            [spec.topic for spec in specs],
+            seconds=self._ingest.lease_seconds,
+            on_lost=self._lease_lost,
+            logger=self._log,
+        )
+        self._lost_lease: LeaseHeldError | None = None
 
     # -- public -------------------------------------------------------------------------------
 
@@ -466,7 +475,13 @@ class BronzeLanding:
         started = self._started = self._monotonic()
         self._once = once
         self._deadline = started + duration if duration is not None else None
-        self._prepare()
+        # Refused at once, naming the holder, when another landing has one of the topics.
+        self._leases.acquire()
+        try:
+            self._prepare()
+        except BaseException:
+            self._leases.release()
+            raise
         interval = self._ingest.progress_interval_seconds
         self._next_progress = started + interval
         for t in self._topics.values():
@@ -490,7 +505,16 @@ class BronzeLanding:
             multi.close()
             self._committer.close()
             self._maintainer.close()
+            if self._lost_lease is None:
+                self._leases.release()
+        if self._lost_lease is not None:
+            raise self._lost_lease
         return self._result(self._monotonic() - started)
+
+    def _lease_lost(self, error: LeaseHeldError) -> None:
+        self._log.error("%s", error)
+        self._lost_lease = error
+        self.stop("the lease was taken over by another landing")
 
     # -- start --------------------------------------------------------------------------------
 
