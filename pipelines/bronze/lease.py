@@ -15,8 +15,9 @@ the conflict, and learns that somebody else wrote in between. A lease is free wh
 row was released or has expired (``expires_at`` in the past); a process killed without
 releasing leaves a lease that expires ``lease_seconds`` after its last renewal and is then
 taken over; on the holder's own host a lease whose process no longer exists is taken over at
-once (a restart after a crash on a laptop or a driver does not wait). A holder whose renewal finds a newer generation than its own lost the lease (it
-stalled for longer than the lease lasts) and stops.
+once (a restart after a crash on a laptop or a driver does not wait). A holder whose renewal
+finds a newer generation than its own lost the lease (it stalled for longer than the lease
+lasts) and stops.
 """
 
 from __future__ import annotations
