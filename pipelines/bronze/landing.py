@@ -432,6 +432,8 @@ class BronzeLanding:
         self._lock = threading.Lock()
         self._topics: dict[str, _Topic] = {}
         self._known_schemas: set[str] = set()
+        # Schema ids GetSchema refused in this run (asked again by the next run).
+        self._unavailable_schemas: set[str] = set()
         self._stop_reason: str | None = None
         self._stopped = ""
         self._deadline: float | None = None
@@ -943,11 +945,15 @@ class BronzeLanding:
             return None, []
         t = self._topics[sealed.topic]
         batch = sealed.batch
-        new_schemas = sorted(set(batch.schema_ids) - self._known_schemas)
+        unseen = set(batch.schema_ids) - self._known_schemas - self._unavailable_schemas
+        fetched = {}
+        for sid in sorted(unseen):
+            text = self._fetch_schema(sealed.topic, sid)
+            if text is not None:
+                fetched[sid] = text
+        new_schemas = sorted(fetched)
         if new_schemas:
-            self._store.register_schemas(
-                sealed.topic, {sid: self._schemas.schema_json(sid) for sid in new_schemas}
-            )
+            self._store.register_schemas(sealed.topic, fetched)
             self._known_schemas.update(new_schemas)
         result = self._append(t.table, sealed)
         if result.skipped:
@@ -957,6 +963,31 @@ class BronzeLanding:
                 "at once"
             )
         return result.version, new_schemas
+
+    def _fetch_schema(self, topic: str, schema_id: str) -> str | None:
+        """The schema's JSON, or None when the server refuses it for good (unknown id, no
+        permission): the events still land, and the refusal is recorded for silver, which
+        quarantines them with the server's message until the schema can be fetched."""
+        try:
+            return self._schemas.schema_json(schema_id)
+        except PermanentError as exc:
+            self._log.error(
+                "%s: GetSchema %s failed (%s); its events land in bronze all the same and "
+                "silver quarantines them as schema_unavailable until `sfcdc silver "
+                "--retry-quarantine` can fetch it",
+                topic,
+                schema_id,
+                exc,
+            )
+            self._store.record_schema_failure(
+                topic,
+                schema_id,
+                status=exc.status or "UNKNOWN",
+                error_code=exc.error_code,
+                error=str(exc),
+            )
+            self._unavailable_schemas.add(schema_id)
+            return None
 
     def _checkpoint_row(self, sealed: _Sealed, bronze_version: int | None) -> CheckpointRow:
         t = self._topics[sealed.topic]

@@ -116,7 +116,7 @@ def read_status(engine: LakeEngine, conf: Conf) -> Status:
         TableRef("bronze", CHECKPOINT_TABLE),
         ["topic", "batch_id", "kind", "replay_id", "event_count", "committed_at"],
     )
-    quarantine = _read(engine, silver_job.QUARANTINE_TABLE, ["bronze_table"])
+    quarantine = _open_quarantine(engine)
     failures = _read(
         engine, TableRef("bronze", TOPIC_FAILURES_TABLE), ["topic", "status", "error", "failed_at"]
     )
@@ -200,6 +200,18 @@ def read_status(engine: LakeEngine, conf: Conf) -> Status:
             )
     location = getattr(engine, "location", None)
     return Status(str(location or engine.name), tuple(topics), tuple(objects))
+
+
+def _open_quarantine(engine: LakeEngine) -> pa.Table | None:
+    """The quarantine's rows not yet resolved by ``sfcdc silver --retry-quarantine``."""
+    table = silver_job.QUARANTINE_TABLE
+    schema = engine.schema(table)
+    if schema is None:
+        return None
+    if "resolved_at" not in schema.fieldNames():
+        return engine.read_arrow(table, columns=["bronze_table"])
+    rows = engine.read_arrow(table, columns=["bronze_table", "resolved_at"])
+    return rows.filter(pc.is_null(rows["resolved_at"]))
 
 
 def _open_failure(
