@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from ingest.errors import ConcurrentWriteError, ConfigError, LakeError
+from ingest.schema import HEADER_FIELD
 from pipelines.engines import LakeEngine, MergeMetrics, Rows, TableRef, Txn
 from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
 from pipelines.engines.base import concurrent_write
@@ -548,6 +549,11 @@ class _ObjectRun:
                 deletes=obj.gold.deletes,
                 track=scd2.track if scd2.enabled else None,
                 partitions=self.partitions,
+                versions={
+                    sid: [f.name for f in entry.schema.fields if f.name != HEADER_FIELD]
+                    for sid, entry in self.registry.items()
+                    if entry.schema is not None and entry.schema.entity_name == obj.api_name
+                },
             )
         except ValueError as exc:
             raise ConfigError(f"gold of {obj.api_name}: {exc}") from exc
