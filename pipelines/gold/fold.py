@@ -378,8 +378,8 @@ def absent_columns(
         names = [_target(c).column for p in paths for c in layout.columns_for(p)]
         columns_of[f.name] = tuple(dict.fromkeys(names))
     absent: dict[str, tuple[str, ...]] = {}
-    for sid, names in versions.items():
-        present = set(names)
+    for sid, fields in versions.items():
+        present = set(fields)
         missing = [c for f in layout.fields if f.name not in present for c in columns_of[f.name]]
         if missing:
             absent[sid] = tuple(dict.fromkeys(missing))
