@@ -421,11 +421,11 @@ def main() -> int:
         ):
             print(f"  {label:<6} t={t:6.0f} s  run {run_mb:7.1f}  landing {child_mb:7.1f}")
         for label, i in (("run", 1), ("landing", 2)):
-            base = first[i] or 1.0
-            growth = (last[i] - first[i]) / base * 100
+            growth = (last[i] - first[i]) / (first[i] or 1.0) * 100
+            late = (last[i] - middle[i]) / (middle[i] or 1.0) * 100
             print(
-                f"  growth after warm-up ({label}): {growth:+.1f} % "
-                f"({'OK' if growth < 10 else 'over 10 %'})"
+                f"  growth ({label}): start -> end {growth:+.1f} % "
+                f"({'OK' if growth < 10 else 'over 10 %'}), middle -> end {late:+.1f} %"
             )
 
     print("Delta tables: active files / JSON log entries / checkpoints")
