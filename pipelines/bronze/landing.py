@@ -753,7 +753,8 @@ class BronzeLanding:
 
     def _resubscribed(self, t: _Topic, item: Resubscribed) -> None:
         t.drained = False
-        t.caught_up = False  # what was received but not committed comes again
+        # A new stream: short responses count afresh. Having caught up stays true: the
+        # durable position answered for this stream committed everything received before it.
         t.short_responses = 0
         if t.managed:
             # The new stream resumes after the position the server had committed when it

@@ -379,7 +379,7 @@ def test_once_finishes_under_steady_traffic_and_loses_nothing(
     )
     try:
         runner.start()
-        runner.join(timeout=60)
+        runner.join(timeout=60 if lake_kind == "local" else 240)
         finished = not runner.is_alive()
         if not finished:
             landings[0].stop("the test gave up waiting")

@@ -38,7 +38,8 @@ def test_a_second_ingest_is_refused_at_once_naming_the_first(
         started = time.monotonic()
         with pytest.raises(LeaseHeldError) as refused:
             land(load_conf(conf), once=True)
-        assert time.monotonic() - started < 10, "the refusal came late"
+        # A few reads of the lease table (Spark jobs on the spark engine), not a landing.
+        assert time.monotonic() - started < (10 if lake_kind == "local" else 30), "came late"
         message = str(refused.value)
         assert f"pid {first.pid}" in message and "since" in message and "until" in message
         assert ORDERS in message
