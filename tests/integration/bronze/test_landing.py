@@ -359,8 +359,15 @@ def test_once_finishes_under_steady_traffic_and_loses_nothing(
     emulator: Emulator, tmp_path: Path, lake_kind: str
 ) -> None:
     # Events keep arriving faster than the keepalive interval, so no keepalive ever comes:
-    # --once stops once every topic received what was published before it started.
-    conf_dir = write_conf(tmp_path, emulator, engine=lake_kind, objects={"order": ORDER_OBJECT})
+    # --once stops once every topic received what was published before it started. (Batches
+    # large enough that a Spark commit per batch still outpaces 50 events/s.)
+    conf_dir = write_conf(
+        tmp_path,
+        emulator,
+        engine=lake_kind,
+        objects={"order": ORDER_OBJECT},
+        batching="{max_events: 10000, max_bytes: 8MiB, max_age_seconds: 0.5}",
+    )
     before = fill(emulator, 300, ORDERS)
     stop = threading.Event()
     produced = [300]
