@@ -82,13 +82,18 @@ class _Record:
     ignored: int = 0
 
 
-def _places(plan: FoldPlan, change: Mapping[str, Any]) -> list[tuple[_Place, bool]] | None:
-    """Where an UPDATE's fields land, with whether each is nulled; ``None`` when the change
-    is not one the column-wise fold takes."""
-    if change[_DIFF]:
+_Fields = tuple[tuple[str, ...], tuple[str, ...], bool]
+
+
+def _places(plan: FoldPlan, fields: _Fields) -> list[tuple[_Place, bool]] | None:
+    """Where an UPDATE's fields land (``fields``: changed, nulled, whether any is diffed),
+    with whether each is nulled; ``None`` when the change is not one the column-wise fold
+    takes."""
+    changed, nulled_fields, diffed = fields
+    if diffed:
         return None
-    nulled = set(change[_NULLED] or ())
-    paths = list(dict.fromkeys([*(change[_CHANGED] or ()), *sorted(nulled)]))
+    nulled = set(nulled_fields)
+    paths = list(dict.fromkeys([*changed, *sorted(nulled)]))
     seen: set[_Place] = set()
     whole: set[str] = set()
     out: list[tuple[_Place, bool]] = []
@@ -137,10 +142,18 @@ def fold_columnwise(
     gold_deleted = pc.fill_null(gold.column(DELETED), False).to_pylist()
     stoned = set(stones.column(ID).to_pylist())
 
+    # Each record's changes next to each other, in order (one sort, not one per record).
+    order = pc.sort_indices(
+        pa.table({"id": changes.column(ID), "key": pa.array(keys, pa.string())}),
+        sort_keys=[("id", "ascending"), ("key", "ascending")],
+    ).to_pylist()
     by_record: dict[str, list[int]] = {}
-    for i, rid in enumerate(columns[ID]):
+    ids = columns[ID]
+    for i in order:
+        rid = ids[i]
         if rid is not None:
             by_record.setdefault(rid, []).append(i)
+    planned_fields: dict[_Fields, list[tuple[_Place, bool]] | None] = {}
 
     taken: dict[str, _Record] = {}
     setters: dict[_Place, dict[int, tuple[int, bool]]] = {}
@@ -161,7 +174,7 @@ def fold_columnwise(
         )
         if record is None:
             continue
-        planned = _plan_record(record, columns, plan)
+        planned = _plan_record(record, columns, plan, planned_fields)
         if planned is None:
             continue
         slot = len(slots)
@@ -210,10 +223,11 @@ def _take(
     gold_deleted: Sequence[bool],
     stoned: set[Any],
 ) -> _Record | None:
-    """The record's applied changes in order, or ``None`` when it is not one to take."""
+    """The record's applied changes in order (``indices`` are in order), or ``None`` when
+    it is not one to take."""
     if rid in stoned:
         return None
-    ordered = sorted(indices, key=lambda i: keys[i])
+    ordered = indices
     events = [columns[_EVENT_ID][i] for i in ordered]
     present = [e for e in events if e is not None]
     if len(set(present)) != len(present):
@@ -248,18 +262,25 @@ def _take(
 
 
 def _plan_record(
-    record: _Record, columns: Mapping[str, list[Any]], plan: FoldPlan
+    record: _Record,
+    columns: Mapping[str, list[Any]],
+    plan: FoldPlan,
+    memo: dict[_Fields, list[tuple[_Place, bool]] | None],
 ) -> list[tuple[int, list[tuple[_Place, bool]] | None]] | None:
     """Per applied change: where its values land (``None`` for a CREATE's full image; a
-    DELETE lands nowhere); ``None`` when one of its UPDATEs is not one to take."""
+    DELETE lands nowhere); ``None`` when one of its UPDATEs is not one to take. ``memo``
+    keeps the places of each combination of fields seen (batches repeat them)."""
     out: list[tuple[int, list[tuple[_Place, bool]] | None]] = []
+    changed, nulled, diffed = columns[_CHANGED], columns[_NULLED], columns[_DIFF]
     for i in record.applied:
         kind = columns[_CHANGE_TYPE][i]
         if kind == "CREATE":
             out.append((i, None))
         elif kind == "UPDATE":
-            change = {k: columns[k][i] for k in (_CHANGED, _NULLED, _DIFF)}
-            places = _places(plan, change)
+            fields = (tuple(changed[i] or ()), tuple(nulled[i] or ()), bool(diffed[i]))
+            if fields not in memo:
+                memo[fields] = _places(plan, fields)
+            places = memo[fields]
             if places is None:
                 return None
             out.append((i, places))
