@@ -246,8 +246,8 @@ def measure_ceiling(info: dict[str, int], events: int) -> dict[str, Any]:
 
 def measure_landing(info: dict[str, int], events: int) -> dict[str, Any]:
     from pipelines.bronze import BronzeLanding
-    from pipelines.commands.ingest import lake_engine
     from pipelines.connect import connect, secret_resolver
+    from pipelines.session import engine_for
     from pipelines.spec import load_conf
 
     with tempfile.TemporaryDirectory(prefix="sfcdc-bench-") as tmp:
@@ -255,7 +255,7 @@ def measure_landing(info: dict[str, int], events: int) -> dict[str, Any]:
         with connect(conf.pipeline.connection, secrets=secret_resolver()) as source:
             source.tokens.current()
             landing = BronzeLanding(
-                lake_engine(conf.pipeline.lake),
+                engine_for(conf.pipeline.lake),
                 conf.topics(),
                 channel=source.channel,
                 tokens=source.tokens,

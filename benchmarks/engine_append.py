@@ -22,7 +22,8 @@ import numpy as np
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from pipelines.engines import LocalEngine, TableRef, Txn
+from pipelines.engines import TableRef, Txn
+from pipelines.engines.local import LocalEngine
 
 TOPIC = "/data/AccountChangeEvent"
 
@@ -82,7 +83,7 @@ def main() -> None:
             write_deltalake(str(baseline_path), batch, mode="append")
         baseline = time.perf_counter() - started
 
-        engine = LocalEngine(None, location=scratch / "lake")
+        engine = LocalEngine(location=scratch / "lake")
         table = TableRef("bronze", "account_change_event")
         started = time.perf_counter()
         for i, batch in enumerate(batches):

@@ -1,15 +1,15 @@
 """Commit cost of bronze landing over a long run: does the 3,000th commit cost what the first did?
 
 Landing commits small batches often (5 commits/s per topic at ``max_age_seconds: 0.2``). This
-script commits ``--commits`` one-row-group batches to a bronze table through
-:class:`~pipelines.bronze.files.LocalBronzeWriter`, with the maintenance landing runs (compaction
-and a log checkpoint every ``--maintain-every`` commits), and prints the mean milliseconds per
-commit over each stretch of the run.
+script commits ``--commits`` one-row-group batches to a bronze table with the local engine's
+append (which writes its own log entry: :mod:`pipelines.engines.deltalog`), with the
+maintenance landing runs (compaction and a log checkpoint every ``--maintain-every`` commits),
+and prints the mean milliseconds per commit over each stretch of the run, and how many data
+files and log entries the table directory holds at the end.
 
-Two tables, in the same run: the plain table sfcdc creates, which the writer commits by itself
-(one put-if-absent log entry), and as the baseline the same table with the change data feed on
-(Delta writer version 4), whose commits the writer hands to delta-rs. delta-rs lists the whole
-``_delta_log`` directory on each commit, so its cost grows with the commits a table has had.
+Baseline, in the same run: the same commits made by delta-rs itself (``write_deltalake`` with
+the app transaction), which lists the whole ``_delta_log`` directory on each commit, so its
+cost grows with the commits a table has had.
 
     python benchmarks/long_run_commits.py [--commits 3000] [--rows 40]
 """
@@ -29,10 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pipelines.bronze.files import LocalBronzeWriter  # noqa: E402
-from pipelines.bronze.tables import BRONZE_SCHEMA  # noqa: E402
-from pipelines.engines import LocalEngine, TableRef, Txn  # noqa: E402
+from deltalake import CommitProperties, Transaction, write_deltalake  # noqa: E402
+
+from pipelines.bronze.tables import BRONZE_LAYOUT, BRONZE_SCHEMA  # noqa: E402
+from pipelines.engines import TableRef, Txn  # noqa: E402
 from pipelines.engines.arrow import arrow_schema_to_spark  # noqa: E402
+from pipelines.engines.local import LocalEngine  # noqa: E402
 
 TOPIC = "/data/AccountChangeEvent"
 
@@ -59,29 +61,40 @@ def _batch(batch_id: int, rows: int) -> pa.Table:
 
 
 def run(
-    root: Path, *, plain: bool, commits: int, rows: int, every: int, stretch: int
-) -> list[float]:
-    engine = LocalEngine(None, location=root)
+    root: Path, *, engine_commits: bool, commits: int, rows: int, every: int, stretch: int
+) -> tuple[list[float], int, int]:
+    """Mean ms per commit by stretch, then data files and log entries left on disk."""
+    engine = LocalEngine(location=root)
     table = TableRef("bronze", "account")
-    properties = None if plain else {"delta.enableChangeDataFeed": "true"}
-    engine.ensure_table(table, arrow_schema_to_spark(BRONZE_SCHEMA), properties=properties)
-    writer = LocalBronzeWriter(engine.path)
-    if not writer.accepts(table):
-        raise SystemExit("the writer refused the benchmark table")
+    engine.ensure_table(table, arrow_schema_to_spark(BRONZE_SCHEMA))
     batches = [_batch(i, rows) for i in range(1, 51)]
+    app = f"sfcdc.bronze:{TOPIC}"
     means = []
     spent = 0.0
     for batch_id in range(1, commits + 1):
         data = batches[batch_id % len(batches)]
         started = time.perf_counter()
-        writer.append(table, data, txn=Txn(f"sfcdc.bronze:{TOPIC}", batch_id), metadata={})
+        if engine_commits:
+            engine.append(
+                table, data, txn=Txn(app, batch_id), evolve_schema=False, layout=BRONZE_LAYOUT
+            )
+        else:
+            write_deltalake(
+                str(engine.path(table)),
+                data,
+                mode="append",
+                commit_properties=CommitProperties(app_transactions=[Transaction(app, batch_id)]),
+            )
         spent += time.perf_counter() - started
         if batch_id % every == 0:
             engine.maintain(table)  # outside the timing: landing runs it on another thread
         if batch_id % stretch == 0:
             means.append(spent / stretch * 1000)
             spent = 0.0
-    return means
+    directory = engine.path(table)
+    files = len(list(directory.glob("*.parquet")))
+    entries = len(list((directory / "_delta_log").glob("*.json")))
+    return means, files, entries
 
 
 def main() -> int:
@@ -95,7 +108,7 @@ def main() -> int:
         figures = {
             label: run(
                 Path(tmp) / label,
-                plain=plain,
+                engine_commits=plain,
                 commits=args.commits,
                 rows=args.rows,
                 every=args.maintain_every,
@@ -112,10 +125,12 @@ def main() -> int:
         f"{i * args.stretch + 1}-{(i + 1) * args.stretch}"
         for i in range(args.commits // args.stretch)
     ]
-    print(f"{'commits':<22}" + "".join(f"{s:>12}" for s in stretches))
-    for label, means in figures.items():
-        print(f"{label:<22}" + "".join(f"{m:>12.1f}" for m in means))
-    first, last = figures["sfcdc's log entries"][0], figures["sfcdc's log entries"][-1]
+    print(f"{'commits':<22}" + "".join(f"{s:>12}" for s in stretches) + "  files  log entries")
+    for label, (means, files, entries) in figures.items():
+        print(
+            f"{label:<22}" + "".join(f"{m:>12.1f}" for m in means) + f"  {files:>5}  {entries:>11}"
+        )
+    first, last = figures["sfcdc's log entries"][0][0], figures["sfcdc's log entries"][0][-1]
     print(f"sfcdc's log entries: last stretch / first = {last / first:.2f}")
     return 0
 

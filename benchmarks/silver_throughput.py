@@ -1,34 +1,37 @@
-"""Silver throughput end to end on the local engine: read bronze, decode, write silver.
+"""Silver throughput end to end on each lake engine: read bronze, decode, write silver.
 
 For each shape (UPDATE-shaped: a few changed fields, the rest null, ~270 bytes; CREATE-shaped:
 every field set, ~2.4 KB) of the 87-field AccountChangeEvent defined in
-``benchmarks/decode_throughput.py``, the script
+``benchmarks/decode_throughput.py``, and for each engine, the script
 
 1. writes ``--events`` rows to a bronze table as landing does (commits of ``--bronze-batch``
    rows, each with its app transaction) and registers the schema;
-2. warms the Spark session and its Python workers up with a silver run of the same query on
-   a separate ``--warmup``-row lake (JIT, code generation, worker start, decoder generation:
-   start-up, not throughput); the default is above the size of a step silver decodes in the
-   driver (``SMALL_BATCH_ROWS``), so the warm-up runs the same Spark job the measured run does;
-3. times ``run_silver`` on the bronze table: Delta reads, decoding in Spark tasks, the silver
-   transforms, the Delta writes, with the defaults (``silver.max_rows_per_commit``);
+2. warms up with a silver run of the same shape on a separate ``--warmup``-row lake (the spark
+   engine's Python workers and code generation, the decoders: start-up, not throughput);
+3. times ``run_silver`` on the bronze table: Delta reads (the change data feed), decoding and
+   shaping (the same batch functions on both engines: in this process for the local engine,
+   in Spark tasks for the spark engine), the Delta writes, with the defaults
+   (``silver.max_rows_per_commit``);
 4. in the same run, times a plain single-process fastavro loop
    (``schemaless_reader`` with the schema parsed once, records kept) over the same payloads:
    the reference ceiling of one core.
 
 The bronze rows cycle through ``--distinct`` distinct payloads (each row keeps its own event
 id, replay id and bronze coordinates). CPU seconds per process kind (driver, JVM, Python
-workers) come from /proc and show where the time goes. Run from the repository root::
+workers) come from /proc and show where the time goes; peak RSS per run likewise. Run from the
+repository root::
 
     PYTHONPATH=. python benchmarks/silver_throughput.py [--events 1000000] [--shape both]
+        [--engine both|local|spark]
 
-Targets (issue 5): >= 40,000 UPDATE-shaped and >= 20,000 CREATE-shaped events/s on 2 cores.
-The machine is shared: treat single runs with care.
+Targets on 2 cores: >= 40,000 UPDATE-shaped and >= 20,000 CREATE-shaped events/s, and >= 50,000
+UPDATE-shaped rows/s on the local engine. The machine is shared: treat single runs with care.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import io
 import json
@@ -55,12 +58,13 @@ from ingest.replay import ReplayId
 from ingest.schema import parse_event_schema
 from pipelines.bronze import BRONZE_SCHEMA, CheckpointRow, CheckpointStore, bronze_tables
 from pipelines.bronze.tables import bronze_app_id
-from pipelines.engines import LocalEngine, Txn
+from pipelines.engines import LakeEngine, SparkEngine, Txn
+from pipelines.engines.local import LocalEngine
 from pipelines.silver.job import run_silver
-from pipelines.silver.small import SMALL_BATCH_ROWS
 from pipelines.spec import Conf, ObjectSpec, PipelineSpec
 
 TARGETS = {"update": 40_000, "create": 20_000}
+LOCAL_UPDATE_ROWS_TARGET = 50_000
 
 
 def conf_of(obj: ObjectSpec) -> Conf:
@@ -88,17 +92,33 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def cpu_seconds() -> dict[str, float]:
-    """CPU seconds so far of this process (driver), its JVM and the JVM's Python workers."""
-    tick = os.sysconf("SC_CLK_TCK")
-    totals = {"driver": 0.0, "jvm": 0.0, "python workers": 0.0}
+def _family() -> list[int]:
     me = os.getpid()
     todo, seen = [me], []
     while todo:
         pid = todo.pop()
         seen.append(pid)
         todo.extend(_children(pid))
-    for pid in seen:
+    return seen
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process and its children still running (MB)."""
+    total = 0
+    for pid in _family():
+        with suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+    return total / 1024
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds so far of this process (driver), its JVM and the JVM's Python workers."""
+    tick = os.sysconf("SC_CLK_TCK")
+    totals = {"driver": 0.0, "jvm": 0.0, "python workers": 0.0}
+    me = os.getpid()
+    for pid in _family():
         try:
             stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             comm = Path(f"/proc/{pid}/comm").read_text().strip()
@@ -141,7 +161,7 @@ def payloads(parsed: Any, shape: str, n: int, seed: int) -> list[bytes]:
 
 
 def write_bronze(
-    engine: LocalEngine,
+    engine: LakeEngine,
     obj: ObjectSpec,
     pool: list[bytes],
     schema_id: str,
@@ -189,7 +209,7 @@ def write_bronze(
         )
 
 
-def register(engine: LocalEngine, obj: ObjectSpec, schema_json: str, schema_id: str) -> None:
+def register(engine: LakeEngine, obj: ObjectSpec, schema_json: str, schema_id: str) -> None:
     (topic,) = conf_of(obj).topics()
     CheckpointStore(engine, bronze_tables([topic])).register_schemas(
         obj.topic, {schema_id: schema_json}
@@ -208,7 +228,9 @@ def fastavro_rate(parsed: Any, sample: list[bytes]) -> float:
 # ------------------------------------------------------------------------------------ main
 
 
-def bench(spark: Any, root: Path, shape: str, args: argparse.Namespace) -> dict[str, Any]:
+def bench(
+    make: Callable[[Path], LakeEngine], root: Path, shape: str, args: argparse.Namespace
+) -> dict[str, Any]:
     schema_json = json.dumps(shapes.account_schema(), separators=(",", ":"))
     schema = parse_event_schema(schema_json)
     parsed = parse_schema(json.loads(schema_json))
@@ -222,12 +244,12 @@ def bench(spark: Any, root: Path, shape: str, args: argparse.Namespace) -> dict[
     conf = conf_of(obj)
     # The warm-up runs the same query on its own lake (same table names, so Spark reuses the
     # code it generated) and leaves the measured tables untouched.
-    warm = LocalEngine(spark, location=root / f"{shape}-warmup")
+    warm = make(root / f"{shape}-warmup")
     register(warm, obj, schema_json, schema.schema_id)
     write_bronze(warm, obj, pool, schema.schema_id, args.warmup, args.bronze_batch)
     run_silver(warm, conf)
 
-    engine = LocalEngine(spark, location=lake)
+    engine = make(lake)
     register(engine, obj, schema_json, schema.schema_id)
     started = time.perf_counter()
     write_bronze(engine, obj, pool, schema.schema_id, args.events, args.bronze_batch)
@@ -253,21 +275,22 @@ def bench(spark: Any, root: Path, shape: str, args: argparse.Namespace) -> dict[
         "commits": account.commits,
         "baseline": baseline,
         "sample": len(sample),
+        "peak_rss": peak_rss_mb(),
     }
+
+
+def _spark_engine(spark: Any, path: Path) -> LakeEngine:
+    return SparkEngine(spark, location=path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--shape", choices=["update", "create", "both"], default="both")
+    parser.add_argument("--engine", choices=["both", "local", "spark"], default="both")
     parser.add_argument("--distinct", type=int, default=100_000, help="distinct payloads")
     parser.add_argument("--bronze-batch", type=int, default=50_000, help="rows per bronze commit")
-    parser.add_argument(
-        "--warmup",
-        type=int,
-        default=SMALL_BATCH_ROWS + 10_000,
-        help="rows of the warm-up run (more than a step decoded in the driver)",
-    )
+    parser.add_argument("--warmup", type=int, default=60_000, help="rows of the warm-up run")
     parser.add_argument("--baseline-sample", type=int, default=200_000)
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: temp)")
     args = parser.parse_args()
@@ -277,27 +300,39 @@ def main() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [root_dir, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
     )
-    from pipelines.session import local_session
-
-    spark = local_session("sfcdc-silver-bench", cores=2)
     root = Path(args.dir or tempfile.mkdtemp(prefix="sfcdc-silver-bench-"))
     shapes_to_run = ["update", "create"] if args.shape == "both" else [args.shape]
+    engines = ["local", "spark"] if args.engine == "both" else [args.engine]
+    results: list[dict[str, Any]] = []
+    spark = None
     try:
-        results = [bench(spark, root, shape, args) for shape in shapes_to_run]
+        for name in engines:
+            make: Callable[[Path], LakeEngine]
+            if name == "local":
+                make = lambda path: LocalEngine(location=path)  # noqa: E731
+            else:
+                from pipelines.session import local_session
+
+                spark = local_session("sfcdc-silver-bench", cores=2, delta=True, workdir=root)
+                make = functools.partial(_spark_engine, spark)
+            for shape in shapes_to_run:
+                results.append({"engine": name, **bench(make, root / name, shape, args)})
     finally:
         shutil.rmtree(root, ignore_errors=True)
-        spark.stop()
+        if spark is not None:
+            spark.stop()
 
-    print(f"silver throughput, local engine, 2 cores, {args.events:,} bronze events per shape")
+    print(f"silver throughput, 2 cores, {args.events:,} bronze events per shape and engine")
     for r in results:
         target = TARGETS[r["shape"]]
         met = "met" if r["rate"] >= target else "MISSED"
         cpu = r["cpu"]
         total = sum(cpu.values())
         print(
-            f"  {r['shape'].upper()}-shaped ({r['size']:,.0f} bytes): {r['wall']:.1f} s -> "
-            f"{r['rate']:,.0f} events/s (target >= {target:,}: {met}); {r['rows']:,} silver "
-            f"rows in {r['commits']} commits"
+            f"  {r['engine']:>5} engine, {r['shape'].upper()}-shaped ({r['size']:,.0f} bytes): "
+            f"{r['wall']:.1f} s -> {r['rate']:,.0f} events/s (target >= {target:,}: {met}); "
+            f"{r['rows']:,} silver rows ({r['rows'] / r['wall']:,.0f} rows/s) in "
+            f"{r['commits']} commits; peak RSS {r['peak_rss']:,.0f} MB"
         )
         print(
             f"    CPU {total:.1f} s: "
@@ -310,10 +345,11 @@ def main() -> None:
             f"payloads: {r['baseline']:,.0f} events/s; silver / baseline = "
             f"{r['rate'] / r['baseline']:.2f}"
         )
-        print(
-            f"    (set-up, not timed: {r['generated']:.0f} s generating {args.distinct:,} "
-            f"payloads, {r['landed']:.0f} s writing bronze)"
-        )
+    local_update = [r for r in results if r["engine"] == "local" and r["shape"] == "update"]
+    for r in local_update:
+        rate = r["rows"] / r["wall"]
+        met = "met" if rate >= LOCAL_UPDATE_ROWS_TARGET else "MISSED"
+        print(f"  local UPDATE rows/s {rate:,.0f} (target >= {LOCAL_UPDATE_ROWS_TARGET:,}: {met})")
 
 
 if __name__ == "__main__":

@@ -604,22 +604,25 @@ class LakeSpec:
     engine: EngineName = field(
         default="auto",
         metadata=meta(
-            "Lake engine: spark (delta-spark, Databricks), local (delta-rs + Spark local mode), "
-            "or auto (spark when Delta's Spark classes are present, else local)."
+            "Lake engine: spark (delta-spark: Databricks, any Spark with the Delta jars), local "
+            "(delta-rs, no JVM), or auto (spark on Databricks or in a Spark session with Delta, "
+            "else local)."
         ),
     )
     location: str = field(
         default="./lake",
         metadata=meta(
-            "Root directory of the local engine's tables (<location>/<layer>/<table>); relative "
-            "paths are resolved against the directory that contains conf/.",
+            "Root directory of the tables (<location>/<layer>/<table>): the local engine's, and "
+            "the spark engine's when no catalog is set; relative paths are resolved against the "
+            "directory that contains conf/.",
             path=True,
         ),
     )
     catalog: str | None = field(
         default=None,
         metadata=_identmeta(
-            "Unity Catalog catalog of the spark engine; null uses two-part schema.table names."
+            "Catalog of the spark engine's tables (Unity Catalog on Databricks): they are the "
+            "catalog's tables catalog.schema.table; null keeps them under lake.location."
         ),
     )
     schemas: SchemasSpec = field(

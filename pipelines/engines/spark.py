@@ -879,11 +879,15 @@ class SparkEngine:
         return out
 
     def persist(self, rows: Any) -> DataFrame:
-        return self._dataframe(rows).persist()
+        # Computed now and cut off from the tables it was read from: a cached DataFrame would
+        # be recomputed when Delta refreshes the caches of a table the job writes meanwhile
+        # (the gold fold reads the tombstones it then updates), giving other rows.
+        frame: DataFrame = self._dataframe(rows).localCheckpoint(eager=True)
+        return frame
 
     def release(self, rows: Any) -> None:
-        if not isinstance(rows, pa.Table):
-            rows.unpersist()
+        """Nothing to do: Spark drops a local checkpoint's blocks once nothing refers to
+        it."""
 
     def to_arrow(self, rows: Any) -> pa.Table:
         if isinstance(rows, pa.Table):

@@ -49,6 +49,7 @@ from pipelines.gold.columns import (
     gold_schema,
     tombstone_schema,
 )
+from pipelines.gold.columnwise import fold_columnwise, null_if_empty
 from pipelines.gold.fold import (
     _CHANGE_TYPE,
     _CHANGED,
@@ -183,15 +184,22 @@ class Wildcards:
 class FoldTable:
     """The fold of a table of fold input rows holding every row of the records it sees (all
     rows of a record in one call): one output row per record the changes touch, and one per
-    GAP_OVERFLOW (null ``Id``). ``silver`` is the silver schema the changes came with."""
+    GAP_OVERFLOW (null ``Id``). ``silver`` is the silver schema the changes came with.
+
+    Records a batch only creates, and the plainest others, are folded column-wise
+    (:mod:`pipelines.gold.columnwise`); ``columnwise=False`` folds every record one by one
+    with :func:`~pipelines.gold.fold.fold_record`, the definition those paths must equal."""
 
     def __init__(
         self,
         plan: FoldPlan,
         silver: T.StructType,
         wildcards: Sequence[Mapping[str, Any]] = (),
+        *,
+        columnwise: bool = True,
     ) -> None:
         body = body_fields(silver)
+        self.columnwise = columnwise
         _check_plan(plan, body, silver)
         self.plan = plan
         self.columns = _change_columns(plan, silver)
@@ -226,15 +234,27 @@ class FoldTable:
         if stones.num_rows:
             parts.append(stones)
         created: pa.Table | None = None
-        if not function.wildcards and self.plan.track is None:
+        columnwise: pa.Table | None = None
+        if self.columnwise and not function.wildcards and self.plan.track is None:
             known = [t.column(ID) for t in parts[1:]]
             parts[0], created = _lone_creates(rows, known, plan=self.plan, schema=schema)
+            parts[0], gold_left, columnwise = fold_columnwise(
+                parts[0],
+                _order_keys(parts[0], self.plan),
+                gold_rows,
+                stones,
+                plan=self.plan,
+                body=self.body,
+                schema=schema,
+            )
+            if gold_rows.num_rows:
+                parts[1] = gold_left
         combined = pa.concat_tables(parts, promote_options="default")
         # The fold needs each record's rows next to each other, not in any order among them.
         combined = combined.sort_by([(ID, "ascending")])
         batches = list(function(iter(combined.to_batches(max_chunksize=10_000))))
         folded = pa.Table.from_batches(batches, schema=schema)
-        extra = [t for t in (wildcard_only, created) if t is not None and t.num_rows]
+        extra = [t for t in (wildcard_only, created, columnwise) if t is not None and t.num_rows]
         if not extra:
             return folded
         return pa.concat_tables([folded, *extra])
@@ -299,23 +319,10 @@ def _lone_creates(
             arrays.append(pa.repeat(pa.scalar(constants[f.name], f.type), n))
         elif f.name in lone.column_names:
             column = lone.column(f.name).cast(f.type)
-            arrays.append(_null_if_empty(column) if f.name in plan.structs else column)
+            arrays.append(null_if_empty(column) if f.name in plan.structs else column)
         else:
             return changes, None  # a column this shortcut does not know how to fill
     return changes.filter(pc.invert(mask)), pa.Table.from_arrays(arrays, schema=schema)
-
-
-def _null_if_empty(column: pa.ChunkedArray) -> pa.Array:
-    """A struct column with every child null made null, as :func:`_normal` does."""
-    import pyarrow.compute as pc
-
-    values = column.combine_chunks()
-    if values.type.num_fields == 0:
-        return values
-    empty = pc.is_null(values.field(0))
-    for i in range(1, values.type.num_fields):
-        empty = pc.and_(empty, pc.is_null(values.field(i)))
-    return pc.if_else(empty, pa.scalar(None, values.type), values)
 
 
 _STAMPED = (
@@ -439,6 +446,12 @@ def _column_parts(column: pa.Array | pa.ChunkedArray) -> list[str]:
     return [_component(v) for v in column.to_pylist()]
 
 
+def _order_keys(table: pa.Table, plan: FoldPlan) -> list[str]:
+    """The order key of each row (:func:`~pipelines.gold.fold.encode_order_key`)."""
+    parts = [_column_parts(table.column(name)) for name in plan.order_by]
+    return ["".join(p) for p in zip(*parts, strict=True)]
+
+
 class _FoldFunction:
     """The ``mapInArrow`` function: groups the sorted rows of a partition by ``Id`` and folds
     each group. Picklable (plan, names, schema, wildcard changes)."""
@@ -458,8 +471,7 @@ class _FoldFunction:
         ]
 
     def _keys(self, batch: pa.RecordBatch) -> list[str]:
-        parts = [_column_parts(batch.column(name)) for name in self.plan.order_by]
-        return ["".join(p) for p in zip(*parts, strict=True)]
+        return _order_keys(pa.Table.from_batches([batch]), self.plan)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         out: list[dict[str, Any]] = []

@@ -133,17 +133,22 @@ class HistoryChanges:
         ordered = new.sort_by([(ID, "ascending"), (SCD_ORDER_KEY, "ascending")])
         ids = ordered.column(ID).combine_chunks()
         first = _starts(ids)
-        firsts = ordered.filter(first).select([ID, SCD_VALID_FROM, SCD_ORDER_KEY])
-        firsts = firsts.rename_columns([ID, "_first_valid_from", "_first_order_key"])
-        joined = current.join(firsts, ID, join_type="inner")
-        closing = joined.filter(
-            pc.less(joined.column(SCD_ORDER_KEY), joined.column("_first_order_key"))
-        )
+        firsts = ordered.filter(first)
+        # Each current version's record among the firsts (a join would not carry the
+        # tracked columns' structs along).
+        index = pc.index_in(current.column(ID), value_set=firsts.column(ID))
+        found = current.filter(pc.is_valid(index))
+        index = pc.drop_null(index)
+        first_from = firsts.column(SCD_VALID_FROM).take(index)
+        first_key = firsts.column(SCD_ORDER_KEY).take(index)
+        earlier = pc.fill_null(pc.less(found.column(SCD_ORDER_KEY), first_key), False)
+        closing = found.filter(earlier)
+        closing_from = first_from.filter(earlier)
         n = closing.num_rows
         columns = []
         for f in target:
             if f.name == SCD_VALID_TO:
-                columns.append(closing.column("_first_valid_from").cast(f.type))
+                columns.append(closing_from.cast(f.type))
             elif f.name == SCD_IS_CURRENT:
                 columns.append(pa.repeat(pa.scalar(False), n))
             else:

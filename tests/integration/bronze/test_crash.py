@@ -26,7 +26,8 @@ from ingest.emulator.workload import Workload
 from pipelines.engines import LocalEngine, TableRef
 from tests.integration.bronze.conftest import checkpoint_rows, expected, landed
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Each spark-engine run starts a Spark driver: allow for it on a busy machine.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[3]
 # Kills per engine: each spark-engine run starts a JVM first, which takes seconds.

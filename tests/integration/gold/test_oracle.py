@@ -45,7 +45,8 @@ from pipelines.silver.columns import FieldLayout, LeafKind
 from pipelines.silver.job import read_registry, run_silver, silver_layout
 from pipelines.spec import Conf, load_conf
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Each spark-engine run starts a Spark driver: allow for it on a busy machine.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[3]
 EVENTS = {"local": 100_000, "spark": 30_000}

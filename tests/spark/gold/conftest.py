@@ -251,6 +251,17 @@ def fold(
         None if tombstones is None else engine.to_arrow(tombstones),
     )
     assert _sorted(folded) == _sorted(reference.to_arrow(expected))
+    # And the column-wise fold of the plain records equals folding each record in Python.
+    one_by_one = _fold(
+        reference,
+        engine.to_arrow(changes),
+        silver.schema,
+        p,
+        None if gold is None else engine.to_arrow(gold),
+        None if tombstones is None else engine.to_arrow(tombstones),
+        columnwise=False,
+    )
+    assert _sorted(folded) == _sorted(reference.to_arrow(one_by_one))
     return engine.rows(folded)
 
 
@@ -270,6 +281,8 @@ def _fold(
     the_plan: FoldPlan,
     gold: Rows | None,
     tombstones: Rows | None,
+    *,
+    columnwise: bool = True,
 ) -> Rows:
     wildcards = batch_wildcards(engine, changes, schema)
     return fold_rows(
@@ -280,6 +293,7 @@ def _fold(
         wildcards=wildcards,
         gold=gold,
         tombstones=tombstones,
+        columnwise=columnwise,
     )
 
 
