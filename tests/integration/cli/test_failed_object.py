@@ -49,6 +49,26 @@ def test_a_missing_topic_fails_its_object_alone(
     assert account and "FAIL" not in account[0]
 
 
+def test_a_continuous_run_reports_the_failed_object_and_keeps_its_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The landing child exits 1 after its final report when a topic failed: the run reports
+    # that object (progress and summary), not a crashed landing, and its last pass still runs.
+    conf = _with_lead(tmp_path, "local")
+    code = cli.main(
+        ["-q", "run", "--conf", str(conf), "--continuous", "--interval", "0.5", "--for", "3"]
+    )
+    captured = capsys.readouterr()
+    assert code == 1, captured.err
+    assert "/data/LeadChangeEvent: FAIL, 0 landed: " in captured.out
+    assert "sfcdc run: 1 of 4 topics FAILED" in captured.err
+    assert "Lead (/data/LeadChangeEvent)" in captured.err and "NOT_FOUND" in captured.err
+    assert "the landing process" not in captured.err
+    assert "duration reached" in captured.out
+    engine = engine_for(load_conf(conf).pipeline.lake)
+    assert engine.read_arrow(TableRef("gold", "account")).num_rows > 0
+
+
 def test_validate_online_checks_every_topic(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
