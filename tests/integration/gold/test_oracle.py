@@ -1,6 +1,6 @@
 """The oracle: gold equals the emulator's ground truth, cell for cell, on both lake engines.
 
-The emulator generates 100,000+ change events (30,000+ on the spark engine, whose every run
+The emulator generates 100,000+ change events (15,000+ on the spark engine, whose every run
 starts a Spark driver) (creates, updates with nulled fields, compound
 children and diff-encoded long text, multi-record events, transactions over several objects,
 deletes and undeletes with cascades, gap events, overflows, wildcard updates, and a schema
@@ -49,7 +49,7 @@ from pipelines.spec import Conf, load_conf
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[3]
-EVENTS = {"local": 100_000, "spark": 30_000}
+EVENTS = {"local": 100_000, "spark": 15_000}
 # Events appended per second (None: as fast as the emulator takes them). A spark-engine ingest
 # starts a JVM before it lands, so its producer is paced to still be producing at the kills.
 RATES: dict[str, float | None] = {"local": None, "spark": 300.0}
