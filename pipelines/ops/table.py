@@ -15,7 +15,8 @@ column                 type       meaning
 ``object``             string     the object (silver, gold; null for a topic's bronze rows)
 ``table_name``         string     the table committed, ``layer.name``
 ``version``            bigint     its Delta version holding the commit
-``events``             bigint     events the commit applied (landed, decoded, folded)
+``events``             bigint     events the commit applied (landed, decoded; gold: record
+                                  changes folded, one per record an event names)
 ``rows``               bigint     rows it wrote (gold: inserted + updated + deleted)
 ``payload_bytes``      bigint     Avro payload bytes landed (bronze)
 ``quarantined``        bigint     rows quarantined (silver)
