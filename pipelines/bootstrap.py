@@ -107,6 +107,7 @@ from pipelines.gold.scd2 import (
     SCD_VALID_TO,
     history_schema,
 )
+from pipelines.progress import progress
 from pipelines.silver.columns import FieldLayout, LeafKind, SilverLayout
 from pipelines.silver.job import REGISTRY_TABLE, read_registry, run_silver, silver_layout
 from pipelines.spec import Conf, ObjectSpec
@@ -428,16 +429,23 @@ def refresh_from_rest(
         engine, obj, gold, spark_schema_to_arrow(schema), at=at, mode=mode, position=position
     )
     seen: set[str] = set()
-    for batch in _batched(_read(rest, layout, infos, wanted), chunk_rows):
-        batch_rows = [rest_row(layout, infos, rec) for rec in batch]
-        deleted_ids = {rec["Id"] for rec in batch if rec.get("IsDeleted")}
-        batch_ids = [r[ID] for r in batch_rows]
-        seen.update(batch_ids)
-        current = _gold_rows(engine, gold, batch_ids)
-        write(
-            [(body, current.get(body[ID]), body[ID] in deleted_ids, False) for body in batch_rows],
-            current,
-        )
+    # A whole-object read does not know its size until the query answers: the bar counts.
+    total = len(wanted) if wanted is not None else None
+    with progress(total=total, unit="records", label=f"{mode} {obj.api_name}") as bar:
+        for batch in _batched(_read(rest, layout, infos, wanted), chunk_rows):
+            batch_rows = [rest_row(layout, infos, rec) for rec in batch]
+            deleted_ids = {rec["Id"] for rec in batch if rec.get("IsDeleted")}
+            batch_ids = [r[ID] for r in batch_rows]
+            seen.update(batch_ids)
+            current = _gold_rows(engine, gold, batch_ids)
+            write(
+                [
+                    (body, current.get(body[ID]), body[ID] in deleted_ids, False)
+                    for body in batch_rows
+                ],
+                current,
+            )
+            bar.advance(len(batch))
     # Live gold rows the read did not return: not even in the recycle bin, so Salesforce no
     # longer has the record.
     if wanted is None:

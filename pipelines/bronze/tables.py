@@ -23,7 +23,8 @@ Salesforce. ``sfcdc_schema_failures``: schema ids GetSchema refused (the events 
 same; silver quarantines them with the server's error until ``sfcdc silver
 --retry-quarantine`` fetches the schema). ``sfcdc_topic_failures``: topics whose subscription
 failed for good (the other topics went on), which ``sfcdc status`` shows as FAIL until the topic
-lands again. All live in the bronze schema next to the topic tables.
+lands again. All live in the bronze schema next to the topic tables, as does
+``sfcdc_commits``, the record of every layer's commits (:mod:`pipelines.ops.table`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import pyarrow as pa
 from ingest.errors import ConfigError
 from pipelines.engines.arrow import arrow_schema_to_spark
 from pipelines.engines.base import TableRef, WriteLayout
+from pipelines.ops.table import COMMITS_TABLE
 from pipelines.spec import TopicSpec
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ __all__ = [
     "BRONZE_SCHEMA",
     "CHECKPOINT_SCHEMA",
     "CHECKPOINT_TABLE",
+    "COMMITS_TABLE",
     "LEASE_TABLE",
     "RESERVED_TABLES",
     "SCHEMA_FAILURES_SCHEMA",
@@ -75,6 +78,7 @@ RESERVED_TABLES = frozenset(
         SCHEMA_FAILURES_TABLE,
         TOPIC_FAILURES_TABLE,
         LEASE_TABLE,
+        COMMITS_TABLE,
     }
 )
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.client import SchemaCache
 from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
 from pipelines.connect import connect
+from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
 from pipelines.silver.job import QUARANTINE_TABLE, SilverResult, run_silver
 from pipelines.silver.retry import RetryResult, retry_quarantine
@@ -91,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
     conf = conf_from_args(args)
     objects = [name for group in args.objects for name in group] if args.objects else None
     engine = engine_for(conf.pipeline.lake)
-    result = run_silver(engine, conf, objects=objects)
+    ops = recorder_for(engine, conf)
+    with ops.watching("silver"):
+        result = run_silver(engine, conf, objects=objects, on_commit=ops.record)
     for line in summary(result):
         print(line)
     if not result.topics:

@@ -47,6 +47,10 @@ def test_a_missing_topic_fails_its_object_alone(
     assert any(line.strip().startswith("Lead:") and "FAIL" in line for line in out.splitlines())
     account = [line for line in out.splitlines() if "/data/AccountChangeEvent ->" in line]
     assert account and "FAIL" not in account[0]
+    # The health verdict of the object is FAIL too, so `status --check` fails.
+    assert any(line.strip().startswith("FAIL Lead:") for line in out.splitlines())
+    assert "topic subscription failed: " in out
+    assert cli.main(["status", "--conf", str(conf), "--check"]) == 1
 
 
 def test_a_continuous_run_reports_the_failed_object_and_keeps_its_passes(
