@@ -52,6 +52,8 @@ _SELECT = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _COMPOUND_TYPES = frozenset({"address", "location"})
+# Describe types whose CSV text typed_value converts (booleans and numbers).
+_TYPED = frozenset({"boolean", "int", "long", "double", "currency", "percent"})
 
 
 class RecordReader(Protocol):
@@ -170,20 +172,28 @@ class BulkRecords:
         bulk_soql, columns = self.plan(soql)
         entity = _SELECT.match(soql).group("object")  # type: ignore[union-attr]
         compounds = list(dict.fromkeys(c.compound for c in columns if c.compound is not None))
+        # Text types need no conversion; only the others go through typed_value.
+        plain = [c for c in columns if c.compound is None and c.sf_type not in _TYPED]
+        typed = [c for c in columns if c.compound is None and c.sf_type in _TYPED]
+        parts = [c for c in columns if c.compound is not None]
         for row in self.bulk.query_all(bulk_soql):
             record: dict[str, Any] = {"attributes": {"type": entity}}
-            nested: dict[str, dict[str, Any]] = {c: {} for c in compounds}
-            record_id = row.get("Id") or "?"
-            for column in columns:
-                where = f"{entity}.{column.name} of {record_id}"
-                try:
-                    value = typed_value(row.get(column.name), column.sf_type, where=where)
-                except ValueError as exc:
-                    raise RestError(f"Bulk value of {exc}") from None
-                if column.compound is None:
-                    record[column.name] = value
-                else:
-                    nested[column.compound][column.key] = value
+            for column in plain:
+                record[column.name] = row.get(column.name)
+            try:
+                for column in typed:
+                    record[column.name] = typed_value(
+                        row.get(column.name), column.sf_type, where=column.name
+                    )
+                nested: dict[str, dict[str, Any]] = {c: {} for c in compounds}
+                for column in parts:
+                    nested[column.compound][column.key] = typed_value(  # type: ignore[index]
+                        row.get(column.name), column.sf_type, where=column.name
+                    )
+            except ValueError as exc:
+                raise RestError(
+                    f"Bulk value of {entity} record {row.get('Id') or '?'}: {exc}"
+                ) from None
             for compound, children in nested.items():
                 # The REST API writes a compound whose parts are all empty as null.
                 has_value = any(v is not None for v in children.values())
