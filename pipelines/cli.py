@@ -29,6 +29,7 @@ COMMANDS: tuple[str, ...] = (
     "gold",
     "bootstrap",
     "resync",
+    "publish",
     "emulator",
     "delta-jars",
 )
