@@ -218,3 +218,21 @@ def _null_compounds(record: dict[str, Any]) -> dict[str, Any]:
         k: None if isinstance(v, dict) and all(x is None for x in v.values()) else v
         for k, v in record.items()
     }
+
+
+def test_job_states_from_creation_to_abort(rest: RestClient) -> None:
+    bulk = _bulk(rest)
+    job = bulk.create("SELECT Id FROM Account")
+    assert job.state == "UploadComplete"
+    assert bulk.job(job.id).state == "InProgress"
+    bulk.abort(job)
+    assert bulk.job(job.id).state == "Aborted"
+    with pytest.raises(BulkJobError, match="was aborted") as aborted:
+        bulk.wait(bulk.job(job.id))
+    assert aborted.value.job_id == job.id
+    # Results of a job that did not complete are refused.
+    with pytest.raises(BulkJobError, match="INVALIDJOBSTATE"):
+        list(bulk.results(bulk.job(job.id)))
+    bulk.delete(job)
+    with pytest.raises(RestError, match="NOT_FOUND"):
+        bulk.job(job.id)
