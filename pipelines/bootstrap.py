@@ -62,7 +62,6 @@ cannot vouch for them; the next ``sfcdc resync`` re-reads those records.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -81,6 +80,7 @@ from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.gold.columns import DELETED, ID, body_fields, gold_schema
 from pipelines.gold.job import gold_table, run_gold
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE
+from pipelines.progress import progress
 from pipelines.silver.columns import SilverLayout
 from pipelines.silver.job import REGISTRY_TABLE, read_registry, run_silver, silver_layout
 from pipelines.snapshot_read import RecordReader, SnapshotSource
@@ -100,8 +100,6 @@ __all__ = [
     "SNAPSHOT_CHANGE_TYPE",
     "SNAPSHOT_MARK",
     "Mode",
-    "ObjectProgress",
-    "Progress",
     "RecordReader",
     "SnapshotResult",
     "SnapshotSource",
@@ -120,13 +118,6 @@ _log = logging.getLogger(__name__)
 CHUNK_ROWS = 50_000
 # Ids per WHERE Id IN (...) query: keeps the GET URL far below Salesforce's 16,384 characters.
 ID_CHUNK = 200
-
-Progress = Callable[[int, "int | None"], None]
-"""``on_progress(done, total)``: records written so far, and how many there are (``None`` when
-unknown), called after each chunk is MERGEd (and once with ``0`` before the first)."""
-ObjectProgress = Callable[[str, int, "int | None"], None]
-"""``on_progress(object, done, total)``: :data:`Progress` for a command covering several
-objects."""
 
 
 @dataclass(frozen=True)
@@ -225,7 +216,6 @@ def refresh_from_rest(
     position: Checkpoint | None = None,
     registry_table: TableRef = REGISTRY_TABLE,
     chunk_rows: int = CHUNK_ROWS,
-    on_progress: Progress | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     clock: Callable[[], float] = time.perf_counter,
 ) -> SnapshotResult:
@@ -237,7 +227,6 @@ def refresh_from_rest(
     REST, Bulk API or a choice by size for a whole object) or a plain reader used for both.
     Records are written ``chunk_rows`` at a time (one MERGE each), so memory stays bounded
     whatever the object's size; a run that stops half way can simply run again.
-    ``on_progress(done, total)`` follows the writing (:data:`Progress`).
     """
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1 (got {chunk_rows})")
@@ -264,22 +253,24 @@ def refresh_from_rest(
     write = SnapshotWriter(
         engine, obj, gold, spark_schema_to_arrow(schema), at=at, mode=mode, position=position
     )
-    records, api, total = _read(source, layout, infos, wanted, want_total=on_progress is not None)
+    records, api, total = _read(source, layout, infos, wanted)
     seen: set[str] = set()
-    if on_progress is not None:
-        on_progress(0, total)
-    for batch in _batched(records, chunk_rows):
-        batch_rows = [rest_row(layout, infos, rec) for rec in batch]
-        deleted_ids = {rec["Id"] for rec in batch if rec.get("IsDeleted")}
-        batch_ids = [r[ID] for r in batch_rows]
-        seen.update(batch_ids)
-        current = _gold_rows(engine, gold, batch_ids)
-        write(
-            [(body, current.get(body[ID]), body[ID] in deleted_ids, False) for body in batch_rows],
-            current,
-        )
-        if on_progress is not None:
-            on_progress(len(seen), total)
+    # A whole-object read may not know its size until the query answers: the bar counts.
+    with progress(total=total, unit="records", label=f"{mode} {obj.api_name}") as bar:
+        for batch in _batched(records, chunk_rows):
+            batch_rows = [rest_row(layout, infos, rec) for rec in batch]
+            deleted_ids = {rec["Id"] for rec in batch if rec.get("IsDeleted")}
+            batch_ids = [r[ID] for r in batch_rows]
+            seen.update(batch_ids)
+            current = _gold_rows(engine, gold, batch_ids)
+            write(
+                [
+                    (body, current.get(body[ID]), body[ID] in deleted_ids, False)
+                    for body in batch_rows
+                ],
+                current,
+            )
+            bar.advance(len(batch))
     # Live gold rows the read did not return: not even in the recycle bin, so Salesforce no
     # longer has the record.
     if wanted is None:
@@ -337,12 +328,10 @@ def _read(
     layout: SilverLayout,
     infos: Mapping[str, FieldInfo],
     ids: Sequence[str] | None,
-    *,
-    want_total: bool,
 ) -> tuple[Iterator[dict[str, Any]], str, int | None]:
     """The records to write, the API reading them, and their number when known."""
     if ids is None:
-        whole = source.whole(snapshot_soql(layout, infos), layout.entity, want_total=want_total)
+        whole = source.whole(snapshot_soql(layout, infos), layout.entity)
         return whole.records, whole.api, whole.total
 
     def named() -> Iterator[dict[str, Any]]:
@@ -432,14 +421,13 @@ def bootstrap_object(
     rest: RecordReader | SnapshotSource,
     land: Callable[[], object],
     fetch_schema: Callable[[str], EventSchema] | None = None,
-    on_progress: Progress | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
 ) -> SnapshotResult:
     """``sfcdc bootstrap <name>``: record the stream position (``land()`` writes one when
     the topic has none), catch silver and gold up, read the whole object (over REST or the
     Bulk API, as ``rest`` decides) into gold and resolve the object's open re-sync rows.
     ``fetch_schema(topic)`` supplies the topic's current schema when no event registered
-    one; ``on_progress`` follows the writing (:data:`Progress`)."""
+    one."""
     obj = _change_event_object(conf, name, "bootstrap")
     position = record_position(engine, conf, obj, land=land)
     _log.info("bootstrap: %s continues from %s", obj.api_name, _describe(position))
@@ -453,7 +441,6 @@ def bootstrap_object(
         mode="bootstrap",
         ids=None,
         position=position,
-        on_progress=on_progress,
         now=now,
     )
 
@@ -464,14 +451,12 @@ def resync_objects(
     names: Sequence[str] | None = None,
     *,
     rest: RecordReader | SnapshotSource,
-    on_progress: ObjectProgress | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
 ) -> list[SnapshotResult]:
     """``sfcdc resync [<name>]``: for each object (default: every enabled change event
     object), catch silver and gold up, then re-read what its open re-sync rows list: the
     whole object when one of them has no record id (overflow, replay gap), else those
-    records. Objects with nothing open are skipped. ``on_progress(object, done, total)``
-    follows the writing of each object."""
+    records. Objects with nothing open are skipped."""
     if names:
         objs = [_change_event_object(conf, n, "resync") for n in names]
     else:
@@ -488,7 +473,6 @@ def resync_objects(
             continue
         whole = any(r["record_id"] is None for r in open_rows)
         ids = None if whole else sorted({r["record_id"] for r in open_rows})
-        progress = functools.partial(on_progress, obj.api_name) if on_progress is not None else None
         results.append(
             refresh_from_rest(
                 engine,
@@ -497,7 +481,6 @@ def resync_objects(
                 rest=rest,
                 mode="resync",
                 ids=ids,
-                on_progress=progress,
                 now=now,
             )
         )

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ingest.errors import SfcdcError
+from pipelines.progress import configure as configure_progress
 
 if TYPE_CHECKING:
     from ingest.auth import SecretResolver
@@ -73,6 +74,8 @@ def main(argv: Sequence[str] | None = None, *, secrets: SecretResolver | None = 
     args = parser.parse_args(argv)
     args.secrets = secrets
     _configure_logging(args.verbose, args.quiet)
+    # Bars on a terminal, log lines otherwise (jobs, CI); -q shows neither.
+    configure_progress("off" if args.quiet else "auto")
     try:
         result = args.handler(args)
     except SfcdcError as exc:

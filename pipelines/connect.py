@@ -397,7 +397,10 @@ def _generate(
     if any(emulator.log(t.name) for t in emulator.catalogue):
         return None, None
     workload = spec.workload
-    generator = Workload(emulator.catalogue, seed=spec.seed)
+    # `timestamps: now` stamps each transaction with the moment it is generated, so the lag
+    # `sfcdc status` shows is the real time an event took to reach the lake.
+    clock_ms = (lambda: time.time_ns() // 1_000_000) if workload.timestamps == "now" else None
+    generator = Workload(emulator.catalogue, seed=spec.seed, clock_ms=clock_ms)
     # REST queries and Bulk API jobs answer from what this workload generates; with a
     # state_dir the records are kept there too, so a later command (`sfcdc resync`) that
     # starts the emulator again on the same directory still reads them.

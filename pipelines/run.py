@@ -36,7 +36,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -44,14 +44,17 @@ from typing import IO, TYPE_CHECKING, Any
 from ingest.auth import SecretResolver
 from ingest.errors import ReplayIdError, SfcdcError
 from pipelines.bronze import BronzeLanding, LandingResult
+from pipelines.commands.conf_options import METRICS_PORT_KEY
 from pipelines.connect import connect, secret_resolver
 from pipelines.gold.job import GoldResult, run_gold
+from pipelines.ops.recorder import OpsRecorder, recorder_for
 from pipelines.session import engine_for
 from pipelines.silver.job import SilverResult, run_silver
 from pipelines.spec import Conf
 
 if TYPE_CHECKING:
     from pipelines.engines import LakeEngine
+    from pipelines.ops.metrics import PipelineMetrics
 
 __all__ = ["LandingProcess", "PassResult", "Pipeline", "RunResult", "progress_lines"]
 
@@ -165,6 +168,8 @@ class LandingProcess:
         for key, value in self.overrides:
             # JSON is YAML, which is how --set reads its value.
             argv += ["--set", f"{key}={json.dumps(value)}"]
+        # The parent serves the metrics (the child's figures come with its snapshots).
+        argv += ["--set", f"{METRICS_PORT_KEY}=null"]
         if objects:
             argv += ["--objects", ",".join(objects)]
         if duration is not None:
@@ -321,7 +326,9 @@ class Pipeline:
     references (default: from ``environ``) for landings in this process; a landing child
     reads environment variables. ``monotonic`` times passes and intervals.
     ``landing_process``: continuous runs land in that child process instead of a thread
-    (:meth:`run_once` always lands in this process).
+    (:meth:`run_once` always lands in this process). Every commit (and failure) of each
+    layer is recorded in the commits table (``ops`` in ``pipeline.yml``) and handed to
+    ``metrics`` when given, which also reads the landing's snapshots.
     """
 
     def __init__(
@@ -337,6 +344,7 @@ class Pipeline:
         monotonic: Callable[[], float] = time.monotonic,
         logger: logging.Logger | None = None,
         landing_process: LandingProcess | None = None,
+        metrics: PipelineMetrics | None = None,
     ) -> None:
         from pipelines.commands.ingest import select_topics
 
@@ -360,6 +368,31 @@ class Pipeline:
         self._landing_process = landing_process
         self._child: _ChildLanding | None = None
         self._lock = threading.Lock()
+        self._metrics = metrics
+        self._pass_ops: OpsRecorder | None = None
+        if metrics is not None:
+            metrics.watch_landing(self._snapshot)
+
+    def _snapshot(self) -> LandingResult | None:
+        with self._lock:
+            landing, child = self._landing, self._child
+        if landing is not None:
+            return landing.snapshot()
+        if child is not None:
+            return child.snapshot()
+        return None
+
+    def _ops(self) -> OpsRecorder:
+        if self._pass_ops is None:
+            listeners = [self._metrics.record] if self._metrics is not None else []
+            self._pass_ops = recorder_for(
+                self._engine(), self.conf, listeners=listeners, logger=self._log
+            )
+        return self._pass_ops
+
+    def _flush_ops(self) -> None:
+        if self._pass_ops is not None:
+            self._pass_ops.flush()
 
     def stop(self, reason: str = "stop requested") -> None:
         """Ask the run to stop cleanly: the landing commits its open batches, then one last
@@ -390,7 +423,10 @@ class Pipeline:
         started = self._monotonic()
         self._engine()  # before any gRPC channel exists: see the module docstring
         landing = self._land(once=True, duration=None)
-        passes = (self.run_pass(),)
+        try:
+            passes = (self.run_pass(),)
+        finally:
+            self._flush_ops()
         return RunResult(landing, passes, self._monotonic() - started, landing.stopped)
 
     def run_continuous(self, *, interval: float, duration: float | None = None) -> RunResult:
@@ -399,8 +435,14 @@ class Pipeline:
         seconds), then a last pass."""
         if interval <= 0:
             raise ValueError(f"interval must be > 0 seconds (got {interval})")
-        if self._landing_process is not None:
-            return self._run_with_child(self._landing_process, interval, duration)
+        try:
+            if self._landing_process is not None:
+                return self._run_with_child(self._landing_process, interval, duration)
+            return self._run_with_thread(interval, duration)
+        finally:
+            self._flush_ops()
+
+    def _run_with_thread(self, interval: float, duration: float | None) -> RunResult:
         started = self._monotonic()
         self._engine()  # before any gRPC channel exists: see the module docstring
         outcome: list[LandingResult] = []
@@ -513,9 +555,24 @@ class Pipeline:
         engine = self._engine()
         started = self._monotonic()
         names = list(self.objects) if self.objects else None
-        silver = run_silver(engine, self.conf, objects=names)
-        gold = run_gold(engine, self.conf, objects=names)
+        ops = self._ops()
+        with self._failing(ops, "silver"):
+            silver = run_silver(engine, self.conf, objects=names, on_commit=ops.record)
+        with self._failing(ops, "gold"):
+            gold = run_gold(engine, self.conf, objects=names, on_commit=ops.record)
+        ops.flush_if_due()
         return PassResult(silver, gold, self._monotonic() - started)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _failing(ops: OpsRecorder, layer: str) -> Iterator[None]:
+        # A failed pass is recorded (and written at once: the run is about to end).
+        try:
+            yield
+        except Exception as exc:
+            ops.error(layer, exc)
+            ops.flush()
+            raise
 
     def engine(self) -> LakeEngine:
         """The engine silver and gold use (made on the first call)."""
@@ -533,6 +590,20 @@ class Pipeline:
     ) -> LandingResult:
         conf = self.conf
         engine = self._landing_engine()
+        ops = recorder_for(engine, conf, logger=self._log)
+        with ops.watching("bronze"):
+            return self._land_with(engine, ops, once=once, duration=duration, ready=ready)
+
+    def _land_with(
+        self,
+        engine: LakeEngine,
+        ops: OpsRecorder,
+        *,
+        once: bool,
+        duration: float | None,
+        ready: threading.Event | None,
+    ) -> LandingResult:
+        conf = self.conf
         secrets = self._secrets or secret_resolver(environ=self._environ)
         with connect(conf.pipeline.connection, secrets=secrets, topics=self._topics) as source:
             landing = BronzeLanding(
@@ -541,6 +612,7 @@ class Pipeline:
                 channel=source.channel,
                 tokens=source.tokens,
                 ingest=conf.pipeline.ingest,
+                ops=ops,
             )
             with self._lock:
                 self._landing = landing

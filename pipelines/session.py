@@ -58,6 +58,9 @@ LOCAL_SESSION_CONF: Mapping[str, str] = {
 DELTA_SESSION_CONF: Mapping[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # A local session's tables are read by one machine: Delta's default of 50 partitions to
+    # rebuild a table's state from its log turns every snapshot into 50 tiny tasks.
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
 
 # Arrow's per-access bounds and null checks cost a tenth of the JVM's time when it turns wide

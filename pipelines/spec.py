@@ -65,6 +65,7 @@ __all__ = [
     "EngineName",
     "EnvRef",
     "GoldSpec",
+    "HealthSpec",
     "IngestSpec",
     "JwtBearerAuth",
     "LakeSpec",
@@ -72,7 +73,9 @@ __all__ = [
     "ObjectKind",
     "ObjectSpec",
     "OnCorrupted",
+    "OpsSpec",
     "PipelineSpec",
+    "PrometheusSpec",
     "RefreshTokenAuth",
     "ReplaySpec",
     "ReplayStart",
@@ -92,6 +95,7 @@ __all__ = [
     "TopicKind",
     "TopicSpec",
     "UsernamePasswordAuth",
+    "WorkloadTimestamps",
     "default_tables",
     "default_topic",
     "is_identifier",
@@ -114,6 +118,7 @@ OnCorrupted = Literal["fail", "earliest", "latest"]
 ObjectKind = Literal["change_events", "platform_event"]
 CompoundFields = Literal["struct", "flattened"]
 DeleteMode = Literal["soft", "hard"]
+WorkloadTimestamps = Literal["simulated", "now"]
 _LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
 TopicKind = Literal[
     "change_events", "change_event_channel", "platform_event", "platform_event_channel"
@@ -454,6 +459,15 @@ class EmulatorWorkload:
     events_per_second: float | None = field(
         default=None,
         metadata=meta("Generation rate; null generates as fast as possible.", exclusive_minimum=0),
+    )
+    timestamps: WorkloadTimestamps = field(
+        default="simulated",
+        metadata=meta(
+            "Commit timestamps of the generated events: simulated (whole seconds from "
+            "2025-01-01, the same for every run of a seed) or now (the moment each transaction "
+            "is generated, to the millisecond, so lag figures are real; other values stay "
+            "seeded)."
+        ),
     )
 
 
@@ -804,6 +818,51 @@ class GoldSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HealthSpec:
+    """When `sfcdc status` calls an object WARN or FAIL (`sfcdc status --check` fails on FAIL).
+
+    Lag is how far behind Salesforce the object's last table is: now minus the newest commit
+    timestamp it has applied, or minus the last moment the stream showed nothing pending."""
+
+    lag_warn_seconds: float = field(
+        default=1800.0,
+        metadata=meta("WARN when the object is this many seconds behind.", exclusive_minimum=0),
+    )
+    lag_fail_seconds: float = field(
+        default=7200.0,
+        metadata=meta(
+            "FAIL when the object is this many seconds behind (at least lag_warn_seconds).",
+            exclusive_minimum=0,
+        ),
+    )
+    quarantine_warn_rows: int = field(
+        default=1,
+        metadata=meta(
+            "WARN when the object's topic has this many quarantined rows (0: never).", minimum=0
+        ),
+    )
+    resync_warn_records: int = field(
+        default=1,
+        metadata=meta(
+            "WARN when this many records (or any whole-object re-sync) wait for `sfcdc resync` "
+            "(0: never).",
+            minimum=0,
+        ),
+    )
+
+    def _problems(self) -> list[tuple[str, str]]:
+        if self.lag_fail_seconds >= self.lag_warn_seconds:
+            return []
+        return [
+            (
+                "lag_fail_seconds",
+                f"must be at least lag_warn_seconds ({self.lag_warn_seconds:g}) "
+                f"(got {self.lag_fail_seconds:g})",
+            )
+        ]
+
+
+@dataclass(frozen=True, kw_only=True)
 class DefaultsSpec:
     """Settings applied to every object unless its own file overrides them."""
 
@@ -813,6 +872,9 @@ class DefaultsSpec:
     batching: BatchingSpec = field(default_factory=BatchingSpec, metadata=meta("Bronze batching."))
     silver: SilverSpec = field(default_factory=SilverSpec, metadata=meta("Silver table shape."))
     gold: GoldSpec = field(default_factory=GoldSpec, metadata=meta("Gold fold and MERGE."))
+    health: HealthSpec = field(
+        default_factory=HealthSpec, metadata=meta("Lag and health thresholds of `sfcdc status`.")
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -874,6 +936,53 @@ class IngestSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PrometheusSpec:
+    """The Prometheus endpoint of `sfcdc run --continuous` and `sfcdc ingest`."""
+
+    port: int | None = field(
+        default=None,
+        metadata=meta(
+            "Port serving /metrics while the command runs (`--metrics-port` overrides it); "
+            "null serves none.",
+            minimum=1,
+            maximum=65535,
+        ),
+    )
+    host: str = field(
+        default="127.0.0.1",
+        metadata=meta("Interface it listens on (0.0.0.0: every interface)."),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpsSpec:
+    """What sfcdc records about its own work: the commits table and the metrics endpoint."""
+
+    commits_table: bool = field(
+        default=True,
+        metadata=meta(
+            "Record every landing, silver and gold commit (and every failure) as a row of the "
+            "bronze schema's sfcdc_commits table, which `sfcdc status` and the dashboard read."
+        ),
+    )
+    flush_seconds: float = field(
+        default=10.0,
+        metadata=meta(
+            "Longest time commit rows wait in memory before they are written (one commit per "
+            "flush; one-shot commands write theirs when they end).",
+            exclusive_minimum=0,
+        ),
+    )
+    rate_window_seconds: float = field(
+        default=300.0,
+        metadata=meta("`sfcdc status`: the events/s figure covers this many seconds.", minimum=1),
+    )
+    prometheus: PrometheusSpec = field(
+        default_factory=PrometheusSpec, metadata=meta("Prometheus metrics endpoint.")
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class PipelineSpec:
     """``conf/pipeline.yml``: one per deployment."""
 
@@ -885,6 +994,9 @@ class PipelineSpec:
         default_factory=DefaultsSpec, metadata=meta("Per-object defaults.")
     )
     ingest: IngestSpec = field(default_factory=IngestSpec, metadata=meta("Subscription settings."))
+    ops: OpsSpec = field(
+        default_factory=OpsSpec, metadata=meta("Commit records, status window and metrics.")
+    )
 
 
 # --------------------------------------------------------------------------------- objects
@@ -970,6 +1082,10 @@ class ObjectSpec:
     gold: GoldSpec = field(
         default_factory=GoldSpec,
         metadata=meta("Overrides of defaults.gold.", inherits="defaults.gold"),
+    )
+    health: HealthSpec = field(
+        default_factory=HealthSpec,
+        metadata=meta("Overrides of defaults.health.", inherits="defaults.health"),
     )
     tables: TablesSpec = field(default_factory=TablesSpec, metadata=meta("Table names."))
     num_requested: int | None = field(
@@ -1465,6 +1581,7 @@ def _load_object(
         "batching": defaults.batching,
         "silver": defaults.silver,
         "gold": defaults.gold,
+        "health": defaults.health,
     }
     spec = parse_model(ObjectSpec, data, "", ctx, inherited)
     if spec is INVALID:

@@ -348,6 +348,8 @@ class StreamStats:
     outstanding: int
     buffered: int
     server_pending: int
+    # The flow-control window: events asked for at most per FetchRequest (num_requested).
+    window: int = 0
 
 
 class FlowWindow:

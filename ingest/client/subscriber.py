@@ -255,6 +255,7 @@ class Subscription:
             outstanding=self._window.outstanding,
             buffered=self._window.buffered,
             server_pending=self._window.server_pending,
+            window=self._window.window,
         )
 
     def __repr__(self) -> str:

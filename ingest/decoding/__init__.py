@@ -10,6 +10,7 @@ in gold's diff reconstruction.
 - :func:`apply_diff`: rebuild a diff-encoded long text value and verify its SHA-256.
 - :class:`DecoderCache`: schema id -> parsed schema and decoder, loaded once per id.
 - :class:`ChangeEvent`: a decoded change event with its header and expanded bitmaps.
+- :func:`event_time_ms`: when an event was committed (change event header or ``CreatedDate``).
 """
 
 from ingest.decoding.avro import DecodedBatch, EventDecoder, compile_decoder
@@ -17,6 +18,7 @@ from ingest.decoding.bitmap import BitmapExpander, expander_for, field_names
 from ingest.decoding.cache import DecoderCache
 from ingest.decoding.diff import apply_diff, diff_sha256, is_diff
 from ingest.decoding.event import ChangeEvent
+from ingest.decoding.event_time import event_time_ms
 
 __all__ = [
     "BitmapExpander",
@@ -27,6 +29,7 @@ __all__ = [
     "apply_diff",
     "compile_decoder",
     "diff_sha256",
+    "event_time_ms",
     "expander_for",
     "field_names",
     "is_diff",

@@ -29,13 +29,22 @@ moved a subscription) is logged as a warning and recorded as a ``replay_gap`` ch
 
 Logging: one INFO line per landing commit (topic, batch, events, bytes, replay id, duration)
 and a progress line per topic every ``ingest.progress_interval_seconds``; payloads and
-credentials are never logged. Every ``ingest.maintain_every_commits`` commits a bronze table
+credentials are never logged.
+
+Lag. Each events batch records its newest commit time (a change event batch: its last
+event's, commit order being stream order; a platform event batch: the latest ``CreatedDate``
+of all its events; decoded in the committer thread), and a keepalive whose position is
+committed marks the topic caught up at the keepalive's time. Both go to the ``ops`` recorder
+(the commits table, :mod:`pipelines.ops`), one record per commit, and into the snapshots with
+the stream's flow-control figures; the recorder's rows are written beside the commits, by the
+maintenance thread. Every ``ingest.maintain_every_commits`` commits a bronze table
 (and the checkpoint table) is compacted and its Delta log checkpointed, in the committer
 thread between commits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -43,6 +52,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -63,6 +73,7 @@ from ingest.client import (
     SchemaCache,
     Subscription,
 )
+from ingest.decoding import event_time_ms
 from ingest.errors import CheckpointError
 from ingest.replay import After, ReplayId, StartPosition
 from pipelines.bronze.checkpoint import CheckpointRow, CheckpointStore, describe_position
@@ -76,10 +87,14 @@ from pipelines.bronze.tables import (
     ensure_tables,
 )
 from pipelines.engines.base import CommitResult, TableRef, Txn
+from pipelines.ops.durations import Durations
+from pipelines.ops.table import CommitRecord, utc
+from pipelines.progress import Progress, progress
 from pipelines.spec import IngestSpec, TopicSpec
 
 if TYPE_CHECKING:
     from pipelines.engines.base import LakeEngine
+    from pipelines.ops.recorder import OpsRecorder
 
 __all__ = ["BronzeLanding", "LandingResult", "TopicResult"]
 
@@ -95,7 +110,14 @@ _NO_EVENTS = EventColumns((), (), (), ())
 @dataclass(frozen=True)
 class TopicResult:
     """What one topic's landing did: events ``received`` (including those dropped for
-    redelivery after a reconnect) and ``events`` landed (committed)."""
+    redelivery after a reconnect) and ``events`` landed (committed).
+
+    ``newest_commit_at``: the Salesforce commit time (epoch seconds) of the newest event
+    landed; ``caught_up_at``: the last time a keepalive showed nothing pending beyond what is
+    committed. ``commit_seconds`` / ``commit_seconds_total``: events commits counted per
+    :data:`~pipelines.ops.durations.COMMIT_SECONDS_BUCKETS` bucket, and their sum. The stream:
+    ``window`` (events asked for per request), ``outstanding`` (asked for, not yet received),
+    ``buffered`` (received, not yet taken), ``reconnects`` (streams reopened)."""
 
     topic: str
     table: str
@@ -107,6 +129,14 @@ class TopicResult:
     replay_gaps: int
     redelivered_skipped: int
     last_replay_id: str | None
+    newest_commit_at: float | None = None
+    caught_up_at: float | None = None
+    commit_seconds: tuple[int, ...] = ()
+    commit_seconds_total: float = 0.0
+    window: int = 0
+    outstanding: int = 0
+    buffered: int = 0
+    reconnects: int = 0
 
 
 @dataclass(frozen=True)
@@ -159,6 +189,8 @@ class _Sealed:
     position: ReplayId | None
     batch: _OpenBatch
     gap: ReplayGap | None = None
+    # Commit time (epoch ms) of the batch's last event, read before its columns are built.
+    newest_ms: int | None = None
 
 
 @dataclass
@@ -193,6 +225,12 @@ class _Topic:
     positions: OrderedDict[bytes, int] = field(default_factory=OrderedDict)
     acked_batch: int | None = None
     acked_floor: int | None = None
+    # Lag (under the lock): newest commit time landed (epoch ms), the last keepalive not yet
+    # known to be covered by a commit (time, position), the last time the topic was caught up.
+    newest_ms: int | None = None
+    idle_mark: tuple[float, bytes] | None = None
+    caught_up_at: float | None = None
+    durations: Durations = field(default_factory=Durations)
 
     @property
     def managed(self) -> bool:
@@ -320,22 +358,27 @@ class _Maintainer:
     asked for while it waits is maintained once. A failure is logged and leaves the table as it
     was, only slower to read; the next request tries again. :meth:`close` lets the maintenance
     under way and the waiting ones finish (as when maintenance ran between commits), then
-    ignores further requests."""
+    ignores further requests. The same thread writes the commit records (:meth:`request_call`),
+    which must not wait in the committer either."""
 
     def __init__(self, maintain: Callable[[TableRef], object], *, logger: logging.Logger) -> None:
         self._maintain = maintain
         self._log = logger
         self._cond = threading.Condition()
-        self._waiting: list[TableRef] = []
+        self._waiting: list[tuple[object, Callable[[], object]]] = []
         self._closing = False
         self._thread: threading.Thread | None = None
 
     def request(self, table: TableRef) -> None:
+        self.request_call(table, functools.partial(self._maintain, table))
+
+    def request_call(self, key: object, call: Callable[[], object]) -> None:
+        """Run ``call`` on the thread (once, however often ``key`` is asked for meanwhile)."""
         with self._cond:
             if self._closing:
                 return
-            if table not in self._waiting:
-                self._waiting.append(table)
+            if all(k != key for k, _ in self._waiting):
+                self._waiting.append((key, call))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="sfcdc-maintainer", daemon=True
@@ -358,11 +401,11 @@ class _Maintainer:
                     self._cond.wait()
                 if not self._waiting:
                     return
-                table = self._waiting.pop(0)
+                key, call = self._waiting.pop(0)
             try:
-                self._maintain(table)
+                call()
             except Exception as exc:  # maintenance must not stop landing
-                self._log.error("maintenance of %s failed (landing goes on): %s", table, exc)
+                self._log.error("maintenance of %s failed (landing goes on): %s", key, exc)
 
 
 class BronzeLanding:
@@ -372,7 +415,8 @@ class BronzeLanding:
     ``schemas`` fetches schemas for the registry (one is built on ``channel`` by default).
     ``ingest`` supplies flow control, retries, the progress interval and the maintenance
     interval. ``clock`` (epoch seconds) stamps rows; ``monotonic`` times batch ages,
-    progress and ``duration``, so tests can drive them.
+    progress and ``duration``, so tests can drive them. ``ops`` receives a record of every
+    commit (and of every time a topic was caught up) and is flushed beside the commits.
     """
 
     def __init__(
@@ -388,6 +432,7 @@ class BronzeLanding:
         monotonic: Callable[[], float] = time.monotonic,
         ack_timeout: float = 5.0,
         logger: logging.Logger | None = None,
+        ops: OpsRecorder | None = None,
     ) -> None:
         specs = list(topics)
         if not specs:
@@ -402,6 +447,8 @@ class BronzeLanding:
         self._monotonic = monotonic
         self._ack_timeout = ack_timeout
         self._log = logger or _log
+        self._ops = ops
+        self._bar: Progress | None = None
         self.tables: BronzeTables = bronze_tables(specs)
         self._store = CheckpointStore(engine, self.tables, clock=clock, logger=self._log)
         # A batch of each topic may wait while a round commits (within one batch's bytes).
@@ -462,14 +509,24 @@ class BronzeLanding:
             logger=self._log,
         )
         try:
-            for item in multi:
-                self._handle(item)
-                if self._tick():
-                    break
+            with contextlib.ExitStack() as stack:
+                if once:
+                    # Draining a backlog: how many events are left is unknown (the Pub/Sub
+                    # API does not say), so the bar counts and shows the rate.
+                    self._bar = stack.enter_context(
+                        progress(total=None, unit="events", label="landing")
+                    )
+                for item in multi:
+                    self._handle(item)
+                    if self._tick():
+                        break
         finally:
             multi.close()
             self._committer.close()
             self._maintainer.close()
+            self._bar = None
+            if self._ops is not None:
+                self._ops.flush()
         return self._result(self._monotonic() - started)
 
     # -- start --------------------------------------------------------------------------------
@@ -573,6 +630,9 @@ class BronzeLanding:
             if t.open.opened_at is None:
                 t.open.opened_at = self._monotonic()
             t.drained = True
+            with self._lock:
+                t.idle_mark = (item.received_at, item.latest_replay_id.value)
+            self._caught_up(t)
         elif isinstance(item, Resubscribed):
             self._resubscribed(self._topics[item.topic], item)
         elif isinstance(item, ReplayGap):
@@ -734,6 +794,9 @@ class BronzeLanding:
         if now >= self._next_progress:
             self._progress(now)
             self._next_progress = now + self._ingest.progress_interval_seconds
+        ops = self._ops
+        if ops is not None and ops.due():
+            self._maintainer.request_call("commit records", ops.flush)
         reason = self._stop_reason
         if reason is None and self._deadline is not None and now >= self._deadline:
             reason = "duration reached"
@@ -789,6 +852,9 @@ class BronzeLanding:
             t.progress_mark = (now, t.received, t.received_bytes)
 
     def _result(self, seconds: float, *, stopped: str | None = None) -> LandingResult:
+        # Counters read without the landing's lock: each has its own, or is read racily
+        # (progress figures).
+        snapshots = [(t, t.durations.snapshot(), t.sub.stats()) for t in self._topics.values()]
         with self._lock:
             topics = tuple(
                 TopicResult(
@@ -802,8 +868,16 @@ class BronzeLanding:
                     replay_gaps=t.gaps,
                     redelivered_skipped=t.skipped,
                     last_replay_id=t.last_replay_id.hex() if t.last_replay_id else None,
+                    newest_commit_at=t.newest_ms / 1000 if t.newest_ms is not None else None,
+                    caught_up_at=t.caught_up_at,
+                    commit_seconds=durations.counts,
+                    commit_seconds_total=durations.total,
+                    window=stats.window,
+                    outstanding=stats.outstanding,
+                    buffered=stats.buffered,
+                    reconnects=max(0, stats.streams - 1),
                 )
-                for t in self._topics.values()
+                for t, durations, stats in snapshots
             )
         return LandingResult(topics, seconds, stopped or self._stopped or "the subscriptions ended")
 
@@ -831,8 +905,8 @@ class BronzeLanding:
         ]
         results = self._store.write_all(rows)
         seconds = self._monotonic() - started
-        for sealed, (_, new_schemas) in zip(round_, landed, strict=True):
-            self._committed(sealed, new_schemas, seconds)
+        for sealed, (version, new_schemas) in zip(round_, landed, strict=True):
+            self._committed(sealed, new_schemas, seconds, version)
         self._maintain_checkpoints(len({r.version for r in results}))
 
     def _land_events(self, sealed: _Sealed) -> tuple[int | None, list[str]]:
@@ -847,6 +921,8 @@ class BronzeLanding:
                 sealed.topic, {sid: self._schemas.schema_json(sid) for sid in new_schemas}
             )
             self._known_schemas.update(new_schemas)
+        # Before the columns are built (that releases the batch's lists).
+        sealed.newest_ms = self._newest_ms(batch, every=t.spec.kind.startswith("platform_event"))
         result = self._append(t.table, sealed)
         if result.skipped:
             raise CheckpointError(
@@ -877,9 +953,11 @@ class BronzeLanding:
             server_acked_batch_id=acked,
         )
 
-    def _committed(self, sealed: _Sealed, new_schemas: list[str], seconds: float) -> None:
+    def _committed(
+        self, sealed: _Sealed, new_schemas: list[str], seconds: float, version: int | None
+    ) -> None:
         """After the checkpoint commit: the topic's durable position and counters, step 3,
-        the commit's log line and maintenance."""
+        the commit's log line and record, and maintenance."""
         t = self._topics[sealed.topic]
         batch = sealed.batch
         count = len(batch.replay_ids)
@@ -903,10 +981,95 @@ class BronzeLanding:
                 t.positions[sealed.position.value] = sealed.batch_id
                 if len(t.positions) > _REMEMBERED_POSITIONS:
                     t.positions.popitem(last=False)
+            if sealed.newest_ms is not None:
+                t.newest_ms = max(t.newest_ms or sealed.newest_ms, sealed.newest_ms)
         if isinstance(t.sub, ManagedSubscription) and sealed.position is not None:
             t.sub.commit(sealed.position)
         self._log_commit(sealed, count, batch.nbytes, new_schemas, seconds)
+        if sealed.kind == "events":
+            t.durations.observe(seconds)
+            if self._bar is not None:
+                self._bar.advance(count)
+        self._record(
+            t, sealed=sealed, count=count, nbytes=batch.nbytes, seconds=seconds, version=version
+        )
+        self._caught_up(t)
         self._maintain(t, sealed.kind)
+
+    def _newest_ms(self, batch: _OpenBatch, *, every: bool) -> int | None:
+        """The newest commit time of the batch: its last event's (change events arrive in
+        commit order), or, with ``every`` (platform events, whose ``CreatedDate`` the
+        publisher sets and which one publish call may not order), the latest of all."""
+        if not batch.payloads:
+            return None
+        indexes = range(len(batch.payloads)) if every else (len(batch.payloads) - 1,)
+        newest: int | None = None
+        for i in indexes:
+            try:
+                schema = self._schemas.schema(batch.schema_ids[i])
+            except Exception as exc:  # measuring lag must never fail a commit
+                self._log.debug("no commit time for the batch: %s", exc)
+                return newest
+            found = event_time_ms(schema, batch.payloads[i])
+            if found is not None and (newest is None or found > newest):
+                newest = found
+        return newest
+
+    def _record(
+        self,
+        t: _Topic,
+        *,
+        sealed: _Sealed,
+        count: int,
+        nbytes: int,
+        seconds: float,
+        version: int | None,
+    ) -> None:
+        if self._ops is None or sealed.kind == "keepalive":
+            return
+        gap = sealed.gap
+        self._ops.record(
+            CommitRecord(
+                layer="bronze",
+                kind="commit" if sealed.kind == "events" else "replay_gap",
+                visible_at=datetime.fromtimestamp(self._clock(), tz=timezone.utc),
+                topic=t.spec.topic,
+                table=str(t.table),
+                version=version,
+                events=count,
+                rows=count,
+                payload_bytes=nbytes,
+                newest_commit_at=utc(sealed.newest_ms / 1000) if sealed.newest_ms else None,
+                duration_seconds=seconds,
+                message=(
+                    f"replay gap: {describe_position(gap.requested)} -> {gap.resumed.kind} "
+                    f"({gap.reason})"
+                    if gap is not None
+                    else None
+                ),
+            )
+        )
+
+    def _caught_up(self, t: _Topic) -> None:
+        """Record the topic caught up once the position of its last keepalive is committed:
+        at the keepalive's time nothing was pending beyond it."""
+        with self._lock:
+            mark = t.idle_mark
+            last = t.last_replay_id
+            if mark is None or last is None or last.value != mark[1]:
+                return
+            t.idle_mark = None
+            t.caught_up_at = mark[0]
+        if self._ops is not None:
+            self._ops.record(
+                CommitRecord(
+                    layer="bronze",
+                    kind="caught_up",
+                    visible_at=datetime.fromtimestamp(mark[0], tz=timezone.utc),
+                    topic=t.spec.topic,
+                    table=str(t.table),
+                )
+            )
 
     def _append(self, table: TableRef, sealed: _Sealed) -> CommitResult:
         rows = _arrow(sealed)

@@ -19,7 +19,8 @@ column          type        meaning
 Checkpoint table ``sfcdc_checkpoints``: one row per landing commit of any topic (see
 :mod:`pipelines.bronze.checkpoint`), and schema registry ``sfcdc_schemas``: schema id to
 schema JSON, written before the first events that use the id, so silver never calls
-Salesforce. Both live in the bronze schema next to the topic tables.
+Salesforce. Both live in the bronze schema next to the topic tables, as does
+``sfcdc_commits``, the record of every layer's commits (:mod:`pipelines.ops.table`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import pyarrow as pa
 from ingest.errors import ConfigError
 from pipelines.engines.arrow import arrow_schema_to_spark
 from pipelines.engines.base import TableRef, WriteLayout
+from pipelines.ops.table import COMMITS_TABLE
 from pipelines.spec import TopicSpec
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ __all__ = [
     "BRONZE_SCHEMA",
     "CHECKPOINT_SCHEMA",
     "CHECKPOINT_TABLE",
+    "COMMITS_TABLE",
     "RESERVED_TABLES",
     "SCHEMA_REGISTRY_SCHEMA",
     "SCHEMA_REGISTRY_TABLE",
@@ -56,7 +59,7 @@ __all__ = [
 
 CHECKPOINT_TABLE = "sfcdc_checkpoints"
 SCHEMA_REGISTRY_TABLE = "sfcdc_schemas"
-RESERVED_TABLES = frozenset({CHECKPOINT_TABLE, SCHEMA_REGISTRY_TABLE})
+RESERVED_TABLES = frozenset({CHECKPOINT_TABLE, SCHEMA_REGISTRY_TABLE, COMMITS_TABLE})
 
 CheckpointKind = Literal["events", "keepalive", "replay_gap"]
 

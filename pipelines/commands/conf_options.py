@@ -18,7 +18,16 @@ from ingest.errors import ConfigError
 from pipelines.connect import secret_resolver
 from pipelines.spec import Conf, load_conf, parse_override
 
-__all__ = ["add_conf_options", "conf_from_args", "secrets_from_args"]
+__all__ = [
+    "METRICS_PORT_KEY",
+    "add_conf_options",
+    "add_metrics_option",
+    "conf_from_args",
+    "secrets_from_args",
+]
+
+# The pipeline.yml key `--metrics-port` replaces.
+METRICS_PORT_KEY = "ops.prometheus.port"
 
 
 def _override(text: str) -> tuple[str, Any]:
@@ -45,9 +54,32 @@ def add_conf_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _port(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number (got {text!r})") from None
+
+
+def add_metrics_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--metrics-port`` (the Prometheus endpoint; it replaces ``ops.prometheus.port``)."""
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics while running (replaces "
+        f"{METRICS_PORT_KEY}; ops.prometheus.host is the interface)",
+    )
+
+
 def conf_from_args(args: argparse.Namespace) -> Conf:
-    """The configuration the parsed ``--conf`` and ``--set`` options describe."""
-    return load_conf(args.conf, overrides=tuple(getattr(args, "overrides", ())))
+    """The configuration the parsed ``--conf``, ``--set`` (and ``--metrics-port``) options
+    describe."""
+    overrides = list(getattr(args, "overrides", ()))
+    port = getattr(args, "metrics_port", None)
+    if port is not None:
+        overrides.append((METRICS_PORT_KEY, port))
+    return load_conf(args.conf, overrides=tuple(overrides))
 
 
 def secrets_from_args(args: argparse.Namespace) -> SecretResolver:

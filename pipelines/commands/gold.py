@@ -19,6 +19,7 @@ from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.commands.silver import _names
 from pipelines.gold.job import GoldResult, run_gold
 from pipelines.gold.resync import RESYNC_TABLE
+from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
 
 __all__ = ["register", "run", "summary"]
@@ -77,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
     conf = conf_from_args(args)
     objects = [name for group in args.objects for name in group] if args.objects else None
     engine = engine_for(conf.pipeline.lake)
-    result = run_gold(engine, conf, objects=objects)
+    ops = recorder_for(engine, conf)
+    with ops.watching("gold"):
+        result = run_gold(engine, conf, objects=objects, on_commit=ops.record)
     for line in summary(result):
         print(line)
     if not result.objects:

@@ -38,8 +38,15 @@ from typing import Any
 from ingest.auth import SecretResolver
 from ingest.errors import ConfigError, ReplayIdError
 from pipelines.bronze import BronzeLanding, LandingResult, TopicResult
-from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
+from pipelines.commands.conf_options import (
+    add_conf_options,
+    add_metrics_option,
+    conf_from_args,
+    secrets_from_args,
+)
 from pipelines.connect import connect, secret_resolver
+from pipelines.ops.metrics import PipelineMetrics, serve_metrics
+from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
 from pipelines.spec import Conf, TopicSpec
 
@@ -101,6 +108,7 @@ def register(subparsers: Any) -> None:
         help="stop cleanly when standard input is closed (used by sfcdc run, so the landing "
         "ends with the process that started it)",
     )
+    add_metrics_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -185,7 +193,10 @@ def decode_progress(line: str) -> LandingResult | None:
     text = line[len(PROGRESS_PREFIX) :].strip()
     try:
         data = json.loads(text)
-        topics = tuple(TopicResult(**topic) for topic in data["topics"])
+        topics = tuple(
+            TopicResult(**{**topic, "commit_seconds": tuple(topic.get("commit_seconds", ()))})
+            for topic in data["topics"]
+        )
         return LandingResult(topics, float(data["seconds"]), str(data["stopped"]))
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(
@@ -252,16 +263,21 @@ def land(
     engine = engine_for(conf.pipeline.lake, environ=environ or os.environ)
     if secrets is None:
         secrets = secret_resolver(environ=environ)
-    with connect(conf.pipeline.connection, secrets=secrets, topics=topics) as source:
+    ops = recorder_for(engine, conf)
+    with (
+        ops.watching("bronze"),
+        connect(conf.pipeline.connection, secrets=secrets, topics=topics) as source,
+    ):
         landing = BronzeLanding(
             engine,
             topics,
             channel=source.channel,
             tokens=source.tokens,
             ingest=conf.pipeline.ingest,
+            ops=ops,
         )
         finish = started(landing) if started is not None else None
-        with _stop_on_signals(landing):
+        with _stop_on_signals(landing), _serving_metrics(conf, landing):
             try:
                 return landing.run(once=once, duration=seconds)
             except ReplayIdError as exc:
@@ -277,6 +293,21 @@ def land(
             finally:
                 if finish is not None:
                     finish()
+
+
+@contextlib.contextmanager
+def _serving_metrics(conf: Conf, landing: BronzeLanding) -> Iterator[None]:
+    """Serve ``landing``'s figures at ``/metrics`` while the block runs, when
+    ``ops.prometheus.port`` is set."""
+    prometheus = conf.pipeline.ops.prometheus
+    if prometheus.port is None:
+        yield
+        return
+    metrics = PipelineMetrics()
+    metrics.watch_landing(landing.snapshot)
+    with serve_metrics(metrics, port=prometheus.port, host=prometheus.host) as server:
+        print(f"serving Prometheus metrics at {server.url}", file=sys.stderr, flush=True)
+        yield
 
 
 def _write_line(line: str) -> None:

@@ -28,10 +28,16 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
+from pipelines.commands.conf_options import (
+    add_conf_options,
+    add_metrics_option,
+    conf_from_args,
+    secrets_from_args,
+)
 from pipelines.commands.gold import summary as gold_summary
 from pipelines.commands.ingest import _names, _positive_seconds
 from pipelines.commands.silver import summary as silver_summary
+from pipelines.ops.metrics import PipelineMetrics, serve_metrics
 from pipelines.run import LandingProcess, Pipeline, RunResult
 
 __all__ = ["DEFAULT_INTERVAL", "register", "run", "stop_on_signals", "summary"]
@@ -88,6 +94,7 @@ def register(subparsers: Any) -> None:
         help="comma-separated object API names (default: every enabled object); a topic "
         "shared by several objects is landed whole",
     )
+    add_metrics_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -147,14 +154,23 @@ def run(args: argparse.Namespace) -> int:
         verbosity = getattr(args, "verbose", 0)
         options = ("-q",) if getattr(args, "quiet", False) else ("-v",) * verbosity
         child = LandingProcess(args.conf, tuple(args.overrides), cli_options=options)
+    prometheus = conf.pipeline.ops.prometheus
+    metrics = PipelineMetrics() if prometheus.port is not None and not args.once else None
     pipeline = Pipeline(
         conf,
         objects=args.objects,
         report=lambda line: print(line, flush=True),
         secrets=secrets_from_args(args),
         landing_process=child,
+        metrics=metrics,
     )
-    with stop_on_signals(pipeline.stop):
+    with contextlib.ExitStack() as stack:
+        if metrics is not None and prometheus.port is not None:
+            server = stack.enter_context(
+                serve_metrics(metrics, port=prometheus.port, host=prometheus.host)
+            )
+            print(f"serving Prometheus metrics at {server.url}", flush=True)
+        stack.enter_context(stop_on_signals(pipeline.stop))
         if args.once:
             result = pipeline.run_once()
         else:

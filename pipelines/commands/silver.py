@@ -16,6 +16,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
+from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
 from pipelines.silver.job import QUARANTINE_TABLE, SilverResult, run_silver
 
@@ -79,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
     conf = conf_from_args(args)
     objects = [name for group in args.objects for name in group] if args.objects else None
     engine = engine_for(conf.pipeline.lake)
-    result = run_silver(engine, conf, objects=objects)
+    ops = recorder_for(engine, conf)
+    with ops.watching("silver"):
+        result = run_silver(engine, conf, objects=objects, on_commit=ops.record)
     for line in summary(result):
         print(line)
     if not result.topics:

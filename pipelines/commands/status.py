@@ -2,7 +2,13 @@
 
 ::
 
-    sfcdc status [--conf conf/] [--format text|json]
+    sfcdc status [--conf conf/] [--json] [--check]
+
+Per object first: how many seconds it is behind Salesforce (now minus the newest commit
+timestamp its last table has applied, per layer), the events/s its tables applied over the last
+``ops.rate_window_seconds``, quarantine and re-sync counts, the last recorded error and when,
+and OK / WARN / FAIL against the object's ``health`` thresholds (read from the commits table,
+:mod:`pipelines.ops`). ``--check`` exits 1 when any object is FAIL (for cron and CI).
 
 Per topic: the last bronze checkpoint (replay id, batch, commit time, kind), the events
 landed, replay gaps and quarantined rows. Per object: the bronze version silver has
@@ -16,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pyarrow as pa
@@ -27,11 +33,21 @@ from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold import job as gold_job
 from pipelines.gold.resync import OBJECT_LEVEL_REASONS, RESYNC_TABLE
+from pipelines.ops.health import State, Verdict, judge, layer_lags, layer_rate
+from pipelines.ops.summary import read_summary
 from pipelines.session import engine_for
 from pipelines.silver import job as silver_job
 from pipelines.spec import Conf
 
-__all__ = ["ObjectStatus", "Status", "TopicStatus", "format_status", "read_status", "register"]
+__all__ = [
+    "LayerHealth",
+    "ObjectStatus",
+    "Status",
+    "TopicStatus",
+    "format_status",
+    "read_status",
+    "register",
+]
 
 
 def register(subparsers: Any) -> None:
@@ -44,6 +60,16 @@ def register(subparsers: Any) -> None:
     add_conf_options(parser)
     parser.add_argument(
         "--format", choices=("text", "json"), default="text", help="output format (text)"
+    )
+    parser.add_argument(
+        "--json",
+        dest="format",
+        action="store_const",
+        const="json",
+        help="print JSON for scripts (same as --format json)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit with status 1 when any object is FAIL"
     )
     parser.set_defaults(handler=run)
 
@@ -65,9 +91,25 @@ class TopicStatus:
 
 
 @dataclass(frozen=True)
+class LayerHealth:
+    """One table of an object: how far behind Salesforce it is (``None``: not known yet) and
+    the events per second its commits applied over the rate window."""
+
+    layer: str
+    table: str
+    behind_seconds: float | None
+    newest_commit_at: str | None
+    last_commit_at: str | None
+    events_per_second: float | None
+
+
+@dataclass(frozen=True)
 class ObjectStatus:
     """An object's silver and gold progress. ``bronze_lag``: bronze versions silver has not
-    processed; ``silver_lag``: silver versions gold has not applied (``None`` without gold)."""
+    processed; ``silver_lag``: silver versions gold has not applied (``None`` without gold).
+    ``state`` (OK, WARN, FAIL) and its ``reasons``; ``behind_seconds``: the lag of the
+    object's last table; ``layers``: each table's lag and rate; ``last_error``: the latest
+    recorded failure of any of its layers (``last_error_at`` when)."""
 
     object: str
     topic: str
@@ -81,15 +123,30 @@ class ObjectStatus:
     silver_lag: int | None
     resync_records: int
     resync_full_object: int
+    quarantined: int = 0
+    state: State = "WARN"
+    reasons: tuple[str, ...] = ()
+    behind_seconds: float | None = None
+    events_per_second: float | None = None
+    layers: tuple[LayerHealth, ...] = ()
+    last_error: str | None = None
+    last_error_at: str | None = None
 
 
 @dataclass(frozen=True)
 class Status:
-    """Every enabled topic and object of a configuration."""
+    """Every enabled topic and object of a configuration, as of ``now``."""
 
     lake: str
     topics: tuple[TopicStatus, ...]
     objects: tuple[ObjectStatus, ...]
+    now: str = ""
+    commits_table: bool = False
+
+    @property
+    def state(self) -> State:
+        """The worst state of any object."""
+        return Verdict.worst([o.state for o in self.objects])
 
 
 def _read(engine: LakeEngine, table: TableRef, columns: list[str]) -> pa.Table | None:
@@ -104,8 +161,12 @@ def _lag(current: int | None, processed: int | None) -> int | None:
     return max(0, current - (processed if processed is not None else 0))
 
 
-def read_status(engine: LakeEngine, conf: Conf) -> Status:
-    """The status of ``conf``'s enabled topics and objects in ``engine``'s lake."""
+def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) -> Status:
+    """The status of ``conf``'s enabled topics and objects in ``engine``'s lake at ``now``
+    (default: the current time)."""
+    now = now or datetime.now(timezone.utc)
+    window = conf.pipeline.ops.rate_window_seconds
+    summary = read_summary(engine, since=now - timedelta(seconds=window))
     checkpoints = _read(
         engine,
         TableRef("bronze", CHECKPOINT_TABLE),
@@ -169,6 +230,43 @@ def read_status(engine: LakeEngine, conf: Conf) -> Status:
             whole = sum(
                 1 for r in mine if r["record_id"] is None or r["reason"] in OBJECT_LEVEL_REASONS
             )
+            records = len({r["record_id"] for r in mine if r["record_id"]})
+            quarantined = next(t.quarantined for t in topics if t.topic == spec.topic)
+            chain = [
+                ("bronze", str(TableRef("bronze", spec.bronze_table))),
+                ("silver", str(silver)),
+            ]
+            caught_up = [True, _lag(bronze_version, processed) == 0]
+            if gold_name is not None:
+                chain.append(("gold", gold_name))
+                caught_up.append(_lag(silver_version, applied) == 0)
+            lags = layer_lags(
+                summary,
+                now=now,
+                tables=chain,
+                caught_up=caught_up,
+            )
+            verdict, error = judge(
+                summary,
+                lags,
+                obj.health,
+                topic=spec.topic,
+                obj=obj.api_name,
+                quarantined=quarantined,
+                resync_records=records,
+                resync_whole=whole,
+            )
+            layers = tuple(
+                LayerHealth(
+                    layer=lag.layer,
+                    table=lag.table,
+                    behind_seconds=_round(lag.behind_seconds),
+                    newest_commit_at=_iso(lag.watermark),
+                    last_commit_at=_iso(lag.last_commit_at),
+                    events_per_second=_round(layer_rate(summary, lag.layer, lag.table, window)),
+                )
+                for lag in lags
+            )
             objects.append(
                 ObjectStatus(
                     object=obj.api_name,
@@ -181,12 +279,30 @@ def read_status(engine: LakeEngine, conf: Conf) -> Status:
                     gold_version=gold_version,
                     silver_applied=applied,
                     silver_lag=_lag(silver_version, applied) if gold_name else None,
-                    resync_records=len({r["record_id"] for r in mine if r["record_id"]}),
+                    resync_records=records,
                     resync_full_object=whole,
+                    quarantined=quarantined,
+                    state=verdict.state,
+                    reasons=verdict.reasons,
+                    behind_seconds=layers[-1].behind_seconds,
+                    events_per_second=layers[-1].events_per_second,
+                    layers=layers,
+                    last_error=error.message if error else None,
+                    last_error_at=_iso(error.at) if error else None,
                 )
             )
     location = getattr(engine, "location", None)
-    return Status(str(location or engine.name), tuple(topics), tuple(objects))
+    return Status(
+        str(location or engine.name),
+        tuple(topics),
+        tuple(objects),
+        now=_iso(now) or "",
+        commits_table=summary.exists,
+    )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -197,9 +313,39 @@ def _v(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
+def _behind(seconds: float | None) -> str:
+    return "lag unknown" if seconds is None else f"behind by {seconds:,.0f} s"
+
+
+def _health_lines(status: Status) -> list[str]:
+    lines = [f"health at {status.now}: {status.state}"]
+    if not status.commits_table:
+        lines.append(
+            "  (no commits table yet: lag and rates appear once landing, silver and gold have "
+            "committed with ops.commits_table on)"
+        )
+    for o in status.objects:
+        rate = "-" if o.events_per_second is None else f"{o.events_per_second:,.1f}"
+        per_layer = ", ".join(
+            f"{h.layer} {'-' if h.behind_seconds is None else f'{h.behind_seconds:,.0f}'} s"
+            for h in o.layers
+        )
+        counts = f"{o.quarantined} quarantined, {o.resync_records} re-sync records"
+        if o.resync_full_object:
+            counts += f" + {o.resync_full_object} whole-object"
+        lines.append(
+            f"  {o.state:<4} {o.object}: {_behind(o.behind_seconds)} ({per_layer}); "
+            f"{rate} events/s; {counts}"
+        )
+        if o.last_error is not None:
+            lines.append(f"       last error at {o.last_error_at}: {o.last_error}")
+        lines.extend(f"       {reason}" for reason in o.reasons)
+    return lines
+
+
 def format_status(status: Status) -> list[str]:
     """``status`` as the text ``sfcdc status`` prints."""
-    lines = [f"lake {status.lake}", "topics:"]
+    lines = [f"lake {status.lake}", *_health_lines(status), "topics:"]
     for t in status.topics:
         if t.batch_id is None:
             where = "no checkpoint yet"
@@ -244,8 +390,8 @@ def run(args: argparse.Namespace) -> int:
     conf = conf_from_args(args)
     status = read_status(engine_for(conf.pipeline.lake), conf)
     if args.format == "json":
-        print(json.dumps(asdict(status), indent=2))
+        print(json.dumps({**asdict(status), "state": status.state}, indent=2))
     else:
         for line in format_status(status):
             print(line)
-    return 0
+    return 1 if getattr(args, "check", False) and status.state == "FAIL" else 0

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
@@ -454,7 +455,7 @@ class SparkEngine:
             return bool(self._spark.catalog.tableExists(".".join(self._parts(table))))
         path = self.path(table)
         if "://" not in path:
-            return Path(path, "_delta_log").is_dir()
+            return _has_commit(Path(path, "_delta_log"))
         from delta.tables import DeltaTable
 
         return bool(DeltaTable.isDeltaTable(self._spark, path))
@@ -1049,7 +1050,20 @@ def _tables_under(location: str, prefix: str) -> list[TableRef]:
             if (
                 child.name.startswith(prefix)
                 and is_identifier(name)
-                and (child / "_delta_log").is_dir()
+                and _has_commit(child / "_delta_log")
             ):
                 found.append(TableRef(layer, name))
     return found
+
+
+def _has_commit(log: Path) -> bool:
+    """Whether a local ``_delta_log`` holds a commit or checkpoint. Delta creates the folder
+    before the first commit's data files, so a table being created by another process has an
+    empty log for a moment; it exists once its version 0 (or a checkpoint) does."""
+    try:
+        with os.scandir(log) as entries:
+            return any(
+                e.name[:20].isdigit() and e.name.endswith((".json", ".parquet")) for e in entries
+            )
+    except (FileNotFoundError, NotADirectoryError):
+        return False

@@ -26,6 +26,10 @@ Replay gaps (``replay_gap`` rows of the bronze checkpoint table: events lost bec
 rejected replay id was skipped by policy) are recorded in the re-sync table as whole-object
 re-syncs of every object on the topic.
 
+Each gold MERGE is reported to ``on_commit`` (the commits table, :mod:`pipelines.ops`) with the
+newest Salesforce commit time among the changes it folded; a run reports its progress
+(:mod:`pipelines.progress`) in objects.
+
 One gold run per lake at a time: runs do not coordinate with each other.
 """
 
@@ -79,6 +83,9 @@ from pipelines.gold.scd2 import (
     history_input_schema,
     history_schema,
 )
+from pipelines.ops.newest import CHANGE_EVENT_TIME, newest_time
+from pipelines.ops.table import CommitRecord
+from pipelines.progress import progress
 from pipelines.silver.job import REGISTRY_TABLE, read_registry, silver_layout
 from pipelines.spec import Conf, DeleteMode, ObjectSpec
 
@@ -218,11 +225,13 @@ def run_gold(
     partitions: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    on_commit: Callable[[CommitRecord], object] | None = None,
 ) -> GoldResult:
     """Bring the gold tables of ``objects`` (default: every enabled change event object) up
     to date with silver. See the module docstring for the protocol. ``partitions`` is the
     fold's parallelism (default: the session's shuffle partitions); ``clock`` times the work
-    and ``now`` stamps ``_cdc_updated_at`` and re-sync rows (one value per run)."""
+    and ``now`` stamps ``_cdc_updated_at`` and re-sync rows (one value per run) and the
+    records ``on_commit`` receives, one per gold MERGE."""
     selected, events = _select(conf, objects)
     if events:
         _log.info("gold: platform events have no current-state table: %s", ", ".join(events))
@@ -230,24 +239,31 @@ def run_gold(
     registry: Mapping[str, Any] | None = None
     results = []
     gaps = _replay_gaps(engine, conf, selected, checkpoint_table, processed_at)
-    for obj in selected:
-        silver = TableRef("silver", obj.tables.silver)
-        if not engine.exists(silver):
-            _log.info("gold: %s has no silver table %s yet; nothing to do", obj.api_name, silver)
-            continue
-        if registry is None:
-            registry = read_registry(engine, registry_table)
-        runner = _ObjectRun(
-            engine,
-            obj,
-            silver,
-            registry=registry,
-            processed_at=processed_at,
-            partitions=partitions,
-            replay_gaps=[g for g in gaps if g["object"] == obj.api_name],
-            clock=clock,
-        )
-        results.append(runner.run())
+    with progress(total=len(selected), unit="objects", label="gold") as bar:
+        for obj in selected:
+            silver = TableRef("silver", obj.tables.silver)
+            if not engine.exists(silver):
+                _log.info(
+                    "gold: %s has no silver table %s yet; nothing to do", obj.api_name, silver
+                )
+                bar.advance()
+                continue
+            if registry is None:
+                registry = read_registry(engine, registry_table)
+            runner = _ObjectRun(
+                engine,
+                obj,
+                silver,
+                registry=registry,
+                processed_at=processed_at,
+                partitions=partitions,
+                replay_gaps=[g for g in gaps if g["object"] == obj.api_name],
+                clock=clock,
+                now=now,
+                on_commit=on_commit,
+            )
+            results.append(runner.run())
+            bar.advance()
     return GoldResult(tuple(results), len(gaps), tuple(events))
 
 
@@ -361,8 +377,12 @@ class _ObjectRun:
         partitions: int | None,
         replay_gaps: list[dict[str, Any]],
         clock: Callable[[], float],
+        now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        on_commit: Callable[[CommitRecord], object] | None = None,
     ) -> None:
         self.engine = engine
+        self.now = now
+        self.on_commit = on_commit
         self.obj = obj
         self.silver = silver
         self.gold = gold_table(obj)
@@ -465,6 +485,10 @@ class _ObjectRun:
             gold_rows = engine.map_batches(
                 folded, GoldPart(gold_schema(body).names), gold_schema(body)
             )
+            newest = None
+            if self.on_commit is not None:
+                column = CHANGE_EVENT_TIME if CHANGE_EVENT_TIME in schema.names else None
+                newest = newest_time(engine, rows, column)
             merge = self._merge_gold(gold_rows, plan, end_version, start)
             self._step("merge")
         finally:
@@ -484,6 +508,23 @@ class _ObjectRun:
             versions=versions,
             skipped=False,
         )
+        if self.on_commit is not None and not merge.skipped:
+            self.on_commit(
+                CommitRecord(
+                    layer="gold",
+                    kind="commit",
+                    visible_at=self.now(),
+                    topic=obj.topic,
+                    object=obj.api_name,
+                    table=str(self.gold),
+                    version=merge.version,
+                    events=result.changes,
+                    rows=merge.inserted + merge.updated + merge.deleted,
+                    resync_rows=written,
+                    newest_commit_at=newest,
+                    duration_seconds=result.duration_s,
+                )
+            )
         _log.info(
             "gold: %s <- %s versions %s..%s: %d changes of %d records (%d applied, %d already "
             "reflected): %d inserted, %d updated, %d deleted; %d re-sync rows, %d tombstones, "

@@ -19,6 +19,10 @@ For every bronze table (one per topic) that feeds a configured object, :func:`ru
    schema id no object can use with ``(sfcdc.silver.quarantine:<bronze table>, bronze
    version)``.
 
+Each silver commit is reported to ``on_commit`` (the commits table, :mod:`pipelines.ops`) with
+the newest Salesforce commit time among its rows, and a run over a backlog reports its
+progress (:mod:`pipelines.progress`) in bronze events.
+
 A retried run is a no-op: a table that recorded the txn version skips the write, and with
 nothing new in bronze nothing is read or written at all. A run that died between two writes
 resumes where each table stands: objects of one topic that stand at different bronze
@@ -50,6 +54,9 @@ from ingest.schema import EventSchema, parse_event_schema
 from pipelines.bronze.tables import CHECKPOINT_TABLE, SCHEMA_REGISTRY_TABLE, bronze_tables
 from pipelines.engines import HistoryEntry, LakeEngine, Rows, TableRef, Txn
 from pipelines.engines.arrow import same_type, spark_schema_to_arrow
+from pipelines.ops.newest import newest_time, time_column
+from pipelines.ops.table import CommitRecord
+from pipelines.progress import progress
 from pipelines.silver.columns import SilverLayout, build_layout
 from pipelines.silver.decode import BRONZE_COLUMNS, DecodePlan, SilverRows
 from pipelines.silver.quarantine import (
@@ -277,10 +284,12 @@ def run_silver(
     registry_table: TableRef = REGISTRY_TABLE,
     clock: Callable[[], float] = time.perf_counter,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    on_commit: Callable[[CommitRecord], object] | None = None,
 ) -> SilverResult:
     """Bring the silver tables of ``objects`` (default: every enabled object) up to date
     with bronze. See the module docstring for the protocol; ``clock`` times the work and
-    ``now`` stamps quarantined rows."""
+    ``now`` stamps quarantined rows and commit records; ``on_commit`` receives a record of
+    every silver commit."""
     selected = _select_objects(conf, objects)
     for obj in selected:
         if _silver_table(obj) == QUARANTINE_TABLE:
@@ -310,6 +319,7 @@ def run_silver(
                 registry_table=registry_table,
                 clock=clock,
                 now=now,
+                on_commit=on_commit,
             )
             results.append(group.run(after))
     return SilverResult(tuple(results))
@@ -368,6 +378,12 @@ def plan_chunks(
     return ends
 
 
+def _rows_between(sizes: Mapping[int, tuple[int, int]], after: int | None, end: int) -> int:
+    """Rows the bronze versions after ``after`` up to ``end`` added."""
+    start = 0 if after is None else after + 1
+    return sum(sizes.get(v, (0, 0))[0] for v in range(start, end + 1))
+
+
 @dataclass
 class _Progress:
     events: int = 0
@@ -390,8 +406,12 @@ class _Group:
         registry_table: TableRef,
         clock: Callable[[], float],
         now: Callable[[], datetime],
+        on_commit: Callable[[CommitRecord], object] | None = None,
     ) -> None:
         self.engine = engine
+        self.now = now
+        self.on_commit = on_commit
+
         self.topic = topic
         self.bronze = bronze
         self.objs = objs
@@ -427,9 +447,13 @@ class _Group:
         chunks = plan_chunks(
             sizes, after, current, max_rows=self.max_rows, max_bytes=self.max_bytes
         )
-        for end in chunks:
-            self._chunk(after, end)
-            after = end
+        with progress(
+            total=_rows_between(sizes, after, current), unit="events", label=f"silver {self.bronze}"
+        ) as bar:
+            for end in chunks:
+                self._chunk(after, end)
+                bar.advance(_rows_between(sizes, after, end))
+                after = end
         if start == after:
             _log.info("silver: %s has nothing new after version %s", self.bronze, start)
         else:
@@ -561,15 +585,26 @@ class _Group:
         """Commit a decoded step: quarantine first, then each object's silver rows."""
         # The quarantine first: a run that dies before the silver writes decodes this
         # range again and finds the quarantine already holding it.
+        quarantined: dict[str, int] = {}
         for obj, _, _, bad, _ in decoded:
             if bad is not None:
-                self._quarantine(bad, app_for=obj.api_name, after=after, end=end, metadata=metadata)
+                quarantined[obj.api_name] = self._quarantine(
+                    bad, app_for=obj.api_name, after=after, end=end, metadata=metadata
+                )
         if undecodable is not None:
             self._quarantine(
                 undecodable, app_for=self.bronze.name, after=after, end=end, metadata=metadata
             )
         for obj, layout, data, _, events in decoded:
-            self._write(obj, layout, data, events=events, end=end, metadata=metadata)
+            self._write(
+                obj,
+                layout,
+                data,
+                events=events,
+                end=end,
+                metadata=metadata,
+                quarantined=quarantined.get(obj.api_name, 0),
+            )
 
     def _undecodable(
         self,
@@ -686,6 +721,7 @@ class _Group:
         events: int,
         end: int,
         metadata: Mapping[str, str],
+        quarantined: int = 0,
     ) -> None:
         started = self.clock()
         table = _silver_table(obj)
@@ -693,6 +729,10 @@ class _Group:
             # Created from the layout, so every column is nullable whatever the first rows
             # hold (Spark marks literal and coalesced columns NOT NULL).
             self.engine.ensure_table(table, layout.silver_schema())
+        newest = None
+        if self.on_commit is not None and events:
+            column = time_column(layout.silver_schema().names, change_events=layout.change_events)
+            newest = newest_time(self.engine, data, column)
         result = self.engine.append(table, data, txn=Txn(app_id(obj), end), metadata=metadata)
         _log.debug("silver: %s written in %.2f s", table, self.clock() - started)
         p = self.progress[obj.api_name]
@@ -701,6 +741,23 @@ class _Group:
         p.commits += 0 if result.skipped else 1
         p.version = result.version
         p.seconds += self.clock() - started
+        if self.on_commit is not None and not result.skipped:
+            self.on_commit(
+                CommitRecord(
+                    layer="silver",
+                    kind="commit",
+                    visible_at=self.now(),
+                    topic=self.topic,
+                    object=obj.api_name,
+                    table=str(table),
+                    version=result.version,
+                    events=events,
+                    rows=result.rows,
+                    quarantined=quarantined,
+                    newest_commit_at=newest,
+                    duration_seconds=self.clock() - started,
+                )
+            )
         _log.info(
             "silver: %s <- %s up to version %d: %d events, %d rows, version %s%s",
             table,
@@ -720,18 +777,18 @@ class _Group:
         after: int | None,
         end: int,
         metadata: Mapping[str, str],
-    ) -> None:
+    ) -> int:
         """Append quarantine rows of the bronze range ``(after, end]`` under the txn
         ``sfcdc.silver.quarantine:<app_for>`` (an object's undecodable rows, or the bronze
-        table's rows no object decodes)."""
+        table's rows no object decodes); the rows appended."""
         engine = self.engine
         app = f"{QUARANTINE_APP_PREFIX}{app_for}"
         done = engine.txn_version(QUARANTINE_TABLE, app)
         if done is not None and done >= end:
             _log.info("silver: quarantine %s up to version %d already committed", app, end)
-            return
+            return 0
         if engine.count(rows) == 0:
-            return
+            return 0
         if done is not None and (after is None or done > after):
             # An earlier run quarantined part of this range (it stopped at another version).
             rows = _without_quarantined(engine, rows, self.bronze)
@@ -747,6 +804,7 @@ class _Group:
             QUARANTINE_TABLE,
             result.version,
         )
+        return result.rows
 
 
 # The bronze columns silver reads.

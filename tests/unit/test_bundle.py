@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import importlib
+import json
 import re
 import shutil
 import textwrap
@@ -20,12 +21,16 @@ from typing import Any
 
 import pytest
 import yaml
+from databricks.bundles.alerts import Alert
+from databricks.bundles.dashboards import Dashboard
 from databricks.bundles.jobs import Job
 
 from ingest.auth import EnvRef
 from pipelines.cli import build_parser
 from pipelines.commands.conf_options import conf_from_args
 from pipelines.connect import secret_resolver
+from pipelines.ops.table import COMMITS_TABLE
+from pipelines.spec import load_conf
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "databricks.yml"
@@ -94,8 +99,17 @@ def _target_job(target: str, key: str) -> dict[str, Any]:
     return merged
 
 
+# What a `lookup` variable resolves to at deploy time (an id of the workspace).
+LOOKED_UP = "0123456789abcdef"
+# Resource sections of the bundle and the file suffix of each (resources/<key>.<kind>.yml).
+KINDS = {"jobs": "job", "dashboards": "dashboard", "alerts": "alert"}
+
+
 def _variables(target: str) -> dict[str, str]:
-    values = {name: spec.get("default") for name, spec in BUNDLE_DOC["variables"].items()}
+    values = {
+        name: LOOKED_UP if "lookup" in spec else spec.get("default")
+        for name, spec in BUNDLE_DOC["variables"].items()
+    }
     values.update(BUNDLE_DOC["targets"][target].get("variables", {}))
     return {name: str(value) for name, value in values.items()}
 
@@ -174,14 +188,19 @@ def test_the_bundle_has_a_name_dev_and_prod_targets_and_includes_every_resource_
     assert files, "no resources/*.yml"
     for name in files:
         assert any(fnmatch.fnmatch(name, g) for g in BUNDLE_DOC["include"]), name
-        assert name.endswith(".job.yml"), f"{name}: one file per job, named <job>.job.yml"
+        assert name.endswith(tuple(f".{kind}.yml" for kind in KINDS.values())), (
+            f"{name}: one file per resource, named <key>.<kind>.yml ({', '.join(KINDS.values())})"
+        )
     assert {"sfcdc_ingest", "sfcdc_silver_gold"} <= set(JOBS)
 
 
-def test_every_resource_file_holds_one_job_named_after_it() -> None:
+def test_every_resource_file_holds_one_resource_named_after_it() -> None:
     for path in _resource_files():
-        jobs = _load(path)["resources"]["jobs"]
-        assert list(jobs) == [path.name.removesuffix(".job.yml")], path
+        key, kind = path.name.removesuffix(".yml").rsplit(".", 1)
+        resources = _load(path)["resources"]
+        section = next(s for s, k in KINDS.items() if k == kind)
+        assert list(resources) == [section], path
+        assert list(resources[section]) == [key], path
 
 
 def test_every_variable_referenced_is_defined_and_every_defined_one_is_used() -> None:
@@ -399,3 +418,123 @@ def test_what_notebooks_import_from_pipelines_exists(path: Path) -> None:
         loaded = importlib.import_module(module)
         for name in (n.strip() for n in names.split(",")):
             assert hasattr(loaded, name), f"{path.name}: {module}.{name} does not exist"
+
+
+# ------------------------------------------------------------------- dashboard and alerts
+
+
+def _resources(section: str) -> dict[str, tuple[Path, dict[str, Any]]]:
+    found: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for path in _resource_files():
+        for key, resource in _load(path)["resources"].get(section, {}).items():
+            found[key] = (path, resource)
+    return found
+
+
+DASHBOARDS = _resources("dashboards")
+ALERTS = _resources("alerts")
+
+
+def test_the_bundle_deploys_an_operations_dashboard_and_a_lag_alert() -> None:
+    assert set(DASHBOARDS) == {"sfcdc_ops"}
+    assert set(ALERTS) == {"sfcdc_lag"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_dashboards_and_alerts_load_into_the_databricks_models(target: str) -> None:
+    variables = _variables(target)
+    resolved = {name: _substitute(value, variables) for name, value in variables.items()}
+    for path, resource in DASHBOARDS.values():
+        dashboard = Dashboard.from_dict(_substitute(resource, variables))
+        assert dashboard.warehouse_id == LOOKED_UP
+        assert dashboard.dataset_catalog == resolved["catalog"]
+        assert dashboard.dataset_schema == resolved["bronze_schema"]
+        assert (path.parent / str(dashboard.file_path)).is_file(), dashboard.file_path
+    for _, resource in ALERTS.values():
+        alert = Alert.from_dict(_substitute(resource, variables))
+        table = f"{resolved['catalog']}.{resolved['bronze_schema']}.{COMMITS_TABLE}"
+        assert table in str(alert.query_text)
+        assert alert.evaluation.source.name == "lag_seconds"  # type: ignore[union-attr]
+        subscribers = alert.evaluation.notification.subscriptions  # type: ignore[union-attr]
+        assert [s.user_email for s in subscribers] == [resolved["alert_email"]]
+
+
+def test_the_models_reject_a_misspelt_dashboard_or_alert_key() -> None:
+    _, dashboard = DASHBOARDS["sfcdc_ops"]
+    with pytest.raises(ValueError, match="warehouse_idd"):
+        Dashboard.from_dict({**dashboard, "warehouse_idd": "x"})
+    _, alert = ALERTS["sfcdc_lag"]
+    with pytest.raises(ValueError, match="treshold"):
+        Alert.from_dict({**alert, "evaluation": {**alert["evaluation"], "treshold": {}}})
+
+
+def test_the_lag_alert_fires_at_the_yaml_fail_threshold() -> None:
+    conf = load_conf(ROOT / "conf")
+    fail = {obj.health.lag_fail_seconds for obj in conf.objects}
+    assert fail == {conf.pipeline.defaults.health.lag_fail_seconds}
+    assert float(BUNDLE_DOC["variables"]["lag_alert_seconds"]["default"]) == fail.pop()
+    _, alert = ALERTS["sfcdc_lag"]
+    assert alert["evaluation"]["threshold"]["value"]["double_value"] == "${var.lag_alert_seconds}"
+    assert alert["evaluation"]["comparison_operator"] == "GREATER_THAN"
+
+
+def test_every_job_tells_the_on_call_address_when_it_fails() -> None:
+    for key, (_, job) in JOBS.items():
+        assert job["email_notifications"]["on_failure"] == ["${var.alert_email}"], key
+
+
+def _selected(sql: str) -> set[str]:
+    """The column names a dataset query's last SELECT gives (``... AS name`` or a bare
+    column)."""
+    last = sql[sql.rfind("SELECT") + len("SELECT") : sql.rfind("FROM")]
+    names = set(re.findall(r"\bAS\s+(\w+)", last))
+    for part in last.split(","):
+        bare = re.fullmatch(r"\s*(?:\w+\.)?(\w+)\s*", part)
+        if bare:
+            names.add(bare.group(1))
+    return names
+
+
+def test_every_dashboard_widget_reads_a_dataset_column_that_its_query_selects() -> None:
+    for path, resource in DASHBOARDS.values():
+        document = json.loads((path.parent / resource["file_path"]).read_text())
+        datasets = {d["name"]: "".join(d["queryLines"]) for d in document["datasets"]}
+        for sql in datasets.values():
+            assert COMMITS_TABLE in sql
+        used: set[str] = set()
+        for page in document["pages"]:
+            for item in page["layout"]:
+                widget = item["widget"]
+                for query in widget.get("queries", []):
+                    name = query["query"]["datasetName"]
+                    assert name in datasets, f"{widget['name']}: no dataset {name}"
+                    used.add(name)
+                    columns = _selected(datasets[name])
+                    for field in query["query"]["fields"]:
+                        referenced = set(re.findall(r"`(\w+)`", field["expression"]))
+                        assert referenced <= columns, (widget["name"], referenced - columns)
+                    encoded = [
+                        e["fieldName"] for e in widget["spec"]["encodings"].get("columns", [])
+                    ] + [
+                        e["fieldName"]
+                        for k, e in widget["spec"]["encodings"].items()
+                        if k != "columns"
+                    ]
+                    fields = {f["name"] for f in query["query"]["fields"]}
+                    assert set(encoded) <= fields, (widget["name"], set(encoded) - fields)
+        assert used == set(datasets), f"datasets no widget shows: {set(datasets) - used}"
+        # The charts the issue names: lag, throughput, quarantine, re-sync, errors.
+        assert {"lag", "throughput", "quarantine_resync", "errors"} <= set(datasets)
+
+
+def test_the_dashboard_and_the_alert_compute_lag_the_same_way() -> None:
+    path, resource = DASHBOARDS["sfcdc_ops"]
+    document = json.loads((path.parent / resource["file_path"]).read_text())
+    (lag,) = [d for d in document["datasets"] if d["name"] == "lag"]
+    dashboard_sql = "".join(lag["queryLines"])
+    alert_sql = ALERTS["sfcdc_lag"][1]["query_text"]
+
+    def core(sql: str) -> str:
+        return " ".join(sql[sql.index("last_layer AS") : sql.index("SELECT a.object")].split())
+
+    assert core(dashboard_sql).replace("sfcdc_commits", "commits") == core(alert_sql)

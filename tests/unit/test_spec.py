@@ -581,8 +581,8 @@ def test_unknown_top_level_keys_list_the_valid_ones(tmp_path: Path) -> None:
     conf = write_conf(tmp_path, objects={"account": ACCOUNT + "tabels: {gold: x}\n"})
     assert only_problem(conf) == (
         "conf/objects/account.yml: tabels: unknown key; valid keys are 'batching', 'enabled', "
-        "'gold', 'kind', 'managed_subscription', 'num_requested', 'object', 'replay', 'silver', "
-        "'tables', 'topic' (did you mean 'tables'?)"
+        "'gold', 'health', 'kind', 'managed_subscription', 'num_requested', 'object', 'replay', "
+        "'silver', 'tables', 'topic' (did you mean 'tables'?)"
     )
 
 

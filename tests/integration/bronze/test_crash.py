@@ -32,6 +32,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240
 ROOT = Path(__file__).resolve().parents[3]
 # Kills per engine: each spark-engine run starts a JVM first, which takes seconds.
 KILLS = {"local": 20, "spark": 10}
+# Pause between the producer's bursts and events per bronze batch: a spark-engine commit takes
+# far longer than a local one, so its producer is slower and its batches bigger (the backlog a
+# run leaves must drain in minutes).
+PAUSE = {"local": 0.01, "spark": 0.1}
+MAX_EVENTS = {"local": 150, "spark": 1000}
 ACCOUNT = "/data/AccountChangeEvent"
 INVOICE = "/data/Invoice__ChangeEvent"
 CHANNEL = "/data/ChangeEvents"
@@ -55,7 +60,7 @@ def _conf(root: Path, emulator: Emulator, engine: str) -> Path:
             lake: {{engine: {engine}, location: {root / "lake"}}}
             defaults:
               replay: {{start: earliest, on_corrupted: fail}}
-              batching: {{max_events: 150, max_bytes: 256KiB, max_age_seconds: 0.2}}
+              batching: {{max_events: {MAX_EVENTS[engine]}, max_bytes: 1MiB, max_age_seconds: 0.2}}
             ingest:
               retry: {{max_attempts: 30, initial_backoff_seconds: 0.05, max_backoff_seconds: 0.5}}
               progress_interval_seconds: 1
@@ -80,9 +85,10 @@ class Producer(threading.Thread):
     """The org's users: generated transactions appended in bursts with quiet spells (so
     keepalives come mid-run too)."""
 
-    def __init__(self, emulator: Emulator, seed: int) -> None:
+    def __init__(self, emulator: Emulator, seed: int, pause: float) -> None:
         super().__init__(name="producer", daemon=True)
         self.emulator = emulator
+        self.pause = pause
         self.workload = Workload(emulator.catalogue, seed=seed)
         self.rng = random.Random(seed)
         self.stop = threading.Event()
@@ -95,7 +101,7 @@ class Producer(threading.Thread):
                 continue
             batch = [e for _ in range(self.rng.randint(1, 8)) for e in self.workload.transaction()]
             self.events += len(self.emulator.append(batch))
-            self.stop.wait(0.01)
+            self.stop.wait(self.pause)
 
 
 def _ingest(conf: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
@@ -111,7 +117,7 @@ def _ingest(conf: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
 
 
 def _wait_for_line(log: Path, text: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while text not in log.read_text(errors="replace"):
         assert process.poll() is None, f"ingest exited before landing:\n{_tail(log)}"
         assert time.monotonic() < deadline, f"ingest did not start landing:\n{_tail(log)}"
@@ -139,7 +145,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         ),
     )
     emulator.start()
-    producer = Producer(emulator, seed=7)
+    producer = Producer(emulator, seed=7, pause=PAUSE[engine_name])
     commits: list[int] = []
     try:
         conf = _conf(tmp_path, emulator, engine_name)

@@ -177,9 +177,16 @@ def test_object_selection(tmp_path: Path) -> None:
     assert "Invoice__c is disabled (enabled: false in" in info.value.problems[1]
 
 
-def test_the_local_engine_runs_without_spark(tmp_path: Path) -> None:
+def test_the_local_engine_runs_without_spark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyspark.sql import SparkSession
+
     from pipelines.session import engine_for
 
+    # ``auto`` outside Databricks and outside an active Spark session (another test in the
+    # same process may have started the shared one) is the local engine.
+    monkeypatch.setattr(SparkSession, "getActiveSession", staticmethod(lambda: None))
     for engine in ("local", "auto"):
         chosen = engine_for(LakeSpec(engine=engine, location=str(tmp_path)), environ={})
         assert isinstance(chosen, LocalEngine)

@@ -10,7 +10,7 @@ from pathlib import Path
 from pipelines.bronze import LandingResult, TopicResult
 from pipelines.commands.demo import write_conf
 from pipelines.commands.sql import Result, format_rows
-from pipelines.commands.status import ObjectStatus, Status, TopicStatus, format_status
+from pipelines.commands.status import LayerHealth, ObjectStatus, Status, TopicStatus, format_status
 from pipelines.commands.validate import describe
 from pipelines.run import progress_lines
 from pipelines.spec import load_conf
@@ -133,10 +133,32 @@ def test_status_text() -> None:
                 1,
                 4,
                 1,
+                quarantined=2,
+                state="FAIL",
+                reasons=("gold failed at 2026-03-01T11:59:00+00:00 and has not committed since",),
+                behind_seconds=42.0,
+                events_per_second=3.5,
+                layers=(
+                    LayerHealth("bronze", "bronze.account_change_event", 1.0, None, None, 4.0),
+                    LayerHealth("silver", "silver.account", 2.0, None, None, 3.5),
+                    LayerHealth("gold", "gold.account", 42.0, None, None, 3.5),
+                ),
+                last_error="LakeError: disk full",
+                last_error_at="2026-03-01T11:59:00.000+00:00",
             ),
         ),
+        now="2026-03-01T12:00:00.000+00:00",
+        commits_table=True,
     )
     lines = format_status(status)
+    assert lines[1:5] == [
+        "health at 2026-03-01T12:00:00.000+00:00: FAIL",
+        "  FAIL Account: behind by 42 s (bronze 1 s, silver 2 s, gold 42 s); 3.5 events/s; "
+        "2 quarantined, 4 re-sync records + 1 whole-object",
+        "       last error at 2026-03-01T11:59:00.000+00:00: LakeError: disk full",
+        "       gold failed at 2026-03-01T11:59:00+00:00 and has not committed since",
+    ]
+    del lines[1:5]
     assert lines[2] == (
         "  /data/AccountChangeEvent -> bronze.account_change_event v4: 10 events landed; batch 3 "
         "(keepalive) at 2025-01-01T00:00:00.000+00:00, replay id 0a; 1 REPLAY GAP, 2 quarantined"

@@ -52,7 +52,8 @@ def test_the_child_command_line_carries_the_configuration_and_its_overrides(
     assert argv[argv.index("--conf") + 1] == str((tmp_path / "conf").resolve())
     sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
     # Each value goes back through --set's own parser unchanged.
-    assert [parse_override(s) for s in sets] == list(overrides)
+    # ... and the parent alone serves metrics.
+    assert [parse_override(s) for s in sets] == [*overrides, ("ops.prometheus.port", None)]
     assert argv[argv.index("--objects") + 1] == "Account,Contact"
     assert argv[argv.index("--for") + 1] == "30.0"
     assert "--stop-on-eof" in argv and argv[argv.index("--report-progress") + 1] == "1.0"

@@ -13,6 +13,7 @@ MODULES = [
     "ingest.decoding.cache",
     "ingest.decoding.diff",
     "ingest.decoding.event",
+    "ingest.decoding.event_time",
 ]
 
 
@@ -38,6 +39,7 @@ def test_the_package_exports_what_other_parts_use() -> None:
         "apply_diff",
         "compile_decoder",
         "diff_sha256",
+        "event_time_ms",
         "field_names",
         "is_diff",
     } <= set(decoding.__all__)
