@@ -31,7 +31,9 @@ def example_queries() -> list[tuple[str, str]]:
         text = path.read_text()
         for block in re.findall(r"```sql\n(.*?)```", text, re.DOTALL):
             found.extend((path.name, q.strip()) for q in block.split(";") if q.strip())
-        found.extend((path.name, q) for q in re.findall(r'sfcdc sql[^"\n]* "([^"]+)"', text))
+        # `sfcdc sql "SELECT ..."` commands (not placeholders such as "<query>").
+        commands = re.findall(r'sfcdc sql[^"\n]* "(SELECT [^"]+)"', text, re.IGNORECASE)
+        found.extend((path.name, q) for q in commands)
     return found
 
 
