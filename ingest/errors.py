@@ -25,7 +25,9 @@
     │   ├── BitmapError            a bitmap names a field the schema does not have
     │   └── DiffError              a diff-encoded value cannot be rebuilt or fails its SHA-256
     ├── RestError              a REST API call failed (HTTP status, Salesforce errorCode)
-    │   └── RestUnavailableError   the server could not answer (5xx, network): retry later
+    │   ├── RestUnavailableError   the server could not answer (5xx, network): retry later
+    │   └── BulkJobError           a Bulk API 2.0 query job failed, was aborted, timed out, or
+    │                              its results can no longer be read
     ├── CheckpointError        the replay checkpoint in Delta is inconsistent or unwritable
     │   └── LeaseHeldError         another landing holds (or took over) the topic's lease
     └── LakeError              a Delta table operation failed (engine, commit conflict, schema)
@@ -42,6 +44,7 @@ __all__ = [
     "AuthRejectedError",
     "AuthUnavailableError",
     "BitmapError",
+    "BulkJobError",
     "ChannelError",
     "CheckpointError",
     "ConcurrentWriteError",
@@ -228,6 +231,25 @@ class RestError(SfcdcError):
 
 class RestUnavailableError(RestError):
     """The REST API could not answer (a server error or a network failure): retry later."""
+
+
+class BulkJobError(RestError):
+    """A Bulk API 2.0 query job did not deliver its records: it failed (the message carries
+    Salesforce's ``errorMessage``), was aborted, ran past the timeout, or its results (or a
+    locator of them) are no longer valid. ``job_id`` and ``state`` name the job."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        job_id: str,
+        state: str,
+        status: int = 0,
+        error_code: str = "",
+    ) -> None:
+        super().__init__(message, status=status, error_code=error_code)
+        self.job_id = job_id
+        self.state = state
 
 
 class CheckpointError(SfcdcError):

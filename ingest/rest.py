@@ -1,9 +1,12 @@
-"""A small client of Salesforce's REST API: SOQL queries, page by page.
+"""A small client of Salesforce's REST API: SOQL queries, page by page, counts and describes.
 
 :meth:`RestClient.query` sends ``GET <instance>/services/data/<version>/query?q=<SOQL>`` with the
 bearer token of an injected :class:`~ingest.auth.TokenManager` and yields the records of every
 page, following ``nextRecordsUrl`` until ``done``. :meth:`RestClient.query_all` does the same
 with ``queryAll``, which also returns records in the recycle bin (``IsDeleted = true``).
+:meth:`RestClient.count` answers ``SELECT COUNT() ...`` with the query's ``totalSize``,
+:meth:`RestClient.describe` returns ``sobjects/<Object>/describe``, and :meth:`RestClient.send`
+is the one request path every call (and :mod:`ingest.bulk`'s Bulk API 2.0 jobs) goes through.
 
 Failures are :class:`~ingest.errors.RestError` (with the HTTP status and Salesforce's
 ``errorCode``); a token the server rejects (``INVALID_SESSION_ID``) is refreshed once and the
@@ -129,8 +132,68 @@ class RestClient:
                 )
             path, params = next_url, None
 
+    def count(self, soql: str, *, include_deleted: bool = True) -> int:
+        """The number of records ``soql`` (``SELECT COUNT() FROM ...``) counts; with
+        ``include_deleted`` those in the recycle bin too (``queryAll``)."""
+        if not isinstance(soql, str) or not soql.strip():
+            raise ValueError(f"expected a SOQL query (got {soql!r})")
+        kind = "queryAll" if include_deleted else "query"
+        body = self._get(f"/services/data/{self.api_version}/{kind}", {"q": soql})
+        total = body.get("totalSize")
+        if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+            raise RestError(f"REST {kind} of a COUNT(): expected a totalSize (got {total!r})")
+        return total
+
+    def describe(self, sobject: str) -> dict[str, Any]:
+        """``GET sobjects/<sobject>/describe``: the object's fields, with their types and the
+        compound field each part belongs to (``compoundFieldName``)."""
+        if not isinstance(sobject, str) or not sobject.isidentifier():
+            raise ValueError(f"expected an sObject API name such as 'Account' (got {sobject!r})")
+        return self._get(f"/services/data/{self.api_version}/sobjects/{sobject}/describe", None)
+
     def _get(self, path: str, params: Mapping[str, str] | None) -> dict[str, Any]:
+        return self.json("GET", path, params=params)
+
+    def json(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+    ) -> dict[str, Any]:
+        """:meth:`send` a request and return its JSON object body."""
+        response = self.send(method, path, params=params, body=body)
         what = urlsplit(path).path
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):
+            raise RestError(
+                f"REST {method} {what}: expected a JSON object (got "
+                f"{type(payload).__name__ if payload is not None else response.text[:100]!r})",
+                status=response.status_code,
+            )
+        return payload
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        accept: str = "application/json",
+    ) -> httpx.Response:
+        """Send ``method path`` (a path under the instance URL) with the access token and
+        return the successful (2xx) response. ``body`` goes as JSON.
+
+        A rejected token is refreshed once; server errors and network failures are retried
+        with the backoff; any other status raises :class:`~ingest.errors.RestError` with
+        Salesforce's ``errorCode`` and message.
+        """
+        what = f"{method} {urlsplit(path).path}"
         rejected_once = False
         attempt = 0
         while True:
@@ -144,13 +207,15 @@ class RestClient:
                 self._sleep(self._backoff * 2 ** (attempt - 1))
                 continue
             try:
-                response = self._send(credentials, path, params)
+                response = self._send(
+                    credentials, method, path, params=params, body=body, accept=accept
+                )
             except httpx.HTTPError as exc:
                 reason = verification_failure(exc)
                 if reason is not None:
                     # Not an outage: the same certificate fails every attempt.
                     raise RestError(
-                        f"REST GET {what}: "
+                        f"REST {what}: "
                         + untrusted_message(
                             urlsplit(credentials.instance_url).netloc,
                             reason,
@@ -159,25 +224,19 @@ class RestClient:
                     ) from exc
                 if attempt >= self._attempts:
                     raise RestUnavailableError(
-                        f"REST GET {what}: no answer from {credentials.instance_url} after "
+                        f"REST {what}: no answer from {credentials.instance_url} after "
                         f"{attempt} attempts ({type(exc).__name__})"
                     ) from exc
                 self._sleep(self._backoff * 2 ** (attempt - 1))
                 continue
             self.requests += 1
-            if response.status_code == 200:
-                body = response.json()
-                if not isinstance(body, dict):
-                    raise RestError(
-                        f"REST GET {what}: expected a JSON object (got {type(body).__name__})",
-                        status=200,
-                    )
-                return body
+            if 200 <= response.status_code < 300:
+                return response
             code, message = _errors(response)
             if response.status_code == 401:
                 if rejected_once:
                     raise AuthError(
-                        f"REST GET {what}: the server rejected a freshly obtained token "
+                        f"REST {what}: the server rejected a freshly obtained token "
                         f"({code or 'HTTP 401'}: {message}); check the connected app's OAuth "
                         "scopes (api) and the user's API permission"
                     )
@@ -187,7 +246,7 @@ class RestClient:
             if response.status_code in _RETRY_STATUSES or code == "SERVER_UNAVAILABLE":
                 if attempt >= self._attempts:
                     raise RestUnavailableError(
-                        f"REST GET {what}: HTTP {response.status_code} {code} after {attempt} "
+                        f"REST {what}: HTTP {response.status_code} {code} after {attempt} "
                         f"attempts: {message}",
                         status=response.status_code,
                         error_code=code,
@@ -195,21 +254,34 @@ class RestClient:
                 self._sleep(self._backoff * 2 ** (attempt - 1))
                 continue
             raise RestError(
-                f"REST GET {what}: HTTP {response.status_code} {code}: {message}",
+                f"REST {what}: HTTP {response.status_code} {code}: {message}",
                 status=response.status_code,
                 error_code=code,
             )
 
     def _send(
-        self, credentials: Credentials, path: str, params: Mapping[str, str] | None
+        self,
+        credentials: Credentials,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None,
+        body: Any,
+        accept: str,
     ) -> httpx.Response:
         headers = {
             "Authorization": f"Bearer {credentials.access_token.reveal()}",
-            "Accept": "application/json",
+            "Accept": accept,
         }
         if self._batch_size is not None:
             headers["Sforce-Query-Options"] = f"batchSize={self._batch_size}"
-        return self._http.get(f"{credentials.instance_url}{path}", params=params, headers=headers)
+        return self._http.request(
+            method,
+            f"{credentials.instance_url}{path}",
+            params=params,
+            headers=headers,
+            json=body,
+        )
 
     def close(self) -> None:
         """Close the HTTP client this client created."""

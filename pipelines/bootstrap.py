@@ -1,4 +1,4 @@
-"""Initial load and re-sync: gold rows read from Salesforce's REST API instead of from events.
+"""Initial load and re-sync: gold rows read from Salesforce (REST or Bulk API) instead of events.
 
 :func:`bootstrap_object` (``sfcdc bootstrap <object>``) and :func:`resync_objects`
 (``sfcdc resync [<object>]``) share one path, :func:`refresh_from_rest`:
@@ -9,14 +9,16 @@
    the snapshot is read, is after that position and will be landed;
 2. silver and gold are brought up to date with what bronze holds, so gold has applied every
    landed event and the re-sync table lists every gap, overflow and replay gap found so far;
-3. the records are read with SOQL through :class:`~ingest.rest.RestClient` (``queryAll``, so
-   records in the recycle bin come back with their values and ``IsDeleted``): the whole object
-   for a bootstrap, after a ``GAP_OVERFLOW`` or a replay gap; otherwise only the records the
-   open re-sync rows name (gap events, diffs that could not be rebuilt, changes of records
-   gold never saw), in ``WHERE Id IN (...)`` chunks;
-4. REST values become gold's typed columns (dates, timestamps, time-of-day text, compound
-   structs or flattened columns, Account's ``Name`` / ``Name_PersonName``), and the rows are
-   MERGEd into gold flagged as a snapshot (``_cdc_last_change_type = 'SNAPSHOT'``), with
+3. the records are read with SOQL, records in the recycle bin included (``queryAll``, so they
+   come back with their values and ``IsDeleted``): the whole object for a bootstrap, after a
+   ``GAP_OVERFLOW`` or a replay gap, over REST or a Bulk API 2.0 query job as the
+   :class:`~pipelines.snapshot_read.SnapshotSource` decides (by size with ``auto``);
+   otherwise, over REST, only the records the open re-sync rows name (gap events, diffs that
+   could not be rebuilt, changes of records gold never saw), in ``WHERE Id IN (...)`` chunks;
+4. the records become gold's typed columns (:mod:`pipelines.snapshot_rows`: dates,
+   timestamps, time-of-day text, compound structs or flattened columns, Account's ``Name`` /
+   ``Name_PersonName``), and the rows are MERGEd into gold flagged as a snapshot
+   (:mod:`pipelines.snapshot_write`: ``_cdc_last_change_type = 'SNAPSHOT'``), with
    ``_cdc_needs_resync`` cleared; a gold row the full read (or the id read) does not return is
    marked deleted (Salesforce no longer has it, not even in the recycle bin);
 5. the open re-sync rows the read covered are marked resolved (``resolved_by`` names the
@@ -60,60 +62,37 @@ cannot vouch for them; the next ``sfcdc resync`` re-reads those records.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from datetime import datetime, timezone
+from typing import Any
 
 import pyarrow as pa
 
-from ingest.errors import CheckpointError, ConfigError, RestError
+from ingest.errors import CheckpointError, ConfigError
 from ingest.schema import EventSchema, FieldInfo
 from pipelines.bronze.checkpoint import Checkpoint, CheckpointStore
 from pipelines.bronze.tables import bronze_tables
 from pipelines.engines import LakeEngine, MergeMetrics, TableRef
 from pipelines.engines.arrow import spark_schema_to_arrow
-from pipelines.gold.columns import (
-    DELETED,
-    DELETED_AT,
-    ID,
-    LAST_CHANGE_TYPE,
-    LAST_COMMIT_NUMBER,
-    LAST_COMMIT_TS,
-    LAST_EVENT_ID,
-    LAST_REPLAY_ID,
-    NEEDS_RESYNC,
-    ORDER_KEY,
-    RESERVED_PREFIX,
-    RESYNC_REASON,
-    UPDATED_AT,
-    body_fields,
-    gold_schema,
-    tombstone_schema,
-)
-from pipelines.gold.job import gold_table, history_table, run_gold, tombstone_table
+from pipelines.gold.columns import DELETED, ID, body_fields, gold_schema
+from pipelines.gold.job import gold_table, run_gold
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE
-from pipelines.gold.scd2 import (
-    HISTORY_KEYS,
-    SCD_CHANGE_TYPE,
-    SCD_EVENT_ID,
-    SCD_IS_CURRENT,
-    SCD_IS_DELETED,
-    SCD_ORDER_KEY,
-    SCD_VALID_FROM,
-    SCD_VALID_TO,
-    history_schema,
-)
 from pipelines.progress import progress
-from pipelines.silver.columns import FieldLayout, LeafKind, SilverLayout
+from pipelines.silver.columns import SilverLayout
 from pipelines.silver.job import REGISTRY_TABLE, read_registry, run_silver, silver_layout
+from pipelines.snapshot_read import RecordReader, SnapshotSource
+from pipelines.snapshot_rows import record_infos, rest_row, snapshot_soql
+from pipelines.snapshot_write import (
+    SNAPSHOT_CHANGE_TYPE,
+    SNAPSHOT_MARK,
+    Mode,
+    SnapshotWriter,
+    snapshot_key,
+)
 from pipelines.spec import Conf, ObjectSpec
-
-if TYPE_CHECKING:
-    from pyspark.sql import types as T
 
 __all__ = [
     "CHUNK_ROWS",
@@ -123,6 +102,7 @@ __all__ = [
     "Mode",
     "RecordReader",
     "SnapshotResult",
+    "SnapshotSource",
     "bootstrap_object",
     "record_position",
     "refresh_from_rest",
@@ -134,23 +114,10 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-SNAPSHOT_CHANGE_TYPE = "SNAPSHOT"
-SNAPSHOT_MARK = "~snapshot"
 # Records per snapshot MERGE: bounds the memory a bootstrap of a large object needs.
 CHUNK_ROWS = 50_000
 # Ids per WHERE Id IN (...) query: keeps the GET URL far below Salesforce's 16,384 characters.
 ID_CHUNK = 200
-
-Mode = Literal["bootstrap", "resync"]
-
-
-class RecordReader(Protocol):
-    """What the refresh needs of a REST client: ``query_all(soql)`` yielding records
-    (:class:`ingest.rest.RestClient` is one)."""
-
-    def query_all(self, soql: str) -> Iterator[dict[str, Any]]:
-        """Every record ``soql`` selects, deleted ones included."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -158,9 +125,10 @@ class SnapshotResult:
     """What one bootstrap or re-sync did for one object.
 
     ``full`` says the whole object was read (else ``requested`` record ids); ``read`` counts
-    the records REST returned, ``marked_deleted`` the gold rows it no longer has, ``resolved``
-    the re-sync rows closed. ``position`` is the bronze checkpoint the stream continues from
-    (bootstrap). ``merge`` is ``None`` when nothing was written.
+    the records Salesforce returned, over ``api`` (``rest`` or ``bulk``); ``marked_deleted``
+    the gold rows it no longer has, ``resolved`` the re-sync rows closed. ``position`` is the
+    bronze checkpoint the stream continues from (bootstrap). ``merge`` is ``None`` when nothing
+    was written.
     """
 
     object: str
@@ -175,6 +143,7 @@ class SnapshotResult:
     merge: MergeMetrics | None
     position: str | None
     duration_s: float
+    api: str = "rest"
 
 
 # --------------------------------------------------------------------------- the stream position
@@ -228,153 +197,6 @@ def _ensure_schema(
     _log.info("bootstrap: registered %s's current schema %s", obj.topic, schema.schema_id)
 
 
-# ------------------------------------------------------------------------------ SOQL and values
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """How a compound field reads from REST: a nested object, or name parts as fields."""
-
-    field: FieldLayout
-    parts: bool
-
-
-def _infos(obj: ObjectSpec, registry: Mapping[str, Any]) -> dict[str, FieldInfo]:
-    infos: dict[str, FieldInfo] = {}
-    entries = sorted(
-        (e for e in registry.values() if e.schema is not None),
-        key=lambda e: (e.first_seen_at is None, e.first_seen_at or datetime.min, e.schema_id),
-    )
-    for entry in entries:
-        if entry.schema.entity_name == obj.api_name:
-            infos.update(entry.schema.by_name)
-    return infos
-
-
-def _shapes(layout: SilverLayout, infos: Mapping[str, FieldInfo]) -> list[_Shape]:
-    shapes = []
-    for f in layout.fields:
-        info = infos.get(f.name)
-        # The REST API returns a person name as text with its parts as fields of their own;
-        # Address and Location come as nested objects.
-        parts = f.shape == "switchable" or (info is not None and info.sf_type == "PersonName")
-        shapes.append(_Shape(f, parts))
-    return shapes
-
-
-def snapshot_soql(
-    layout: SilverLayout, infos: Mapping[str, FieldInfo], ids: Sequence[str] | None = None
-) -> str:
-    """The SOQL that reads every gold column of ``layout``'s object (of ``ids`` only, when
-    given): ``SELECT Id, IsDeleted, <fields> FROM <Object> [WHERE Id IN (...)]``."""
-    names = ["Id", "IsDeleted"]
-    for shape in _shapes(layout, infos):
-        f = shape.field
-        if f.shape == "leaf" or not shape.parts:
-            names.append(f.name)
-        elif f.shape == "switchable":
-            names.extend([f.name, *f.child_names(), "IsPersonAccount"])
-        else:
-            names.extend(f.child_names())
-    soql = f"SELECT {', '.join(dict.fromkeys(names))} FROM {layout.entity}"
-    if ids:
-        bad = [i for i in ids if not i.isalnum()]
-        if bad:
-            raise ValueError(f"record ids are alphanumeric (got {bad[:3]})")
-        soql += " WHERE Id IN (" + ", ".join(f"'{i}'" for i in ids) + ")"
-    return soql
-
-
-def _lower_camel(name: str) -> str:
-    return name[:1].lower() + name[1:]
-
-
-def _value(kind: LeafKind, value: Any, where: str) -> Any:
-    if value is None:
-        return None
-    try:
-        if kind in ("string", "json", "binary"):
-            return value if isinstance(value, str) else str(value)
-        if kind == "boolean":
-            if not isinstance(value, bool):
-                raise TypeError
-            return value
-        if kind in ("int", "long"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError
-            return int(value)
-        if kind == "double":
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError
-            return float(value)
-        if kind == "date":
-            return date.fromisoformat(str(value)[:10])
-        if kind == "timestamp":
-            text = str(value)
-            if len(text) == 10:
-                return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
-            parsed = datetime.strptime(text.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z")
-            return parsed.astimezone(timezone.utc)
-        if kind == "time":
-            return str(value).removesuffix("Z")
-    except (TypeError, ValueError):
-        pass
-    raise RestError(
-        f"REST value of {where}: expected a {kind} value as Salesforce's REST API writes it "
-        f"(got {value!r})"
-    )
-
-
-def _struct(f: FieldLayout, values: Mapping[str, Any], where: str) -> dict[str, Any] | None:
-    out = {c.name: _value(c.kind, values.get(c.name), f"{where}.{c.name}") for c in f.children}
-    return out if any(v is not None for v in out.values()) else None
-
-
-def rest_row(
-    layout: SilverLayout, infos: Mapping[str, FieldInfo], record: Mapping[str, Any]
-) -> dict[str, Any]:
-    """One REST record as gold body columns (``Id`` included), typed as silver types them."""
-    entity = layout.entity
-    record_id = record.get("Id")
-    if not isinstance(record_id, str) or not record_id:
-        raise RestError(f"REST record of {entity}: expected an Id (got {record_id!r})")
-    row: dict[str, Any] = {ID: record_id}
-    flat = layout.compounds == "flattened"
-    for shape in _shapes(layout, infos):
-        f = shape.field
-        where = f"{entity}.{f.name} of {record_id}"
-        if f.shape == "leaf":
-            row[f.name] = _value(f.kind, record.get(f.name), where)
-            continue
-        if not shape.parts:
-            nested = record.get(f.name)
-            if nested is not None and not isinstance(nested, Mapping):
-                raise RestError(f"REST value of {where}: expected a nested object (got {nested!r})")
-            children = {c: (nested or {}).get(_lower_camel(c)) for c in f.child_names()}
-        else:
-            children = {c: record.get(c) for c in f.child_names()}
-        person = f.shape != "switchable" or bool(record.get("IsPersonAccount"))
-        struct = _struct(f, children, where) if person else None
-        if f.shape == "switchable":
-            row[f.name] = None if person else _value(f.kind, record.get(f.name), where)
-        if flat:
-            for c in f.child_names():
-                row[layout.column_for(f"{f.name}.{c}")] = struct.get(c) if struct else None
-        else:
-            row[f.name if f.shape == "struct" else f.person_column] = struct
-    return row
-
-
-def snapshot_key(order_key: str | None, last_change_type: str | None) -> str:
-    """The order key of a snapshot row over a gold row with ``order_key`` (``None``: no row;
-    the argument is in the module docstring)."""
-    if not order_key:
-        return ""
-    if last_change_type == SNAPSHOT_CHANGE_TYPE:
-        return order_key
-    return order_key + SNAPSHOT_MARK
-
-
 # ------------------------------------------------------------------------------------- refresh
 
 
@@ -388,7 +210,7 @@ def refresh_from_rest(
     conf: Conf,
     obj: ObjectSpec,
     *,
-    rest: RecordReader,
+    rest: RecordReader | SnapshotSource,
     mode: Mode,
     ids: Sequence[str] | None,
     position: Checkpoint | None = None,
@@ -401,6 +223,8 @@ def refresh_from_rest(
     ``None``) or those records, MERGE them into gold as snapshot rows, and resolve the open
     re-sync rows that were detected before the read began.
 
+    ``rest`` is where records come from: a :class:`SnapshotSource` (REST for named records;
+    REST, Bulk API or a choice by size for a whole object) or a plain reader used for both.
     Records are written ``chunk_rows`` at a time (one MERGE each), so memory stays bounded
     whatever the object's size; a run that stops half way can simply run again.
     """
@@ -415,7 +239,7 @@ def refresh_from_rest(
             f"{mode} of {obj.api_name}: no schema of {obj.topic} is registered, so gold's "
             "columns are unknown; run `sfcdc bootstrap` (which fetches it) or `sfcdc ingest` first"
         )
-    infos = _infos(obj, registry)
+    infos = record_infos(obj, registry)
     gold = gold_table(obj)
     silver = TableRef("silver", obj.tables.silver)
     silver_schema = engine.schema(silver) or layout.silver_schema()
@@ -425,14 +249,15 @@ def refresh_from_rest(
     open_rows = _open_resync_rows(engine, obj)
 
     wanted = list(dict.fromkeys(ids)) if ids is not None else None
-    write = _SnapshotWriter(
+    source = rest if isinstance(rest, SnapshotSource) else SnapshotSource(rest)
+    write = SnapshotWriter(
         engine, obj, gold, spark_schema_to_arrow(schema), at=at, mode=mode, position=position
     )
+    records, api, total = _read(source, layout, infos, wanted)
     seen: set[str] = set()
-    # A whole-object read does not know its size until the query answers: the bar counts.
-    total = len(wanted) if wanted is not None else None
+    # A whole-object read may not know its size until the query answers: the bar counts.
     with progress(total=total, unit="records", label=f"{mode} {obj.api_name}") as bar:
-        for batch in _batched(_read(rest, layout, infos, wanted), chunk_rows):
+        for batch in _batched(records, chunk_rows):
             batch_rows = [rest_row(layout, infos, rec) for rec in batch]
             deleted_ids = {rec["Id"] for rec in batch if rec.get("IsDeleted")}
             batch_ids = [r[ID] for r in batch_rows]
@@ -480,12 +305,14 @@ def refresh_from_rest(
         merge=write.metrics,
         position=_describe(position) if position is not None else None,
         duration_s=clock() - started,
+        api=api,
     )
     _log.info(
-        "%s: %s <- REST %s: %d records read (%d deleted), %d vanished, %d re-sync rows "
+        "%s: %s <- %s %s: %d records read (%d deleted), %d vanished, %d re-sync rows "
         "resolved (%.1f s)",
         mode,
         gold,
+        "Bulk API" if api == "bulk" else "REST",
         "whole object" if result.full else f"{result.requested} records",
         result.read,
         result.deleted_read,
@@ -497,16 +324,21 @@ def refresh_from_rest(
 
 
 def _read(
-    rest: RecordReader,
+    source: SnapshotSource,
     layout: SilverLayout,
     infos: Mapping[str, FieldInfo],
     ids: Sequence[str] | None,
-) -> Iterator[dict[str, Any]]:
+) -> tuple[Iterator[dict[str, Any]], str, int | None]:
+    """The records to write, the API reading them, and their number when known."""
     if ids is None:
-        yield from rest.query_all(snapshot_soql(layout, infos))
-        return
-    for chunk in _chunks(ids, ID_CHUNK):
-        yield from rest.query_all(snapshot_soql(layout, infos, chunk))
+        whole = source.whole(snapshot_soql(layout, infos), layout.entity)
+        return whole.records, whole.api, whole.total
+
+    def named() -> Iterator[dict[str, Any]]:
+        for chunk in _chunks(ids, ID_CHUNK):
+            yield from source.named(snapshot_soql(layout, infos, chunk))
+
+    return named(), "rest", len(ids)
 
 
 def _batched(records: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
@@ -524,183 +356,6 @@ def _gold_rows(engine: LakeEngine, gold: TableRef, ids: Sequence[str]) -> dict[s
     if not ids:
         return {}
     return {r[ID]: r for r in engine.read_arrow(gold, where=[(ID, "in", list(ids))]).to_pylist()}
-
-
-class _SnapshotWriter:
-    """MERGEs snapshot rows into gold (and tombstones, with hard deletes), chunk by chunk."""
-
-    def __init__(
-        self,
-        engine: LakeEngine,
-        obj: ObjectSpec,
-        gold: TableRef,
-        schema: pa.Schema,
-        *,
-        at: datetime,
-        mode: Mode,
-        position: Checkpoint | None,
-    ) -> None:
-        self.engine = engine
-        self.obj = obj
-        self.gold = gold
-        self.schema = schema
-        self.at = at
-        self.mode = mode
-        self.replay = position.replay_id.value if position and position.replay_id else None
-        self.metrics: MergeMetrics | None = None
-        self.deleted_read = 0
-
-    def __call__(
-        self,
-        entries: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None, bool, bool]],
-        current: Mapping[str, Mapping[str, Any]],
-    ) -> None:
-        """``entries`` are ``(body, existing gold row, deleted, vanished)``."""
-        out = []
-        for body, existing, is_deleted, vanished in entries:
-            row: dict[str, Any] = dict.fromkeys(self.schema.names)
-            row.update(body)
-            row.update(_control(existing, is_deleted=is_deleted, at=self.at, replay=self.replay))
-            out.append(row)
-            self.deleted_read += int(is_deleted and not vanished)
-        if self.obj.gold.scd2.enabled:
-            self._history(out)
-        hard = self.obj.gold.deletes == "hard"
-        if hard:
-            # Tombstones first, as the gold job writes them: a crash before the gold MERGE
-            # leaves a tombstone newer than its gold row, which the fold takes as the truth.
-            _write_tombstones(self.engine, self.obj, out)
-            out = [r for r in out if not r[DELETED] or r[ID] in current]
-        if not out:
-            return
-        metrics = self.engine.merge(
-            self.gold,
-            pa.Table.from_pylist(out, schema=self.schema),
-            on=[ID],
-            delete_condition=f"source.{DELETED} = true" if hard else None,
-            metadata={"sfcdc.snapshot": f"{self.mode} {self.at.isoformat()}"},
-        )
-        self.metrics = metrics if self.metrics is None else _add(self.metrics, metrics)
-
-    def _history(self, rows: Sequence[dict[str, Any]]) -> None:
-        """SCD2: a snapshot that changes a tracked column or the deleted flag starts a version
-        (``_scd_change_type = 'SNAPSHOT'``, keyed by the snapshot's order key, so it sorts
-        after the versions of the changes it reflects) and closes the current one."""
-        engine, obj = self.engine, self.obj
-        table = history_table(obj)
-        gold_fields = {f.name: f for f in _arrow_fields(self.schema)}
-        track = obj.gold.scd2.track
-        names = [
-            n
-            for n in (track if track != "all" else gold_fields)
-            if n in gold_fields and n != ID and not n.startswith(RESERVED_PREFIX)
-        ]
-        schema = history_schema([gold_fields[n] for n in names])
-        engine.ensure_table(table, schema)
-        ids = [r[ID] for r in rows]
-        current = (
-            {
-                r[ID]: r
-                for r in engine.read_arrow(
-                    table, where=[(ID, "in", ids), (SCD_IS_CURRENT, "=", True)]
-                ).to_pylist()
-            }
-            if ids
-            else {}
-        )
-        changes = []
-        for row in rows:
-            state = (*(row.get(n) for n in names), row[DELETED])
-            now = current.get(row[ID])
-            if now is not None and (*(now.get(n) for n in names), now[SCD_IS_DELETED]) == state:
-                continue
-            version = {ID: row[ID], **{n: row.get(n) for n in names}}
-            version.update(
-                {
-                    SCD_VALID_FROM: self.at,
-                    SCD_VALID_TO: None,
-                    SCD_IS_CURRENT: True,
-                    SCD_IS_DELETED: row[DELETED],
-                    SCD_CHANGE_TYPE: SNAPSHOT_CHANGE_TYPE,
-                    SCD_ORDER_KEY: row[ORDER_KEY],
-                    SCD_EVENT_ID: None,
-                }
-            )
-            changes.append(version)
-            # A snapshot over a snapshot with no change in between shares its key: the
-            # version is corrected in place rather than closed.
-            if now is not None and now[SCD_ORDER_KEY] != row[ORDER_KEY]:
-                changes.append({**now, SCD_VALID_TO: self.at, SCD_IS_CURRENT: False})
-        if changes:
-            engine.merge(
-                table,
-                pa.Table.from_pylist(changes, schema=spark_schema_to_arrow(schema)),
-                on=list(HISTORY_KEYS),
-            )
-
-
-def _arrow_fields(schema: pa.Schema) -> list[T.StructField]:
-    from pipelines.engines.arrow import arrow_schema_to_spark
-
-    return list(arrow_schema_to_spark(schema).fields)
-
-
-def _add(a: MergeMetrics, b: MergeMetrics) -> MergeMetrics:
-    return dataclasses.replace(
-        b,
-        inserted=a.inserted + b.inserted,
-        updated=a.updated + b.updated,
-        deleted=a.deleted + b.deleted,
-        source_rows=a.source_rows + b.source_rows,
-        duration_s=a.duration_s + b.duration_s,
-    )
-
-
-def _control(
-    existing: Mapping[str, Any] | None, *, is_deleted: bool, at: datetime, replay: bytes | None
-) -> dict[str, Any]:
-    deleted_at = None
-    if is_deleted:
-        deleted_at = (existing or {}).get(DELETED_AT) or at
-    return {
-        DELETED: is_deleted,
-        DELETED_AT: deleted_at,
-        NEEDS_RESYNC: False,
-        RESYNC_REASON: None,
-        LAST_CHANGE_TYPE: SNAPSHOT_CHANGE_TYPE,
-        LAST_COMMIT_TS: at,
-        LAST_COMMIT_NUMBER: None,
-        LAST_REPLAY_ID: replay,
-        # Kept, so that the event applied last, delivered again in a later bronze batch (its
-        # key is then greater), is still recognised as already reflected.
-        LAST_EVENT_ID: (existing or {}).get(LAST_EVENT_ID),
-        ORDER_KEY: snapshot_key(
-            (existing or {}).get(ORDER_KEY), (existing or {}).get(LAST_CHANGE_TYPE)
-        ),
-        UPDATED_AT: at,
-    }
-
-
-def _write_tombstones(engine: LakeEngine, obj: ObjectSpec, rows: Sequence[dict[str, Any]]) -> None:
-    """Hard deletes: a deleted record's snapshot becomes its tombstone (so a late change
-    cannot bring it back), and a record the snapshot found live loses its tombstone."""
-    table = tombstone_table(obj)
-    schema = tombstone_schema()
-    arrow = spark_schema_to_arrow(schema)
-    names = schema.fieldNames()
-    deleted = [{n: r.get(n) for n in names} for r in rows if r[DELETED]]
-    live = [{n: r.get(n) for n in names} for r in rows if not r[DELETED]]
-    if deleted:
-        engine.ensure_table(table, schema)
-        engine.merge(table, pa.Table.from_pylist(deleted, schema=arrow), on=[ID])
-    if live and engine.exists(table):
-        engine.merge(
-            table,
-            pa.Table.from_pylist(live, schema=arrow),
-            on=[ID],
-            delete_condition="true",
-            insert=False,
-        )
 
 
 def _open_resync_rows(engine: LakeEngine, obj: ObjectSpec) -> list[dict[str, Any]]:
@@ -763,22 +418,30 @@ def bootstrap_object(
     conf: Conf,
     name: str,
     *,
-    rest: RecordReader,
+    rest: RecordReader | SnapshotSource,
     land: Callable[[], object],
     fetch_schema: Callable[[str], EventSchema] | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
 ) -> SnapshotResult:
     """``sfcdc bootstrap <name>``: record the stream position (``land()`` writes one when
-    the topic has none), catch silver and gold up, read the whole object over REST into gold
-    and resolve the object's open re-sync rows. ``fetch_schema(topic)`` supplies the topic's
-    current schema when no event registered one."""
+    the topic has none), catch silver and gold up, read the whole object (over REST or the
+    Bulk API, as ``rest`` decides) into gold and resolve the object's open re-sync rows.
+    ``fetch_schema(topic)`` supplies the topic's current schema when no event registered
+    one."""
     obj = _change_event_object(conf, name, "bootstrap")
     position = record_position(engine, conf, obj, land=land)
     _log.info("bootstrap: %s continues from %s", obj.api_name, _describe(position))
     _ensure_schema(engine, conf, obj, fetch_schema)
     _catch_up(engine, conf, obj)
     return refresh_from_rest(
-        engine, conf, obj, rest=rest, mode="bootstrap", ids=None, position=position, now=now
+        engine,
+        conf,
+        obj,
+        rest=rest,
+        mode="bootstrap",
+        ids=None,
+        position=position,
+        now=now,
     )
 
 
@@ -787,7 +450,7 @@ def resync_objects(
     conf: Conf,
     names: Sequence[str] | None = None,
     *,
-    rest: RecordReader,
+    rest: RecordReader | SnapshotSource,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
 ) -> list[SnapshotResult]:
     """``sfcdc resync [<name>]``: for each object (default: every enabled change event
@@ -811,6 +474,14 @@ def resync_objects(
         whole = any(r["record_id"] is None for r in open_rows)
         ids = None if whole else sorted({r["record_id"] for r in open_rows})
         results.append(
-            refresh_from_rest(engine, conf, obj, rest=rest, mode="resync", ids=ids, now=now)
+            refresh_from_rest(
+                engine,
+                conf,
+                obj,
+                rest=rest,
+                mode="resync",
+                ids=ids,
+                now=now,
+            )
         )
     return results

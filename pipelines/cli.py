@@ -30,6 +30,7 @@ COMMANDS: tuple[str, ...] = (
     "gold",
     "bootstrap",
     "resync",
+    "publish",
     "emulator",
     "delta-jars",
 )

@@ -401,8 +401,10 @@ def _generate(
     # `sfcdc status` shows is the real time an event took to reach the lake.
     clock_ms = (lambda: time.time_ns() // 1_000_000) if workload.timestamps == "now" else None
     generator = Workload(emulator.catalogue, seed=spec.seed, clock_ms=clock_ms)
-    # The emulator's REST query endpoint answers from what this workload generates.
-    emulator.rest.attach(generator.truth)
+    # REST queries and Bulk API jobs answer from what this workload generates; with a
+    # state_dir the records are kept there too, so a later command (`sfcdc resync`) that
+    # starts the emulator again on the same directory still reads them.
+    emulator.serve_records(generator.truth)
     rate = workload.events_per_second
     # Paced generation appends about a tenth of a second's worth at a time.
     size = _GENERATE_CHUNK if rate is None else max(1, min(_GENERATE_CHUNK, int(rate / 10)))

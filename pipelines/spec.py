@@ -30,6 +30,7 @@ import yaml
 
 from ingest.auth import EnvRef, ScopeRef, SecretRef
 from ingest.errors import ConfigError
+from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
 from pipelines.spec_fields import (
     INVALID,
     ByteSize,
@@ -112,6 +113,7 @@ Source = Literal["emulator", "salesforce"]
 EmulatorMode = Literal["in_process", "external"]
 EngineName = Literal["auto", "local", "spark"]
 ReplayStart = Literal["earliest", "latest"]
+_HEX_RE = re.compile(r"[0-9A-Fa-f]+")
 OnCorrupted = Literal["fail", "earliest", "latest"]
 ObjectKind = Literal["change_events", "platform_event"]
 CompoundFields = Literal["struct", "flattened"]
@@ -678,6 +680,31 @@ class ReplaySpec:
             "say so), or restart from earliest / latest (latest loses events)."
         ),
     )
+    replay_id: str | None = field(
+        default=None,
+        metadata=meta(
+            "Start a new subscription right after this replay id instead of at start (a "
+            "replay id an earlier consumer stored): base64 as Salesforce's APIs show it, or "
+            "hex; 'hex:' or 'base64:' in front says which when the text could be either (bare "
+            "text of hex digits reads as hex). Ignored once a checkpoint exists.",
+            max_length=200,
+        ),
+    )
+
+    def start_position(self) -> StartPosition:
+        """Where a subscription without a checkpoint starts."""
+        if self.replay_id is not None:
+            return After(parse_replay_id(self.replay_id))
+        return Earliest() if self.start == "earliest" else Latest()
+
+    def _problems(self) -> list[tuple[str, str]]:
+        if self.replay_id is None:
+            return []
+        try:
+            parse_replay_id(self.replay_id)
+        except ValueError as exc:
+            return [("replay_id", str(exc))]
+        return []
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1070,6 +1097,15 @@ class ObjectSpec:
         metadata=meta("Overrides of defaults.health.", inherits="defaults.health"),
     )
     tables: TablesSpec = field(default_factory=TablesSpec, metadata=meta("Table names."))
+    num_requested: int | None = field(
+        default=None,
+        metadata=meta(
+            "Flow control of this object's topic: events requested per FetchRequest (1-100); "
+            "lower it for objects whose events are large. null takes ingest.num_requested.",
+            minimum=1,
+            maximum=100,
+        ),
+    )
     managed_subscription: str | None = field(
         default=None,
         metadata=meta(
@@ -1108,7 +1144,8 @@ class TopicInfo:
 @dataclass(frozen=True)
 class TopicSpec:
     """One subscription: a topic, the bronze table it lands in and the objects it carries;
-    ``managed_subscription`` names the ManagedEventSubscription it streams from, if any."""
+    ``managed_subscription`` names the ManagedEventSubscription it streams from, if any;
+    ``num_requested`` overrides ``ingest.num_requested`` (``None``: it applies)."""
 
     topic: str
     kind: TopicKind
@@ -1117,6 +1154,7 @@ class TopicSpec:
     batching: BatchingSpec
     objects: tuple[ObjectSpec, ...]
     managed_subscription: str | None = None
+    num_requested: int | None = None
 
 
 @dataclass(frozen=True)
@@ -1165,12 +1203,33 @@ class Conf:
                     batching=first.batching,
                     objects=objs,
                     managed_subscription=first.managed_subscription,
+                    num_requested=first.num_requested,
                 )
             )
         return tuple(specs)
 
 
 # ------------------------------------------------------------------------ names and topics
+
+
+def parse_replay_id(text: str) -> ReplayId:
+    """A replay id written in YAML: ``hex:<digits>``, ``base64:<text>``, or bare text (hex
+    when it is an even number of hex digits, base64 otherwise)."""
+    value = text.strip()
+    form, sep, rest = value.partition(":")
+    if sep and form.lower() in ("hex", "base64"):
+        value = rest.strip()
+    else:
+        form = "hex" if _HEX_RE.fullmatch(value) and len(value) % 2 == 0 else "base64"
+    try:
+        if form.lower() == "hex":
+            return ReplayId.from_hex(value)
+        return ReplayId.from_base64(value)
+    except ValueError as exc:  # binascii.Error is a ValueError
+        raise ValueError(
+            f"must be a replay id in base64 (as Salesforce shows it, e.g. 'AAAAAAAABnc=') or "
+            f"hex (e.g. '0000000000000677'), not empty (got {text!r})"
+        ) from exc
 
 
 def is_identifier(name: object) -> bool:
@@ -1391,7 +1450,7 @@ def _check_objects(objs: list[tuple[ObjectSpec, Problems]], lake: LakeSpec) -> N
             first_on_topic[obj.topic] = (obj, ctx)
             continue
         other, other_ctx = first_on_topic[obj.topic]
-        for key in ("tables.bronze", "replay", "batching", "managed_subscription"):
+        for key in ("tables.bronze", "replay", "batching", "managed_subscription", "num_requested"):
             mine = obj.tables.bronze if key == "tables.bronze" else getattr(obj, key)
             theirs = other.tables.bronze if key == "tables.bronze" else getattr(other, key)
             if mine != theirs:

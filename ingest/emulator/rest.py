@@ -9,11 +9,13 @@ streams.
 Accepted SOQL (the shape ``sfcdc bootstrap`` and ``sfcdc resync`` emit)::
 
     SELECT <field>, <field>, ... FROM <Object> [WHERE Id IN ('<id>', ...) | WHERE Id = '<id>']
+    SELECT COUNT() FROM <Object> [WHERE ...]     (totalSize counts, no records)
 
-Anything else (functions, sub-queries, ``ORDER BY``, ``LIMIT``, other filters) is answered
-with HTTP 400 and ``MALFORMED_QUERY``; an unknown object with ``INVALID_TYPE``, an unknown
-field with ``INVALID_FIELD``; every error body is Salesforce's list of
-``{"message", "errorCode"}``.
+Anything else (other functions, sub-queries, ``ORDER BY``, ``LIMIT``, other filters) is
+answered with HTTP 400 and ``MALFORMED_QUERY``; an unknown object with ``INVALID_TYPE``, an
+unknown field with ``INVALID_FIELD``; every error body is Salesforce's list of
+``{"message", "errorCode"}``. :func:`parse_select` is that grammar, shared with the Bulk API
+2.0 query jobs of :mod:`ingest.emulator.bulk`.
 
 Records look like the REST API's: ``attributes`` (``type``, ``url``), dates ``YYYY-MM-DD``,
 datetimes ``YYYY-MM-DDThh:mm:ss.000+0000``, times ``hh:mm:ss.000Z``; Address and Location
@@ -43,7 +45,17 @@ from ingest.emulator.topics import Catalogue
 from ingest.emulator.truth import GroundTruth
 from ingest.schema import HEADER_FIELD, FieldInfo
 
-__all__ = ["DEFAULT_PAGE_SIZE", "RestApi", "RestResponse", "rest_readers"]
+__all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "RestApi",
+    "RestResponse",
+    "Select",
+    "SoqlProblem",
+    "invalid_field",
+    "invalid_type",
+    "parse_select",
+    "rest_readers",
+]
 
 DEFAULT_PAGE_SIZE = 2000
 _MAX_CURSORS = 64
@@ -57,6 +69,7 @@ _WHERE_IN = re.compile(rf"^WHERE\s+Id\s+IN\s*\(\s*({_ID}(?:\s*,\s*{_ID})*)\s*\)$
 _WHERE_EQ = re.compile(rf"^WHERE\s+Id\s*=\s*({_ID})$", re.IGNORECASE)
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _BATCH_SIZE = re.compile(r"batchSize\s*=\s*(\d+)", re.IGNORECASE)
+_COUNT = re.compile(r"^COUNT\(\s*\)$", re.IGNORECASE)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # Salesforce versions the REST API answers; older ones are retired.
 _MIN_VERSION, _MAX_VERSION = 31.0, 66.0
@@ -75,8 +88,86 @@ def _error(status: int, code: str, message: str) -> RestResponse:
     return RestResponse(status, [{"message": message, "errorCode": code}])
 
 
+def _malformed_message(soql: str, problem: str) -> str:
+    return f"\n{soql.strip()[:200]}\nERROR: {problem}"
+
+
 def _malformed(soql: str, problem: str) -> RestResponse:
-    return _error(400, "MALFORMED_QUERY", f"\n{soql.strip()[:200]}\nERROR: {problem}")
+    return _error(400, "MALFORMED_QUERY", _malformed_message(soql, problem))
+
+
+class SoqlProblem(Exception):
+    """A query the emulator refuses: ``code`` is Salesforce's ``errorCode``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Select:
+    """A parsed query: ``fields`` as written (empty for ``COUNT()``), ``ids`` of a
+    ``WHERE Id IN`` / ``Id =`` filter (``None``: every record)."""
+
+    soql: str
+    entity: str
+    fields: tuple[str, ...]
+    ids: tuple[str, ...] | None
+    count: bool
+
+
+def parse_select(soql: str) -> Select:
+    """Parse the accepted grammar (module docstring); :class:`SoqlProblem` otherwise, with
+    ``MALFORMED_QUERY`` and Salesforce's message shape."""
+    match = _QUERY.match(soql)
+    if match is None:
+        raise SoqlProblem(
+            "MALFORMED_QUERY",
+            _malformed_message(soql, "expected SELECT <fields> FROM <object>"),
+        )
+    names = [n.strip() for n in match.group("fields").split(",")]
+    count = len(names) == 1 and _COUNT.fullmatch(names[0]) is not None
+    bad = [n for n in names if _NAME.fullmatch(n) is None] if not count else []
+    if bad:
+        raise SoqlProblem(
+            "MALFORMED_QUERY",
+            _malformed_message(
+                soql, f"unexpected token: {bad[0]!r} (this endpoint accepts plain field names only)"
+            ),
+        )
+    rest = (match.group("rest") or "").strip()
+    ids: tuple[str, ...] | None = None
+    if rest:
+        where = _WHERE_IN.match(rest) or _WHERE_EQ.match(rest)
+        if where is None:
+            token = rest.split()[0]
+            raise SoqlProblem(
+                "MALFORMED_QUERY",
+                _malformed_message(
+                    soql,
+                    f"unexpected token: {token!r} (expected nothing or WHERE Id IN ('<id>', ...))",
+                ),
+            )
+        ids = tuple(i.strip().strip("'") for i in where.group(1).split(","))
+    return Select(soql, match.group("object"), () if count else tuple(names), ids, count)
+
+
+def invalid_type(soql: str, name: str) -> str:
+    """Salesforce's message for an unknown object."""
+    return (
+        f"\n{soql.strip()[:200]}\nERROR: sObject type '{name}' is not supported. If you are "
+        "attempting to use a custom object, be sure to append the '__c' after the entity name."
+    )
+
+
+def invalid_field(soql: str, name: str, entity: str) -> str:
+    """Salesforce's message for an unknown field."""
+    return (
+        f"\n{soql.strip()[:200]}\nERROR: No such column '{name}' on entity '{entity}'. If you "
+        "are attempting to use a custom field, be sure to append the '__c' after the custom "
+        "field name."
+    )
 
 
 def _lower_camel(name: str) -> str:
@@ -243,27 +334,10 @@ class RestApi:
         return min(self.page_size, max(200, min(int(asked.group(1)), DEFAULT_PAGE_SIZE)))
 
     def _query(self, soql: str, version: str, kind: str, size: int) -> RestResponse:
-        match = _QUERY.match(soql)
-        if match is None:
-            return _malformed(soql, "expected SELECT <fields> FROM <object>")
-        names = [n.strip() for n in match.group("fields").split(",")]
-        bad = [n for n in names if _NAME.fullmatch(n) is None]
-        if bad:
-            return _malformed(
-                soql,
-                f"unexpected token: {bad[0]!r} (this endpoint accepts plain field names only)",
-            )
-        rest = (match.group("rest") or "").strip()
-        ids: list[str] | None = None
-        if rest:
-            where = _WHERE_IN.match(rest) or _WHERE_EQ.match(rest)
-            if where is None:
-                token = rest.split()[0]
-                return _malformed(
-                    soql,
-                    f"unexpected token: {token!r} (expected nothing or WHERE Id IN ('<id>', ...))",
-                )
-            ids = [i.strip().strip("'") for i in where.group(1).split(",")]
+        try:
+            select = parse_select(soql)
+        except SoqlProblem as exc:
+            return _error(400, exc.code, exc.message)
         truth = self._truth
         if truth is None:
             return _error(
@@ -271,37 +345,24 @@ class RestApi:
                 "API_DISABLED_FOR_ORG",
                 "The REST API is not enabled for this organization: the emulator has no ground "
                 "truth attached (it answers queries only for a workload generated in this "
-                "process)",
+                "process, or one restored from its state directory)",
             )
-        entity = self._entity(match.group("object"), truth)
+        entity = self._entity(select.entity, truth)
         if entity is None:
-            obj = match.group("object")
-            return _error(
-                400,
-                "INVALID_TYPE",
-                f"\n{soql.strip()[:200]}\nERROR: sObject type '{obj}' is not supported. If you "
-                "are attempting to use a custom object, be sure to append the '__c' after the "
-                "entity name.",
-            )
+            return _error(400, "INVALID_TYPE", invalid_type(soql, select.entity))
         schema = self._catalogue.topic_for_entity(entity).current_schema
         columns = _columns(entity, schema.fields if schema is not None else ())
         by_lower = {name.lower(): col for name, col in columns.items()}
         chosen = []
-        for name in names:
+        for name in select.fields:
             col = by_lower.get(name.lower())
             if col is None:
-                return _error(
-                    400,
-                    "INVALID_FIELD",
-                    f"\n{soql.strip()[:200]}\nERROR: No such column '{name}' on entity "
-                    f"'{entity}'. If you are attempting to use a custom field, be sure to append "
-                    "the '__c' after the custom field name.",
-                )
+                return _error(400, "INVALID_FIELD", invalid_field(soql, name, entity))
             chosen.append(col)
         for attempt in range(5):
             try:
                 records = self._records(
-                    truth, entity, version, chosen, ids, all_rows=kind == "queryAll"
+                    truth, entity, version, chosen, select.ids, all_rows=kind == "queryAll"
                 )
                 break
             except RuntimeError:
@@ -311,12 +372,20 @@ class RestApi:
                 if attempt == 4:
                     raise
         self.queries += 1
+        if select.count:
+            self.pages += 1
+            return RestResponse(200, {"totalSize": len(records), "done": True, "records": []})
         cursor = "01g" + secrets.token_hex(8).upper()[:15]
         with self._lock:
             self._cursors[cursor] = (kind, records)
             while len(self._cursors) > _MAX_CURSORS:
                 self._cursors.popitem(last=False)
         return self._slice(cursor, records=records, offset=0, version=version, kind=kind, size=size)
+
+    @property
+    def truth(self) -> GroundTruth | None:
+        """The ground truth queries are answered from (``None``: none attached)."""
+        return self._truth
 
     def _entity(self, name: str, truth: GroundTruth) -> str | None:
         known = {e.lower(): e for e in truth.entities}

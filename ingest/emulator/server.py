@@ -25,6 +25,7 @@ from types import TracebackType
 
 import grpc
 
+from ingest.emulator.bulk import BulkQueryApi
 from ingest.emulator.eventlog import EventBus, LoggedEvent
 from ingest.emulator.faults import Faults, FaultSettings
 from ingest.emulator.managed import (
@@ -38,6 +39,8 @@ from ingest.emulator.service import PubSubService, ResponseEncoding, ServiceSett
 from ingest.emulator.streaming import StreamingApi, StreamingSettings
 from ingest.emulator.tls import CA_CERT, SERVER_CERT, SERVER_KEY, TlsMaterial, ensure_tls
 from ingest.emulator.topics import Catalogue, EmittedEvent
+from ingest.emulator.truth import GroundTruth
+from ingest.emulator.truthlog import TruthJournal
 from ingest.errors import ConfigError
 
 __all__ = [
@@ -67,8 +70,9 @@ class EmulatorConfig:
     value clients must send as ``instanceurl``). ``cert_dir`` holds ``ca.pem``,
     ``server.pem`` and ``server-key.pem``; they are generated there when missing, and in a
     temporary directory when ``cert_dir`` is ``None``. ``state_dir`` journals the event log,
-    managed-subscription commits and tokens so a new emulator on the same directory serves the
-    same events under the same replay ids.
+    managed-subscription commits, tokens and the records served by :meth:`Emulator.serve_records`
+    so a new emulator on the same directory serves the same events under the same replay ids
+    and answers REST and Bulk API queries for the same records.
 
     ``seed`` drives the gaps between replay ids. ``response_encoding="message"`` builds every
     Subscribe response as a protobuf message (slower; a cross-check and benchmark baseline).
@@ -215,6 +219,22 @@ class Emulator:
             bus=lambda: self._bus,
             secure_cookies=self.config.tls,
         )
+        # Bulk API 2.0 query jobs over the records the REST query endpoint answers from.
+        self.bulk = BulkQueryApi(
+            self.rest,
+            tokens=self._tokens,
+            object_fields=self.streaming.object_fields,
+            clock=clock,
+        )
+        # The records REST and Bulk API queries read, kept beside the event log.
+        state = self.config.state_dir
+        self._truth_journal = TruthJournal(state) if state is not None else None
+        self._journaled: GroundTruth | None = None
+        if self._truth_journal is not None and self._truth_journal.exists():
+            restored = self._truth_journal.load()
+            if restored is not None:
+                self.rest.attach(restored)
+                self._journaled = restored
         self._grpc: grpc.Server | None = None
         self._oauth: OAuthServer | None = None
         self._service: PubSubService | None = None
@@ -271,7 +291,7 @@ class Emulator:
             ssl_context=ssl_context,
             faults=self.faults,
             rest=self.rest,
-            routes=self.streaming.routes,
+            routes=(self.bulk, *self.streaming.routes),
         )
         self._http_port = self._oauth.port
         scheme = "https" if config.tls else "http"
@@ -364,6 +384,8 @@ class Emulator:
     def close(self) -> None:
         """Stop and remove generated certificates (when they were put in a temporary dir)."""
         self.stop()
+        if self._truth_journal is not None:
+            self._truth_journal.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
@@ -439,6 +461,22 @@ class Emulator:
             with_refresh_token=refresh_token,
         )
 
+    # -- the org's records -------------------------------------------------------------------
+
+    def serve_records(self, truth: GroundTruth) -> None:
+        """Answer REST queries and Bulk API query jobs from ``truth`` (the records of the
+        workload whose events are appended here), and with ``state_dir`` keep it on disk as
+        events are appended, so a restarted emulator answers for the same records."""
+        self.rest.attach(truth)
+        self._journaled = truth
+        if self._truth_journal is not None:
+            self._truth_journal.start(truth)
+
+    @property
+    def records(self) -> GroundTruth | None:
+        """The records REST and Bulk API queries are answered from (``None``: none)."""
+        return self.rest.truth
+
     # -- the bus -----------------------------------------------------------------------------
 
     def append(self, events: Iterable[EmittedEvent]) -> list[bytes]:
@@ -461,6 +499,14 @@ class Emulator:
                 )
         if problems:
             raise ValueError("cannot append: " + "; ".join(problems))
+        journaled = self._journaled
+        if (
+            self._truth_journal is not None
+            and journaled is not None
+            and self.rest.truth is journaled
+        ):
+            # Before the events: Salesforce commits a record before it publishes the change.
+            self._truth_journal.record(journaled)
         return [e.replay_id for e in self._bus.append(batch)]
 
     def log(self, topic: str) -> Sequence[LoggedEvent]:

@@ -97,6 +97,8 @@ class _Entity:
     overflow_events: list[str] = field(default_factory=list)
     overflow_records: dict[str, list[str]] = field(default_factory=dict)
     names: frozenset[str] = field(init=False)
+    # Records changed since the last drain_changes(): what a journal has to write next.
+    touched: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.names = frozenset(self.fields)
@@ -224,6 +226,59 @@ class GroundTruth:
         """Read a truth file written by :meth:`export_json`."""
         return cls.from_json(Path(path).read_text(encoding="utf-8"))
 
+    def drain_changes(self) -> dict[str, Any]:
+        """What changed since the last call, as JSON-ready data for :meth:`apply_changes`:
+        every entity's fields, compounds and overflow events, and the full state of each
+        record a write touched (values, deleted flag, gap and overflow events). A journal
+        appends these to rebuild the truth after a restart (:mod:`ingest.emulator.truthlog`).
+        Record values are the truth's own dicts: serialize them before the truth changes."""
+        out = {}
+        for name, e in self._entities.items():
+            touched, e.touched = e.touched, set()
+            out[name] = self._changes(e, sorted(touched))
+        return out
+
+    def all_changes(self) -> dict[str, Any]:
+        """:meth:`drain_changes` of every record (what rebuilds the whole truth), without
+        forgetting what changed since the last drain."""
+        return {name: self._changes(e, list(e.records)) for name, e in self._entities.items()}
+
+    @staticmethod
+    def _changes(e: _Entity, ids: list[str]) -> dict[str, Any]:
+        return {
+            "fields": list(e.fields),
+            "compounds": {k: list(v) for k, v in e.compounds.items()},
+            "overflow_event_ids": list(e.overflow_events),
+            "records": {r: e.records[r] for r in ids},
+            "deleted": [r for r in ids if r in e.deleted],
+            "gaps": {r: e.gaps.get(r) for r in ids},
+            "overflow_records": {r: e.overflow_records.get(r) for r in ids},
+        }
+
+    def apply_changes(self, changes: Mapping[str, Any]) -> None:
+        """Apply what :meth:`drain_changes` returned (on another truth, or after a restart)."""
+        for name, c in changes.items():
+            state = self._entities.get(name)
+            if state is None:
+                state = self._entities[name] = _Entity(fields=list(c["fields"]), compounds={})
+            state.fields = list(c["fields"])
+            state.names = frozenset(state.fields)
+            state.compounds = {k: tuple(v) for k, v in c["compounds"].items()}
+            state.overflow_events = list(c["overflow_event_ids"])
+            deleted = set(c["deleted"])
+            for record_id, values in c["records"].items():
+                state.records[record_id] = copy.deepcopy(dict(values))
+                if record_id in deleted:
+                    state.deleted[record_id] = None
+                else:
+                    state.deleted.pop(record_id, None)
+            for target, key in ((state.gaps, "gaps"), (state.overflow_records, "overflow_records")):
+                for record_id, events in c[key].items():
+                    if events:
+                        target[record_id] = list(events)
+                    else:
+                        target.pop(record_id, None)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, GroundTruth):
             return NotImplemented
@@ -286,6 +341,8 @@ class GroundTruth:
         for values in state.records.values():
             for n in added:
                 values[n] = None
+        if added:
+            state.touched.update(state.records)
 
     def create(
         self,
@@ -309,6 +366,7 @@ class GroundTruth:
             self._adopt(state, values) if owned else self._full(state, values)
         )
         self._after_full_image(state, record_id, event_id, gap=gap)
+        state.touched.add(record_id)
 
     def update(
         self,
@@ -327,6 +385,7 @@ class GroundTruth:
         self._apply(state, values, changes)  # type: ignore[arg-type]
         if gap:
             state.gaps.setdefault(record_id, []).append(event_id)
+        state.touched.add(record_id)
 
     def delete(self, entity: str, record_id: str, *, event_id: str, gap: bool = False) -> None:
         """Move a live record to the recycle bin, keeping its values."""
@@ -335,6 +394,7 @@ class GroundTruth:
         state.deleted[record_id] = None
         if gap:
             state.gaps.setdefault(record_id, []).append(event_id)
+        state.touched.add(record_id)
 
     def undelete(
         self,
@@ -358,6 +418,7 @@ class GroundTruth:
             self._adopt(state, values) if owned else self._full(state, values)
         )
         self._after_full_image(state, record_id, event_id, gap=gap)
+        state.touched.add(record_id)
 
     def overflow(
         self, entity: str, changes: Mapping[str, Mapping[str, Any]], *, event_id: str
@@ -369,6 +430,7 @@ class GroundTruth:
             self._require_live(state, entity, record_id, "overflow change")
             self._apply(state, state.records[record_id], record_changes)
             state.overflow_records.setdefault(record_id, []).append(event_id)
+            state.touched.add(record_id)
 
     def null_everywhere(self, entity: str, field_name: str) -> tuple[str, ...]:
         """A wildcard UPDATE: ``field_name`` becomes ``None`` on every record, live and deleted.
@@ -381,6 +443,7 @@ class GroundTruth:
             if values.get(field_name) is not None:
                 values[field_name] = None
                 changed.append(record_id)
+        state.touched.update(changed)
         return tuple(changed)
 
     @staticmethod

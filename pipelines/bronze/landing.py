@@ -76,7 +76,7 @@ from ingest.client import (
 )
 from ingest.decoding import event_time_ms
 from ingest.errors import CheckpointError, LeaseHeldError, PermanentError, PubSubError
-from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
+from ingest.replay import After, Earliest, ReplayId, StartPosition
 from pipelines.bronze.checkpoint import CheckpointRow, CheckpointStore, describe_position
 from pipelines.bronze.lease import LeaseHolder, LeaseStore
 from pipelines.bronze.tables import (
@@ -581,7 +581,7 @@ class BronzeLanding:
         ensure_tables(self._engine, self.tables)
         self._known_schemas = self._store.registered_schemas()
         for spec in self._specs:
-            default: StartPosition = Earliest() if spec.replay.start == "earliest" else Latest()
+            default: StartPosition = spec.replay.start_position()
             recovery = self._store.recover(spec.topic, default_start=default)
             topic = _Topic(
                 spec=spec,
@@ -636,7 +636,7 @@ class BronzeLanding:
                 self._channel,
                 developer_name=spec.managed_subscription,
                 topic=spec.topic,
-                num_requested=self._ingest.num_requested,
+                num_requested=spec.num_requested or self._ingest.num_requested,
                 retry=policy,
                 tokens=self._tokens,
                 clock=self._clock,
@@ -648,7 +648,7 @@ class BronzeLanding:
             start=start,
             durable_position=functools.partial(self._durable, spec.topic),
             on_corrupted=spec.replay.on_corrupted,
-            num_requested=self._ingest.num_requested,
+            num_requested=spec.num_requested or self._ingest.num_requested,
             retry=policy,
             tokens=self._tokens,
             clock=self._clock,

@@ -1,15 +1,17 @@
-"""``sfcdc bootstrap <object>``: load every record of an object into gold over the REST API.
+"""``sfcdc bootstrap <object>``: load every record of an object into gold (REST or Bulk API).
 
 ::
 
-    sfcdc bootstrap Account [--conf conf/]
+    sfcdc bootstrap Account [--conf conf/] [--api rest|bulk|auto] [--bulk-threshold N]
 
 The stream position is recorded first (the topic's bronze checkpoint; without one the topic is
 landed until drained to write it), silver and gold catch up with bronze, then every record is
-read with SOQL (``queryAll``) and MERGEd into gold as a snapshot row, and the object's open
-re-sync rows are resolved. The landing continues from the recorded position, so changes made
-while the snapshot was read still reach gold; docs/bootstrap.md explains why they apply on top
-of the snapshot and older events do not overwrite it.
+read with SOQL (``queryAll``: over REST, or with a Bulk API 2.0 query job; ``auto`` counts the
+records first and uses Bulk from ``--bulk-threshold`` records on) and MERGEd into gold as a
+snapshot row, and the object's open re-sync rows are resolved. The landing continues from the
+recorded position, so changes made while the snapshot was read still reach gold;
+docs/bootstrap.md explains why they apply on top of the snapshot and older events do not
+overwrite it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.auth import SecretResolver
+from ingest.bulk import BulkQueryClient
 from ingest.client import SchemaCache, TlsSettings
 from ingest.rest import RestClient
 from pipelines.bootstrap import SnapshotResult, bootstrap_object
@@ -30,21 +33,57 @@ from pipelines.commands.ingest import select_topics
 from pipelines.connect import Source, connect, secret_resolver
 from pipelines.engines import LakeEngine
 from pipelines.session import engine_for
+from pipelines.snapshot_read import BULK_THRESHOLD, BulkRecords, SnapshotSource
 from pipelines.spec import Conf
 
-__all__ = ["describe", "open_rest", "register", "run"]
+__all__ = ["add_api_options", "describe", "open_rest", "register", "run", "snapshot_source"]
 
 
 def register(subparsers: Any) -> None:
     """Add the ``bootstrap`` subcommand."""
     parser = subparsers.add_parser(
         "bootstrap",
-        help="load every record of an object into gold over the REST API",
+        help="load every record of an object into gold (REST or Bulk API 2.0)",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     parser.add_argument("object", help="API name of a change event object (Account)")
+    add_api_options(parser)
     add_conf_options(parser)
     parser.set_defaults(handler=run)
+
+
+def add_api_options(parser: argparse.ArgumentParser) -> None:
+    """``--api`` and ``--bulk-threshold``: how a whole object is read."""
+    parser.add_argument(
+        "--api",
+        choices=("rest", "bulk", "auto"),
+        default="auto",
+        help="how a whole object is read: REST queryAll, a Bulk API 2.0 query job, or auto "
+        "(count first; Bulk from --bulk-threshold records on; default)",
+    )
+    parser.add_argument(
+        "--bulk-threshold",
+        type=_records,
+        default=BULK_THRESHOLD,
+        metavar="N",
+        help=f"records from which --api auto uses the Bulk API ({BULK_THRESHOLD:,})",
+    )
+
+
+def _records(text: str) -> int:
+    try:
+        value = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number (got {text!r})") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0 (got {text!r})")
+    return value
+
+
+def snapshot_source(rest: RestClient, args: argparse.Namespace) -> SnapshotSource:
+    """Where the command reads records: REST, and Bulk API jobs through the same client."""
+    bulk = BulkRecords(BulkQueryClient(rest), describe=rest.describe)
+    return SnapshotSource(rest, bulk=bulk, api=args.api, bulk_threshold=args.bulk_threshold)
 
 
 def _ca_file(conf: Conf, source: Source) -> Path | None:
@@ -81,8 +120,9 @@ def describe(result: SnapshotResult) -> list[str]:
         else "nothing written"
     )
     what = "whole object" if result.full else f"{result.requested} records"
+    api = "the Bulk API" if result.api == "bulk" else "REST"
     lines = [
-        f"{result.object}: {result.mode} read {result.read} records over REST ({what}; "
+        f"{result.object}: {result.mode} read {result.read} records over {api} ({what}; "
         f"{result.deleted_read} in the recycle bin) -> {result.table} ({counts}); "
         f"{result.marked_deleted} gone from Salesforce marked deleted; {result.resolved} "
         "re-sync rows resolved"
@@ -113,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
             engine,
             conf,
             args.object,
-            rest=rest,
+            rest=snapshot_source(rest, args),
             land=lambda: _land(engine, conf, source, args.object),
             fetch_schema=schemas.current_schema,
         )

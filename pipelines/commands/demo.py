@@ -282,6 +282,7 @@ def _demo(
     else:
         print(f'Explore further:  sfcdc sql --conf {_shown(conf_dir)} "SELECT * FROM gold.account"')
         print(f"Interactive:      sfcdc sql --conf {_shown(conf_dir)}")
+        print(f"Re-sync flagged:  sfcdc resync --conf {_shown(conf_dir)}")
     print(f"Done in {time.monotonic() - started:.1f} s.")
     return 0
 

@@ -186,6 +186,9 @@ def serve(args: argparse.Namespace) -> EmulatorRun:
             "emulator state restored from %s: initial workload not appended", args.state_dir
         )
     else:
+        # REST and Bulk API queries answer for the records this workload generates (and, with
+        # --state-dir, still do after a restart).
+        emulator.serve_records(workload.truth)
         if args.events:
             emulator.append(workload.events(args.events))
         if args.platform_events:

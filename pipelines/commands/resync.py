@@ -1,13 +1,14 @@
-"""``sfcdc resync [<object>]``: re-read over the REST API what events could not reproduce.
+"""``sfcdc resync [<object>]``: re-read from Salesforce what events could not reproduce.
 
 ::
 
-    sfcdc resync [Account] [--conf conf/]
+    sfcdc resync [Account] [--conf conf/] [--api rest|bulk|auto] [--bulk-threshold N]
 
 For each object (default: every enabled change event object), silver and gold catch up with
 bronze, then the open rows of ``gold.sfcdc_resync`` decide what to read: the whole object after
 a GAP_OVERFLOW or a replay gap, otherwise the records gap events (and diffs that could not be
-rebuilt, changes of records gold never saw) named. The records are MERGEd into gold as
+rebuilt, changes of records gold never saw) named. A whole object is read as ``--api`` says
+(as ``sfcdc bootstrap`` does); named records over REST. The records are MERGEd into gold as
 snapshot rows with ``_cdc_needs_resync`` cleared, and the re-sync rows are marked resolved.
 """
 
@@ -17,7 +18,7 @@ import argparse
 from typing import Any
 
 from pipelines.bootstrap import resync_objects
-from pipelines.commands.bootstrap import describe, open_rest
+from pipelines.commands.bootstrap import add_api_options, describe, open_rest, snapshot_source
 from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
 from pipelines.session import engine_for
 
@@ -28,12 +29,13 @@ def register(subparsers: Any) -> None:
     """Add the ``resync`` subcommand."""
     parser = subparsers.add_parser(
         "resync",
-        help="re-read over the REST API the records gold flags for re-sync",
+        help="re-read from Salesforce the records gold flags for re-sync",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     parser.add_argument(
         "object", nargs="?", default=None, help="API name of one object (default: all)"
     )
+    add_api_options(parser)
     add_conf_options(parser)
     parser.set_defaults(handler=run)
 
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     engine = engine_for(conf.pipeline.lake)
     names = [args.object] if args.object else None
     with open_rest(conf, names, secrets=secrets_from_args(args)) as (_source, rest):
-        results = resync_objects(engine, conf, names, rest=rest)
+        results = resync_objects(engine, conf, names, rest=snapshot_source(rest, args))
     for result in results:
         for line in describe(result):
             print(line)

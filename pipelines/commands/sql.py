@@ -10,6 +10,10 @@ Every bronze, silver and gold table of ``lake.location`` (quarantine and re-sync
 included) is registered under ``<schema>.<table>`` (``gold.account``,
 ``silver.sfcdc_quarantine``, ``gold.sfcdc_resync``). An unknown table or a SQL error prints
 the reason and the known tables, and exits with status 1.
+
+A one-shot query on the local engine is answered by delta-rs's DataFusion, in about a second
+with no Spark session; ``--spark-sql`` and the interactive prompt use Spark SQL (the spark
+engine always does). docs/querying.md lists where the two dialects differ.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ingest.errors import LakeError
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.engines import TableRef
 from pipelines.session import engine_for
@@ -73,6 +78,12 @@ def register(subparsers: Any) -> None:
         default=1000,
         metavar="N",
         help="print at most N rows (default: 1000)",
+    )
+    parser.add_argument(
+        "--spark-sql",
+        action="store_true",
+        help="answer a one-shot query with Spark SQL on the local engine too (starts a Spark "
+        "session; for functions DataFusion lacks, see docs/querying.md)",
     )
     parser.set_defaults(handler=run)
 
@@ -174,11 +185,17 @@ def _short(exc: BaseException) -> str:
 
 
 class SqlShell:
-    """Queries over an engine's tables, registered by name when the shell is created."""
+    """Queries over an engine's tables, registered by name when the shell is created.
 
-    def __init__(self, engine: LakeEngine, *, max_rows: int = 1000) -> None:
+    With ``arrow=True`` each query is answered by the engine's :meth:`~pipelines.engines.
+    LakeEngine.query_arrow` over the tables it names (on the local engine: DataFusion, no
+    Spark session); otherwise by Spark SQL (:meth:`~pipelines.engines.LakeEngine.sql`).
+    """
+
+    def __init__(self, engine: LakeEngine, *, max_rows: int = 1000, arrow: bool = False) -> None:
         self.engine = engine
         self.max_rows = max_rows
+        self.arrow = arrow
         # Registering a table may cost a Spark round trip or two; only the tables a query
         # names are registered, when it first names them.
         self._pending: dict[str, TableRef] = {
@@ -195,12 +212,11 @@ class SqlShell:
             for name in self.tables
         }
 
+    def _named(self, sql: str, among: dict[str, TableRef]) -> list[TableRef]:
+        return [ref for name, ref in among.items() if self._patterns[name].search(sql) is not None]
+
     def _register(self, sql: str) -> None:
-        wanted = [
-            ref
-            for name, ref in self._pending.items()
-            if self._patterns[name].search(sql) is not None
-        ]
+        wanted = self._named(sql, self._pending)
         if wanted:
             self.engine.register_sql(wanted)
             for ref in wanted:
@@ -214,6 +230,8 @@ class SqlShell:
 
     def query(self, sql: str) -> Result:
         """Run ``sql``; a failure raises :class:`QueryError` naming the known tables."""
+        if self.arrow:
+            return self._query_arrow(sql)
         from pyspark.errors import PySparkException
 
         try:
@@ -225,6 +243,21 @@ class SqlShell:
             raise QueryError(f"{_short(exc)}\n{self.known()}") from None
         except Exception as exc:  # py4j errors and the like: still no JVM trace for the user
             raise QueryError(f"{_short(exc)}\n{self.known()}") from None
+        return Result(
+            columns,
+            tuple(tuple(r) for r in rows[: self.max_rows]),
+            truncated=len(rows) > self.max_rows,
+        )
+
+    def _query_arrow(self, sql: str) -> Result:
+        every = {_plain(self.engine.qualified_name(t)): t for t in self.engine.tables()}
+        try:
+            table = self.engine.query_arrow(sql, self._named(sql, every), limit=self.max_rows + 1)
+        except LakeError as exc:
+            raise QueryError(f"{exc}\n{self.known()}") from None
+        columns = tuple(table.column_names)
+        values = [table.column(i).to_pylist() for i in range(table.num_columns)]
+        rows = list(zip(*values, strict=True)) if values else []
         return Result(
             columns,
             tuple(tuple(r) for r in rows[: self.max_rows]),
@@ -313,9 +346,14 @@ def run(args: argparse.Namespace) -> int:
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     conf = conf_from_args(args)
-    sh = shell(conf, max_rows=args.max_rows)
     if args.query is None:
+        sh = shell(conf, max_rows=args.max_rows)
         return sh.interact(read_line=_readline_input(), fmt=args.format)
+    if args.spark_sql:
+        sh = shell(conf, max_rows=args.max_rows)
+    else:
+        # One query: the engine answers it without starting Spark when it can (local engine).
+        sh = SqlShell(engine_for(conf.pipeline.lake), max_rows=args.max_rows, arrow=True)
     try:
         result = sh.query(args.query)
     except QueryError as exc:

@@ -444,6 +444,14 @@ class LakeEngine(Protocol):
         """A Spark SQL query over the registered tables."""
         ...
 
+    def query_arrow(self, text: str, tables: Iterable[TableRef], *, limit: int) -> pa.Table:
+        """Answer one read-only query over ``tables`` (named as :meth:`qualified_name` says,
+        quotes optional), at most ``limit`` rows, as Arrow. The local engine answers with
+        delta-rs's DataFusion (no Spark session; its SQL dialect differs from Spark's in a few
+        functions), the spark engine with Spark SQL. Raises :class:`~ingest.errors.LakeError`
+        with the engine's reason when the query fails."""
+        ...
+
 
 def txn_applied(table: TableRef, txn: Txn, recorded: int | None, logger: logging.Logger) -> bool:
     """Whether ``txn`` is applied already, given the version the table ``recorded`` for its

@@ -800,6 +800,15 @@ class LocalEngine:
     def sql(self, text: str) -> DataFrame:
         return self.spark.sql(text)
 
+    def query_arrow(self, text: str, tables: Iterable[TableRef], *, limit: int) -> pa.Table:
+        from pipelines.engines.local_sql import DeltaSql
+
+        named = {
+            f"{self.schemas.for_layer(t.layer)}.{self.physical_name(t)}": self._require(t)
+            for t in tables
+        }
+        return DeltaSql(named).query(text, limit=limit)
+
     def _after_write(self, table: TableRef) -> None:
         if table in self._registered:
             self._create_view(table)

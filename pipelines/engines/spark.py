@@ -1008,6 +1008,16 @@ class SparkEngine:
     def sql(self, text: str) -> DataFrame:
         return self._sql(text)
 
+    def query_arrow(self, text: str, tables: Iterable[TableRef], *, limit: int) -> pa.Table:
+        from pyspark.errors import PySparkException
+
+        self.register_sql(tables)
+        try:
+            return self._sql(text).limit(limit).toArrow()
+        except PySparkException as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise LakeError(first.split(" SQLSTATE:")[0].strip()) from None
+
 
 def _absolute(location: str | Path | None) -> str:
     text = str(location)

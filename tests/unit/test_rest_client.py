@@ -147,7 +147,7 @@ def test_values_have_the_rest_api_shapes(
     [
         ("SELECT Id FROM Account LIMIT 5", "MALFORMED_QUERY"),
         ("SELECT Id FROM Account ORDER BY Id", "MALFORMED_QUERY"),
-        ("SELECT COUNT() FROM Account", "MALFORMED_QUERY"),
+        ("SELECT count(Id) FROM Account", "MALFORMED_QUERY"),
         ("SELECT Id FROM Account WHERE Name = 'x'", "MALFORMED_QUERY"),
         ("UPDATE Account SET Name = 'x'", "MALFORMED_QUERY"),
         ("SELECT Id, (SELECT Id FROM Contacts) FROM Account", "MALFORMED_QUERY"),

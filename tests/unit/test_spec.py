@@ -10,6 +10,7 @@ import pytest
 
 from ingest.auth import EnvSecrets, StaticSecrets
 from ingest.errors import ConfigError
+from ingest.replay import After, Earliest, ReplayId
 from pipelines.spec import (
     ClientCredentialsAuth,
     Conf,
@@ -503,7 +504,7 @@ def test_every_problem_of_every_file_is_reported_at_once(tmp_path: Path) -> None
         "conf/pipeline.yml: ingest.retry.max_backoff_seconds: must be at least "
         "initial_backoff_seconds (5) (got 1)",
         "conf/objects/account.yml: replay.strat: unknown key; valid keys are 'on_corrupted', "
-        "'start' (did you mean 'start'?)",
+        "'replay_id', 'start' (did you mean 'start'?)",
         "conf/objects/broken.yml: line 3, column 1: invalid YAML: while parsing a flow sequence "
         "expected ',' or ']', but got '<stream end>'",
         "conf/objects/nameless.yml: object: required key is missing (API name of the object or "
@@ -580,8 +581,8 @@ def test_unknown_top_level_keys_list_the_valid_ones(tmp_path: Path) -> None:
     conf = write_conf(tmp_path, objects={"account": ACCOUNT + "tabels: {gold: x}\n"})
     assert only_problem(conf) == (
         "conf/objects/account.yml: tabels: unknown key; valid keys are 'batching', 'enabled', "
-        "'gold', 'health', 'kind', 'managed_subscription', 'object', 'replay', 'silver', 'tables', "
-        "'topic' (did you mean 'tables'?)"
+        "'gold', 'health', 'kind', 'managed_subscription', 'num_requested', 'object', 'replay', "
+        "'silver', 'tables', 'topic' (did you mean 'tables'?)"
     )
 
 
@@ -1103,4 +1104,66 @@ def test_batches_are_at_most_a_gibibyte(tmp_path: Path) -> None:
     assert only_problem(conf) == (
         "conf/pipeline.yml: defaults.batching.max_bytes: must be at most 1073741824 "
         "(got 2147483648)"
+    )
+
+
+def test_per_object_subscription_settings(tmp_path: Path) -> None:
+    conf = load_conf(
+        write_conf(
+            tmp_path,
+            "ingest: {num_requested: 50}\n",
+            objects={
+                "account": ACCOUNT + "num_requested: 5\nreplay: {replay_id: AAAAAAAABnc=}\n",
+                "contact": "object: Contact\nkind: change_events\n"
+                "replay: {replay_id: '0000000000000677', start: latest}\n"
+                "managed_subscription: Contact_Sub\n",
+                "order": "object: Order_Shipped__e\nkind: platform_event\n"
+                "replay: {replay_id: 'hex:ab12'}\n",
+            },
+        )
+    )
+    topics = {t.topic: t for t in conf.topics()}
+    account = topics["/data/AccountChangeEvent"]
+    assert account.num_requested == 5
+    assert account.replay.start_position() == After(ReplayId(bytes.fromhex("0000000000000677")))
+    contact = topics["/data/ContactChangeEvent"]
+    assert contact.num_requested is None and contact.managed_subscription == "Contact_Sub"
+    # Base64 and hex of the same id start at the same place; replay_id wins over start.
+    assert contact.replay.start_position() == account.replay.start_position()
+    order = topics["/event/Order_Shipped__e"].replay.start_position()
+    assert order == After(ReplayId(b"\xab\x12"))
+    assert conf.pipeline.ingest.num_requested == 50
+    default = load_conf(write_conf(tmp_path / "d")).topics()[0]
+    assert default.replay.start_position() == Earliest() and default.num_requested is None
+
+
+@pytest.mark.parametrize(
+    ("account", "problem"),
+    [
+        ("num_requested: 0\n", "num_requested: must be at least 1 (got 0)"),
+        ("num_requested: 101\n", "num_requested: must be at most 100 (got 101)"),
+        ("replay: {replay_id: 'not base64!'}\n", "replay.replay_id: must be a replay id"),
+        ("replay: {replay_id: 'hex:0g'}\n", "replay.replay_id: must be a replay id"),
+        ("replay: {replay_id: ''}\n", "replay.replay_id: must be a replay id"),
+    ],
+)
+def test_per_object_subscription_settings_are_validated(
+    tmp_path: Path, account: str, problem: str
+) -> None:
+    text = only_problem(write_conf(tmp_path, objects={"account": ACCOUNT + account}))
+    assert text.startswith(f"conf/objects/account.yml: {problem}"), text
+
+
+def test_objects_sharing_a_topic_agree_on_num_requested(tmp_path: Path) -> None:
+    shared = write_conf(
+        tmp_path,
+        objects={
+            "account": ACCOUNT + "topic: /data/ChangeEvents\nnum_requested: 10\n",
+            "contact": "object: Contact\nkind: change_events\ntopic: /data/ChangeEvents\n",
+        },
+    )
+    assert only_problem(shared) == (
+        "conf/objects/contact.yml: num_requested: objects sharing topic /data/ChangeEvents "
+        "share one subscription and bronze table, so num_requested must equal that of Account "
+        "(conf/objects/account.yml)"
     )

@@ -171,3 +171,31 @@ def test_bad_managed_subscription_option_is_a_clear_error(tmp_path: Path) -> Non
     )
     assert result.returncode == 2
     assert "--managed 'nonsense': expected NAME=TOPIC[:EARLIEST|LATEST]" in result.stderr
+
+
+def test_serve_answers_queries_for_its_records_across_a_restart(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+
+    def count(info: dict[str, object]) -> int:
+        resp = httpx.get(
+            f"{info['http_url']}/services/data/v62.0/queryAll",
+            params={"q": "SELECT COUNT() FROM Account"},
+            headers={"Authorization": f"Bearer {_token(info, verify=True)}"},
+        )
+        resp.raise_for_status()
+        return int(resp.json()["totalSize"])
+
+    proc, info = _start(tmp_path, "--state-dir", str(state))
+    try:
+        before = count(info)
+    finally:
+        _stop(proc)
+    assert before > 0
+    (tmp_path / "emulator.json").unlink()
+    # Started again on the same directory, it serves the logged events and the same records.
+    proc, info = _start(tmp_path, "--state-dir", str(state))
+    try:
+        assert count(info) == before
+    finally:
+        out = _stop(proc)
+    assert "initial workload not appended" in out or "restored" in out

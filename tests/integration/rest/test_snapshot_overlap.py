@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ingest.auth import ClientCredentials, Secret, TokenManager
+from ingest.bulk import BulkQueryClient
 from ingest.client import SchemaCache, TlsSettings
 from ingest.emulator.catalogue import default_catalogue
 from ingest.emulator.server import DEFAULT_CLIENT, Emulator, EmulatorConfig
@@ -24,6 +25,7 @@ from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold.job import run_gold
 from pipelines.session import engine_for
 from pipelines.silver.job import run_silver
+from pipelines.snapshot_read import BulkRecords, SnapshotSource
 from pipelines.spec import Conf, load_conf
 from tests.integration.rest.oracle import assert_gold_equals_truth, write_conf
 
@@ -66,6 +68,21 @@ def _land(engine: LakeEngine, conf: Conf, source: object) -> None:
 def test_changes_during_the_snapshot_are_not_missed(
     lake_kind: str, emulator: Emulator, tmp_path: Path
 ) -> None:
+    _snapshot_while_the_org_changes(lake_kind, "rest", emulator, tmp_path)
+
+
+def test_changes_during_a_bulk_api_snapshot_are_not_missed(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    # The same hand-off when a Bulk API 2.0 job reads the snapshot (local engine suffices).
+    emulator.bulk.settings.max_records = 40
+    _snapshot_while_the_org_changes("local", "bulk", emulator, tmp_path)
+    assert emulator.bulk.result_sets > 1
+
+
+def _snapshot_while_the_org_changes(
+    lake_kind: str, api: str, emulator: Emulator, tmp_path: Path
+) -> None:
     workload = Workload(emulator.catalogue, seed=5, mix=MIX)
     emulator.rest.attach(workload.truth)
     # Part of the history is landed before the bootstrap (at or before the position).
@@ -86,16 +103,18 @@ def test_changes_during_the_snapshot_are_not_missed(
     ) as source:
         rest = RestClient(source.tokens, tls=TlsSettings(enabled=False))
         with rest:
+            bulk = BulkRecords(BulkQueryClient(rest, sleep=lambda _s: None), describe=rest.describe)
             result = bootstrap_object(
                 engine,
                 conf,
                 "Account",
-                rest=rest,
+                rest=SnapshotSource(rest, bulk=bulk, api="bulk" if api == "bulk" else "rest"),
                 land=land_then_keep_changing,
                 fetch_schema=SchemaCache(source.channel, tokens=source.tokens).current_schema,
             )
         assert during and during[0] > 0
         assert result.full and result.read == len(workload.truth.records("Account"))
+        assert result.api == api
         assert result.position is not None
         assert result.position.startswith("/data/AccountChangeEvent batch ")
         # After the snapshot, the org changes again; the stream continues from the position.

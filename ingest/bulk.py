@@ -1,0 +1,351 @@
+"""Salesforce's Bulk API 2.0 query jobs: large reads in a few requests.
+
+A query job runs a SOQL query on Salesforce's side and keeps its results as CSV for a week:
+
+1. ``POST /services/data/<version>/jobs/query`` with ``{"operation": "query" | "queryAll",
+   "query": <SOQL>}`` creates the job (state ``UploadComplete``);
+2. ``GET .../jobs/query/<id>`` is polled, with a growing pause, until the state is
+   ``JobComplete`` (``Failed`` carries an ``errorMessage``; ``Aborted`` means someone stopped
+   it);
+3. ``GET .../jobs/query/<id>/results?maxRecords=N`` returns the first set of records, and each
+   answer's ``Sforce-Locator`` header names the next one (``locator=...``) until it says
+   ``null``; ``Sforce-NumberOfRecords`` counts the records of the set;
+4. the job is deleted once every set was read.
+
+:class:`BulkQueryClient` yields the records as dicts of column name to CSV text, ``None`` for an
+empty value: Salesforce stores no empty text, so an empty CSV field is a null whether or not it
+was quoted. What the values mean (numbers, booleans, dates) is the caller's to decide, from the
+object's describe (:func:`typed_value` reads the common types).
+
+Requests go through :meth:`ingest.rest.RestClient.send`: the same token, refresh, retries and
+TLS verification as every REST call. Failures are :class:`~ingest.errors.BulkJobError` (a job
+that failed, was aborted, took too long, or whose results are gone) or the REST errors of a
+request Salesforce refused (invalid SOQL is an HTTP 400 ``MALFORMED_QUERY`` / ``INVALID_FIELD``
+when the job is created).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ingest.errors import BulkJobError, RestError
+from ingest.rest import RestClient
+
+__all__ = [
+    "DEFAULT_MAX_RECORDS",
+    "BulkQueryClient",
+    "Operation",
+    "QueryJob",
+    "typed_value",
+]
+
+_log = logging.getLogger(__name__)
+
+Operation = Literal["query", "queryAll"]
+DEFAULT_MAX_RECORDS = 50_000
+_DONE = ("JobComplete", "Failed", "Aborted")
+_BOOLEANS = {"true": True, "false": False}
+_INTEGER_TYPES = frozenset({"int", "long"})
+_DOUBLE_TYPES = frozenset({"double", "currency", "percent"})
+
+
+@dataclass(frozen=True)
+class QueryJob:
+    """A query job as ``GET jobs/query/<id>`` describes it."""
+
+    id: str
+    object: str
+    operation: str
+    state: str
+    records_processed: int | None = None
+    error_message: str | None = None
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> QueryJob:
+        job_id, state = body.get("id"), body.get("state")
+        if not isinstance(job_id, str) or not job_id or not isinstance(state, str):
+            raise RestError(
+                f"Bulk API 2.0: expected a query job with an id and a state (got keys "
+                f"{sorted(body)})"
+            )
+        processed = body.get("numberRecordsProcessed")
+        message = body.get("errorMessage")
+        return cls(
+            id=job_id,
+            object=str(body.get("object", "")),
+            operation=str(body.get("operation", "")),
+            state=state,
+            records_processed=processed if isinstance(processed, int) else None,
+            error_message=str(message) if message else None,
+        )
+
+
+def typed_value(text: str | None, sf_type: str, *, where: str = "value") -> Any:
+    """A Bulk API 2.0 CSV value as the REST API's JSON would carry it, by the field's describe
+    ``type``: booleans and numbers become ``bool`` / ``int`` / ``float``; every other type
+    (text, ids, picklists, dates and times in their ISO forms) stays text. ``None`` stays
+    ``None``. A value that does not read as its type raises ``ValueError`` naming ``where``."""
+    if text is None:
+        return None
+    if sf_type == "boolean":
+        value = _BOOLEANS.get(text.lower())
+        if value is None:
+            raise ValueError(f"{where}: expected true or false (got {text!r})")
+        return value
+    try:
+        if sf_type in _INTEGER_TYPES:
+            # Whole numbers may come written as "23.0".
+            number = float(text) if ("." in text or "e" in text.lower()) else int(text)
+            if isinstance(number, float):
+                if not number.is_integer():
+                    raise ValueError
+                return int(number)
+            return number
+        if sf_type in _DOUBLE_TYPES:
+            return float(text)
+    except ValueError:
+        raise ValueError(f"{where}: expected a {sf_type} number (got {text!r})") from None
+    return text
+
+
+class BulkQueryClient:
+    """Runs Bulk API 2.0 query jobs (see the module docstring) through ``rest``.
+
+    ``max_records`` asks for sets of at most that many records. A job's state is first read
+    ``poll_initial_seconds`` after it was created, then at intervals growing by
+    ``poll_multiplier`` up to ``poll_max_seconds``; a job not finished ``timeout_seconds``
+    after creation is aborted. ``clock`` and ``sleep`` are injected so tests never wait.
+    ``last_job`` is the latest job, as last read (its ``records_processed`` is the number of
+    records a completed job returns).
+    """
+
+    def __init__(
+        self,
+        rest: RestClient,
+        *,
+        max_records: int = DEFAULT_MAX_RECORDS,
+        poll_initial_seconds: float = 0.5,
+        poll_max_seconds: float = 10.0,
+        poll_multiplier: float = 1.5,
+        timeout_seconds: float = 4 * 3600.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if max_records < 1:
+            raise ValueError(f"max_records must be >= 1 (got {max_records})")
+        if poll_initial_seconds < 0 or poll_max_seconds < poll_initial_seconds:
+            raise ValueError(
+                "poll_initial_seconds must be >= 0 and poll_max_seconds at least as large "
+                f"(got {poll_initial_seconds}, {poll_max_seconds})"
+            )
+        if poll_multiplier < 1 or timeout_seconds <= 0:
+            raise ValueError(
+                f"poll_multiplier must be >= 1 and timeout_seconds > 0 (got {poll_multiplier}, "
+                f"{timeout_seconds})"
+            )
+        self.rest = rest
+        self.max_records = max_records
+        self._poll = (poll_initial_seconds, poll_max_seconds, poll_multiplier)
+        self._timeout = timeout_seconds
+        self._clock = clock
+        self._sleep = sleep
+        self._log = logger or _log
+        self.last_job: QueryJob | None = None
+
+    @property
+    def _base(self) -> str:
+        return f"/services/data/{self.rest.api_version}/jobs/query"
+
+    # -- records ---------------------------------------------------------------------------
+
+    def query(self, soql: str) -> Iterator[dict[str, str | None]]:
+        """Every live record ``soql`` selects, read through one query job."""
+        return self.records(soql, operation="query")
+
+    def query_all(self, soql: str) -> Iterator[dict[str, str | None]]:
+        """Every record ``soql`` selects, deleted ones (``IsDeleted``) included."""
+        return self.records(soql, operation="queryAll")
+
+    def records(self, soql: str, *, operation: Operation) -> Iterator[dict[str, str | None]]:
+        """Create a job, wait for it, yield the records of every set of results, delete it.
+
+        A job left unfinished (an error, or the caller stopping early) is aborted when it was
+        still running; a finished one is left for Salesforce to remove after a week.
+        """
+        job = self.create(soql, operation=operation)
+        finished = False
+        try:
+            job = self.wait(job)
+            yield from self.results(job)
+            finished = True
+        finally:
+            latest = self.last_job if self.last_job is not None else job
+            if finished:
+                self._quietly(self.delete, latest)
+            elif latest.id == job.id and latest.state not in _DONE:
+                self._quietly(self.abort, latest)
+
+    def _quietly(self, action: Callable[[QueryJob], None], job: QueryJob) -> None:
+        try:
+            action(job)
+        except RestError as exc:
+            self._log.warning("Bulk query job %s: %s failed (%s)", job.id, action.__name__, exc)
+
+    # -- the job ---------------------------------------------------------------------------
+
+    def create(self, soql: str, *, operation: Operation = "queryAll") -> QueryJob:
+        """Create a query job for ``soql``."""
+        if not isinstance(soql, str) or not soql.strip():
+            raise ValueError(f"expected a SOQL query (got {soql!r})")
+        if operation not in ("query", "queryAll"):
+            raise ValueError(f"operation must be 'query' or 'queryAll' (got {operation!r})")
+        body = {
+            "operation": operation,
+            "query": soql,
+            "contentType": "CSV",
+            "columnDelimiter": "COMMA",
+            "lineEnding": "LF",
+        }
+        job = QueryJob.from_json(self.rest.json("POST", self._base, body=body))
+        self.last_job = job
+        self._log.info("Bulk query job %s created on %s (%s)", job.id, job.object, operation)
+        return job
+
+    def job(self, job_id: str) -> QueryJob:
+        """The job's current state."""
+        job = QueryJob.from_json(self.rest.json("GET", f"{self._base}/{job_id}"))
+        self.last_job = job
+        return job
+
+    def wait(self, job: QueryJob) -> QueryJob:
+        """Poll ``job`` until it is finished; returns it completed, or raises
+        :class:`~ingest.errors.BulkJobError` when it failed, was aborted or took longer than
+        the timeout (it is aborted then)."""
+        initial, longest, multiplier = self._poll
+        started = self._clock()
+        pause = initial
+        while job.state not in _DONE:
+            if self._clock() - started > self._timeout:
+                self._quietly(self.abort, job)
+                raise BulkJobError(
+                    f"Bulk query job {job.id} on {job.object} was still {job.state} after "
+                    f"{self._timeout:.0f} s and was aborted; the object may be too large for one "
+                    "job in that time: raise the timeout, or read it with --api rest",
+                    job_id=job.id,
+                    state=job.state,
+                )
+            self._sleep(pause)
+            pause = min(longest, max(pause * multiplier, 0.05))
+            job = self.job(job.id)
+        if job.state == "Failed":
+            raise BulkJobError(
+                f"Bulk query job {job.id} on {job.object} failed: "
+                f"{job.error_message or 'Salesforce gave no errorMessage'}",
+                job_id=job.id,
+                state=job.state,
+            )
+        if job.state == "Aborted":
+            raise BulkJobError(
+                f"Bulk query job {job.id} on {job.object} was aborted (by its creator or a user "
+                "with the Manage Data Integrations permission) before it completed; run the "
+                "command again to start a new job",
+                job_id=job.id,
+                state=job.state,
+            )
+        self._log.info("Bulk query job %s completed: %s records", job.id, job.records_processed)
+        return job
+
+    def results(self, job: QueryJob) -> Iterator[dict[str, str | None]]:
+        """The records of a completed job, set after set (following ``Sforce-Locator``)."""
+        header: list[str] | None = None
+        locator: str | None = None
+        number = 0
+        while True:
+            number += 1
+            params = {"maxRecords": str(self.max_records)}
+            if locator is not None:
+                params["locator"] = locator
+            try:
+                response = self.rest.send(
+                    "GET", f"{self._base}/{job.id}/results", params=params, accept="text/csv"
+                )
+            except RestError as exc:
+                if exc.status not in (400, 404):
+                    raise
+                where = (
+                    "the first set" if locator is None else f"set {number} (locator {locator!r})"
+                )
+                raise BulkJobError(
+                    f"Bulk query job {job.id} on {job.object}: {where} of its results cannot be "
+                    f"read ({exc.error_code or f'HTTP {exc.status}'}: {_message(exc)}). A job's "
+                    "results are kept for 7 days and a locator is only valid for the job that "
+                    "returned it; run the command again to read the records with a new job",
+                    job_id=job.id,
+                    state=job.state,
+                    status=exc.status,
+                    error_code=exc.error_code,
+                ) from exc
+            rows = list(csv.reader(io.StringIO(response.text, newline="")))
+            if not rows:
+                raise BulkJobError(
+                    f"Bulk query job {job.id}: set {number} of its results has no header row",
+                    job_id=job.id,
+                    state=job.state,
+                )
+            if header is None:
+                header = rows[0]
+            elif rows[0] != header:
+                raise BulkJobError(
+                    f"Bulk query job {job.id}: set {number} has the columns {rows[0]}, the first "
+                    f"set had {header}",
+                    job_id=job.id,
+                    state=job.state,
+                )
+            records = rows[1:]
+            expected = response.headers.get("Sforce-NumberOfRecords")
+            if expected is not None and expected.isdigit() and int(expected) != len(records):
+                raise BulkJobError(
+                    f"Bulk query job {job.id}: set {number} announced {expected} records and "
+                    f"held {len(records)}; the download was cut short, run the command again",
+                    job_id=job.id,
+                    state=job.state,
+                )
+            width = len(header)
+            for position, row in enumerate(records, start=1):
+                if len(row) != width:
+                    raise BulkJobError(
+                        f"Bulk query job {job.id}: record {position} of set {number} has "
+                        f"{len(row)} values for {width} columns",
+                        job_id=job.id,
+                        state=job.state,
+                    )
+                yield {name: value or None for name, value in zip(header, row, strict=True)}
+            self._log.debug("Bulk query job %s: set %d, %d records", job.id, number, len(records))
+            nxt = response.headers.get("Sforce-Locator", "null")
+            if not nxt or nxt == "null":
+                return
+            locator = nxt
+
+    def abort(self, job: QueryJob) -> None:
+        """Ask Salesforce to stop a running job."""
+        self.rest.json("PATCH", f"{self._base}/{job.id}", body={"state": "Aborted"})
+        self._log.info("Bulk query job %s aborted", job.id)
+
+    def delete(self, job: QueryJob) -> None:
+        """Delete a finished job and its results."""
+        self.rest.send("DELETE", f"{self._base}/{job.id}")
+
+    def __repr__(self) -> str:
+        return f"BulkQueryClient({self.rest!r}, max_records={self.max_records})"
+
+
+def _message(exc: RestError) -> str:
+    text = str(exc)
+    return text.split(": ", 2)[-1] if ": " in text else text
