@@ -165,7 +165,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
 
         log = tmp_path / "drain.log"
         final = _ingest(conf, log, "--once")
-        assert final.wait(timeout=300) == 0, _tail(log)
+        assert final.wait(timeout=900) == 0, _tail(log)
     finally:
         producer.stop.set()
         emulator.close()
