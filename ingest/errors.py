@@ -29,7 +29,9 @@
     │   └── BulkJobError           a Bulk API 2.0 query job failed, was aborted, timed out, or
     │                              its results can no longer be read
     ├── CheckpointError        the replay checkpoint in Delta is inconsistent or unwritable
+    │   └── LeaseHeldError         another landing holds (or took over) the topic's lease
     └── LakeError              a Delta table operation failed (engine, commit conflict, schema)
+        └── ConcurrentWriteError   another writer changed the table during the commit
 
 Messages name the stage, what was expected and what was received, and the fix when there is
 one. They never contain secrets or event payloads.
@@ -45,11 +47,13 @@ __all__ = [
     "BulkJobError",
     "ChannelError",
     "CheckpointError",
+    "ConcurrentWriteError",
     "ConfigError",
     "DecodeError",
     "DiffError",
     "HandshakeDeniedError",
     "LakeError",
+    "LeaseHeldError",
     "PermanentError",
     "PubSubError",
     "ReplayIdError",
@@ -254,3 +258,13 @@ class CheckpointError(SfcdcError):
 
 class LakeError(SfcdcError):
     """A Delta table operation failed."""
+
+
+class LeaseHeldError(CheckpointError):
+    """Another landing holds the lease of a topic in this lake (or took it over after this
+    one's lease expired); two landings of one topic cannot run at once."""
+
+
+class ConcurrentWriteError(LakeError):
+    """Another writer committed to the table while this commit was prepared, in a way Delta
+    cannot reconcile; the commit did not happen."""

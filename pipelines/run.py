@@ -2,8 +2,9 @@
 
 :class:`Pipeline` runs ``ingest -> silver -> gold`` for the enabled objects of a ``conf/``:
 
-- :meth:`Pipeline.run_once` drains what the source has (the landing stops once a keepalive
-  shows nothing pending on any topic), then runs one silver and one gold pass;
+- :meth:`Pipeline.run_once` lands what was published before it started (the landing stops
+  once every topic has caught up, whatever the traffic), then runs one silver and one gold
+  pass;
 - :meth:`Pipeline.run_continuous` lands in the background while the calling thread runs
   silver and gold as micro-batches every ``interval`` seconds; :meth:`Pipeline.stop` (from a
   signal handler or another thread) ends it cleanly: the landing commits its open batches,
@@ -14,7 +15,8 @@ Continuous landing runs in a thread of this process, or, given a :class:`Landing
 then cannot take the GIL or the CPU from the thread that receives and commits events, which
 is what keeps bronze fresh while a pass runs. The child reports its progress as JSON lines on
 stdout, stops on SIGTERM (committing its open batches) and stops by itself when this process
-dies (its stdin, a pipe from here, closes). A child that exits with an error fails the run.
+dies (its stdin, a pipe from here, closes). A child that exits with an error fails the run,
+except the exit after a final report naming topics that failed alone (the run reports those).
 
 Each layer keeps its own exactly-once bookkeeping in Delta (replay checkpoints, app
 transactions), so a run that is killed at any instant resumes where the tables say.
@@ -126,6 +128,9 @@ def progress_lines(
     before = {t.topic: t for t in previous.topics} if previous is not None else {}
     lines = []
     for t in landing.topics:
+        if t.error is not None:
+            lines.append(f"{t.topic}: FAIL, {t.events} landed: {t.error}")
+            continue
         prior = before.get(t.topic)
         rate = (t.events - (prior.events if prior else 0)) / max(seconds, 1e-9)
         lines.append(
@@ -294,6 +299,10 @@ class _ChildLanding:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         latest = self.snapshot()
+        # `sfcdc ingest` exits 1 after its final report when some topics failed for good while
+        # the others landed: a result the run reports, not a crash of the landing.
+        if code == 1 and latest is not None and latest.stopped != "running" and latest.failed:
+            return latest
         if code != 0 or latest is None or latest.stopped == "running":
             tail = "\n".join(f"  {line}" for line in self._stderr)
             how = (

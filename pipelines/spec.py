@@ -933,6 +933,15 @@ class IngestSpec:
             minimum=0,
         ),
     )
+    lease_seconds: float = field(
+        default=60.0,
+        metadata=meta(
+            "How long a landing's lease on its topics lasts without renewal (renewed every "
+            "third of it). A second landing of a leased topic into the same lake is refused at "
+            "start; a lease left by a killed process is taken over once it expires.",
+            exclusive_minimum=0,
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,6 +35,7 @@ from ingest.client.stream import (
     ReplayGap,
     Resubscribed,
     StreamStats,
+    TopicFailed,
 )
 from ingest.client.subscriber import CorruptedReplayPolicy, Subscription, fetch_request
 
@@ -62,6 +63,7 @@ __all__ = [
     "StreamStats",
     "Subscription",
     "TlsSettings",
+    "TopicFailed",
     "TopicInfo",
     "UntrustedServerError",
     "classify",

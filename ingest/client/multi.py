@@ -29,7 +29,10 @@ seconds without a response, and reconnect backoff waits in steps of ``idle_inter
 
 A topic that fails for good (a permanent error, a corrupted replay id under ``"fail"``,
 exhausted retries) closes every subscription and raises from the loop: a job then stops
-with the reason instead of silently ingesting only some topics.
+with the reason instead of silently ingesting only some topics. Failures of the types given
+as ``isolate`` (a topic that does not exist, or that the user cannot read) end that topic
+alone instead: the loop yields a :class:`~ingest.client.stream.TopicFailed` item for it and
+goes on with the others, so the consumer decides what a partial run means.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.client.managed import ManagedSubscription
-from ingest.client.stream import _IDLE, Item, Resubscribed
+from ingest.client.stream import _IDLE, Item, Resubscribed, TopicFailed
 from ingest.client.subscriber import Subscription, _NeedPosition
 
 __all__ = ["MultiSubscription"]
@@ -87,6 +90,7 @@ class MultiSubscription:
         items_per_topic: int = 4,
         on_idle: Callable[[], bool | None] | None = None,
         idle_interval: float = _POLL,
+        isolate: tuple[type[BaseException], ...] = (),
         logger: logging.Logger | None = None,
     ) -> None:
         subs = list(subscriptions)
@@ -102,6 +106,7 @@ class MultiSubscription:
             raise ValueError(f"idle_interval must be > 0 seconds (got {idle_interval})")
         self._on_idle = on_idle
         self._idle_interval = idle_interval
+        self._isolate = isolate
         self._subs = subs
         self._slots = {id(s): threading.BoundedSemaphore(items_per_topic) for s in subs}
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -152,6 +157,9 @@ class MultiSubscription:
                 except BaseException as exc:
                     if not stop:
                         self._log.error("subscription to %s failed: %s", sub.topic, exc)
+                    if not stop and isinstance(exc, self._isolate):
+                        yield TopicFailed(sub.topic, exc)
+                        return
                     raise
                 reply = None
                 if out is _IDLE:
@@ -218,6 +226,11 @@ class MultiSubscription:
                     continue
                 if isinstance(entry, _Failed):
                     self._log.error("subscription to %s failed: %s", entry.sub.topic, entry.error)
+                    if isinstance(entry.error, self._isolate):
+                        # That topic alone ends; its pump has stopped.
+                        active -= 1
+                        yield TopicFailed(entry.sub.topic, entry.error)
+                        continue
                     raise entry.error
                 if isinstance(entry, _Reconnect):
                     self._slots[id(entry.sub)].release()

@@ -333,7 +333,17 @@ class CommitFailed:
     error: str
 
 
-Item = EventBatch | Keepalive | Resubscribed | ReplayGap | CommitFailed
+@dataclass(frozen=True, slots=True)
+class TopicFailed:
+    """The topic's subscription failed for good (``error``, e.g. the topic does not exist or
+    the user cannot read it) and ended; the other topics of a
+    :class:`~ingest.client.multi.MultiSubscription` go on."""
+
+    topic: str
+    error: BaseException
+
+
+Item = EventBatch | Keepalive | Resubscribed | ReplayGap | CommitFailed | TopicFailed
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,9 @@ __all__ = [
 
 StreamCutCode = Literal["service.unavailable", "subscription.internal.error"]
 _CUT_CODES = ("service.unavailable", "subscription.internal.error")
+# How GetSchema refuses a schema id: INVALID_ARGUMENT with schema.meta.permission (what
+# Salesforce documents for an id it cannot read), or NOT_FOUND.
+_SCHEMA_REFUSALS = ("schema.meta.permission", "schema.not.found")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,8 @@ class Faults:
         self._subscribe_denial: str | None = None
         self._listeners: list[Callable[[], None]] = []
         self._purger: Purger | None = None
+        self._rejected_through: int | None = None
+        self._refused_schemas: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return (
@@ -239,6 +244,44 @@ class Faults:
             raise RuntimeError("purge needs a running emulator: call Emulator.start() first")
         return purger(before, position)
 
+    # -- rejected replay ids and schema ids ---------------------------------------------------
+
+    def reject_replay_ids(self, through: bytes | None) -> None:
+        """Reject CUSTOM replay at any replay id up to and including ``through`` as corrupted
+        while the events stay retained (as Salesforce does for a replay id it no longer
+        accepts, e.g. after an org migration); ``None`` stops."""
+        position: int | None = None
+        if through is not None:
+            position = decode_replay_id(through)
+            if position is None:
+                raise ValueError(
+                    f"reject_replay_ids through= needs a replay id from this emulator "
+                    f"(got {through.hex()!r})"
+                )
+        with self._lock:
+            self._rejected_through = position
+
+    def rejects_replay(self, position: int) -> bool:
+        """Whether CUSTOM replay after ``position`` is refused by :meth:`reject_replay_ids`."""
+        with self._lock:
+            return self._rejected_through is not None and position <= self._rejected_through
+
+    def refuse_schema(self, schema_id: str, code: str | None = "schema.meta.permission") -> None:
+        """Answer GetSchema for ``schema_id`` with the error ``code`` (``schema.meta.permission``
+        or ``schema.not.found``); ``None`` serves it again."""
+        if code is not None and code not in _SCHEMA_REFUSALS:
+            raise ValueError(f"refuse_schema code must be one of {_SCHEMA_REFUSALS} (got {code!r})")
+        with self._lock:
+            if code is None:
+                self._refused_schemas.pop(schema_id, None)
+            else:
+                self._refused_schemas[schema_id] = code
+
+    def schema_refusal(self, schema_id: str) -> str | None:
+        """The error code GetSchema answers for ``schema_id`` with, or ``None``."""
+        with self._lock:
+            return self._refused_schemas.get(schema_id)
+
     def clear(self) -> None:
         """Remove every standing fault (stream cut, latency, keepalive-only, poll drops and
         Streaming API denials)."""
@@ -250,6 +293,8 @@ class Faults:
             self._poll_drops = 0
             self._handshake_denial = None
             self._subscribe_denial = None
+            self._rejected_through = None
+            self._refused_schemas.clear()
         self._changed()
 
     # -- wiring (used by the emulator) -------------------------------------------------------

@@ -95,6 +95,10 @@ _ERRORS: dict[str, tuple[grpc.StatusCode, str]] = {
         "An error occurred while getting the schema for schema ID {schema_id}. Possible reasons "
         "are an incorrect schema ID or incorrect credentials.",
     ),
+    "schema.not.found": (
+        _S.NOT_FOUND,
+        "The schema for schema ID {schema_id} was not found.",
+    ),
     "subscription.fetch.requested.events.invalid": (
         _S.INVALID_ARGUMENT,
         "The requested number of events in a fetch request must be greater than zero. "
@@ -393,7 +397,11 @@ class _Stream:
             if not replay_id:
                 raise failure("subscription.fetch.replayid.validation.failed")
             position = decode_replay_id(replay_id)
-            if position is None or not bus.is_valid(position):
+            if (
+                position is None
+                or not bus.is_valid(position)
+                or self.service.faults.rejects_replay(position)
+            ):
                 raise failure("subscription.fetch.replayid.corrupted")
             return bus.seq_after(topic, position)
         raise failure(
@@ -910,6 +918,13 @@ class PubSubService(pb2_grpc.PubSubServicer):
             schema_id = request.schema_id.strip()
             if not schema_id:
                 raise failure("schema.validation.failed")
+            refusal = self.faults.schema_refusal(schema_id)
+            if refusal is not None:
+                refused = failure(refusal, schema_id=schema_id)
+                if refusal == "schema.meta.permission":
+                    # A refused schema id as Salesforce reports a permission problem.
+                    refused.status = grpc.StatusCode.INVALID_ARGUMENT
+                raise refused
             schema = self._schema(schema_id)
             if schema is None:
                 raise failure("schema.meta.permission", schema_id=schema_id)

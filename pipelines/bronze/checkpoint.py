@@ -70,7 +70,9 @@ from ingest.errors import CheckpointError, LakeError
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
 from pipelines.bronze.tables import (
     CHECKPOINT_SCHEMA,
+    SCHEMA_FAILURES_SCHEMA,
     SCHEMA_REGISTRY_SCHEMA,
+    TOPIC_FAILURES_SCHEMA,
     BronzeTables,
     CheckpointKind,
     bronze_app_id,
@@ -293,6 +295,19 @@ class CheckpointStore:
         )
         return set(rows.column("replay_id").to_pylist())
 
+    def landed_from(self, topic: str, replay_id: bytes) -> set[bytes]:
+        """Replay ids of the topic's bronze events in the batch holding ``replay_id`` and
+        after it (empty when bronze does not hold it): what a stream restarted at EARLIEST
+        delivers again when its first event is ``replay_id``."""
+        table = self._tables.bronze(topic)
+        found = self._engine.read_arrow(
+            table, columns=["batch_id"], where=[("replay_id", "=", replay_id)]
+        )
+        if found.num_rows == 0:
+            return set()
+        first = min(found.column("batch_id").to_pylist())
+        return self.landed_after(topic, first - 1)
+
     def registered_schemas(self) -> set[str]:
         """Schema ids the registry holds."""
         rows = self._engine.read_arrow(self._tables.schemas, columns=["schema_id"])
@@ -352,6 +367,37 @@ class CheckpointStore:
             schema=SCHEMA_REGISTRY_SCHEMA,
         )
         self._engine.append(self._tables.schemas, table, metadata={"sfcdc.topic": topic})
+
+    def record_topic_failure(
+        self, topic: str, objects: str, *, status: str, error_code: str, error: str
+    ) -> None:
+        """Append a row saying ``topic`` failed for good (``sfcdc status`` shows it)."""
+        row = {
+            "topic": topic,
+            "objects": objects,
+            "status": status,
+            "error_code": error_code or None,
+            "error": error,
+            "failed_at": self._now(),
+        }
+        table = pa.Table.from_pylist([row], schema=TOPIC_FAILURES_SCHEMA)
+        self._engine.append(self._tables.topic_failures, table, metadata={"sfcdc.topic": topic})
+
+    def record_schema_failure(
+        self, topic: str, schema_id: str, *, status: str, error_code: str, error: str
+    ) -> None:
+        """Append a row saying GetSchema refused ``schema_id`` (silver quarantines its
+        events with this error until the schema can be fetched)."""
+        row = {
+            "schema_id": schema_id,
+            "topic": topic,
+            "status": status,
+            "error_code": error_code or None,
+            "error": error,
+            "failed_at": self._now(),
+        }
+        table = pa.Table.from_pylist([row], schema=SCHEMA_FAILURES_SCHEMA)
+        self._engine.append(self._tables.schema_failures, table, metadata={"sfcdc.topic": topic})
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self._clock(), tz=timezone.utc)

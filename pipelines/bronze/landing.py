@@ -72,11 +72,13 @@ from ingest.client import (
     RetryPolicy,
     SchemaCache,
     Subscription,
+    TopicFailed,
 )
 from ingest.decoding import event_time_ms
-from ingest.errors import CheckpointError
-from ingest.replay import After, ReplayId, StartPosition
+from ingest.errors import CheckpointError, LeaseHeldError, PermanentError, PubSubError
+from ingest.replay import After, Earliest, ReplayId, StartPosition
 from pipelines.bronze.checkpoint import CheckpointRow, CheckpointStore, describe_position
+from pipelines.bronze.lease import LeaseHolder, LeaseStore
 from pipelines.bronze.tables import (
     BRONZE_LAYOUT,
     BRONZE_SCHEMA,
@@ -129,6 +131,7 @@ class TopicResult:
     replay_gaps: int
     redelivered_skipped: int
     last_replay_id: str | None
+    error: str | None = None
     newest_commit_at: float | None = None
     caught_up_at: float | None = None
     commit_seconds: tuple[int, ...] = ()
@@ -151,6 +154,11 @@ class LandingResult:
     def events(self) -> int:
         """Events landed across topics."""
         return sum(t.events for t in self.topics)
+
+    @property
+    def failed(self) -> tuple[TopicResult, ...]:
+        """The topics whose subscription failed for good (``error`` says why)."""
+        return tuple(t for t in self.topics if t.error is not None)
 
 
 class _OpenBatch:
@@ -206,7 +214,15 @@ class _Topic:
     open: _OpenBatch = field(default_factory=_OpenBatch)
     sealed_position: ReplayId | None = None
     drained: bool = False
+    # Received everything published before the run started (a keepalive, or a response the
+    # server could not fill): what --once waits for. Stays set while the stream goes on.
+    caught_up: bool = False
+    short_responses: int = 0  # consecutive responses holding fewer events than owed
+    failed: str | None = None  # why the subscription failed for good (the others go on)
     skip: set[bytes] = field(default_factory=set)
+    # The stream (re)starts at EARLIEST while bronze may hold events: the first delivered
+    # event tells whether the server is delivering landed events again (see _check_redelivery).
+    check_redelivery: bool = False
     received: int = 0
     received_bytes: int = 0
     progress_mark: tuple[float, int, int] = (0.0, 0, 0)
@@ -463,6 +479,8 @@ class BronzeLanding:
         self._lock = threading.Lock()
         self._topics: dict[str, _Topic] = {}
         self._known_schemas: set[str] = set()
+        # Schema ids GetSchema refused in this run (asked again by the next run).
+        self._unavailable_schemas: set[str] = set()
         self._stop_reason: str | None = None
         self._stopped = ""
         self._deadline: float | None = None
@@ -472,6 +490,14 @@ class BronzeLanding:
         self._checkpoint_commits = 0
         self._started = self._monotonic()
         self._ran = False
+        self._leases = LeaseHolder(
+            LeaseStore(engine, clock=clock),
+            [spec.topic for spec in specs],
+            seconds=self._ingest.lease_seconds,
+            on_lost=self._lease_lost,
+            logger=self._log,
+        )
+        self._lost_lease: LeaseHeldError | None = None
 
     # -- public -------------------------------------------------------------------------------
 
@@ -487,7 +513,9 @@ class BronzeLanding:
 
     def run(self, *, once: bool = False, duration: float | None = None) -> LandingResult:
         """Land until stopped (:meth:`stop`), for ``duration`` seconds, or with ``once``
-        until every topic is drained (a keepalive shows nothing more is pending)."""
+        until every topic has caught up: it received a keepalive, or two responses in a row
+        holding fewer events than the server owed (the server had no more to send), so every event
+        published before the run started is landed; steady traffic cannot keep it going."""
         if self._ran:
             raise RuntimeError("a BronzeLanding runs once; create a new one to resume")
         self._ran = True
@@ -496,7 +524,13 @@ class BronzeLanding:
         started = self._started = self._monotonic()
         self._once = once
         self._deadline = started + duration if duration is not None else None
-        self._prepare()
+        # Refused at once, naming the holder, when another landing has one of the topics.
+        self._leases.acquire()
+        try:
+            self._prepare()
+        except BaseException:
+            self._leases.release()
+            raise
         interval = self._ingest.progress_interval_seconds
         self._next_progress = started + interval
         for t in self._topics.values():
@@ -506,6 +540,9 @@ class BronzeLanding:
             [t.sub for t in self._topics.values()],
             on_idle=self._on_idle,
             idle_interval=_TICK,
+            # A topic that does not exist (or CDC is off for it, or the user cannot read it)
+            # fails alone: the other topics keep landing.
+            isolate=(PermanentError,),
             logger=self._log,
         )
         try:
@@ -527,7 +564,16 @@ class BronzeLanding:
             self._bar = None
             if self._ops is not None:
                 self._ops.flush()
+            if self._lost_lease is None:
+                self._leases.release()
+        if self._lost_lease is not None:
+            raise self._lost_lease
         return self._result(self._monotonic() - started)
+
+    def _lease_lost(self, error: LeaseHeldError) -> None:
+        self._log.error("%s", error)
+        self._lost_lease = error
+        self.stop("the lease was taken over by another landing")
 
     # -- start --------------------------------------------------------------------------------
 
@@ -543,6 +589,8 @@ class BronzeLanding:
                 sub=self._subscription(spec, recovery.start),
                 next_batch=recovery.next_batch_id,
                 position=recovery.start,
+                check_redelivery=spec.managed_subscription is None
+                and isinstance(recovery.start, Earliest),
             )
             if recovery.checkpoint is not None:
                 topic.last_replay_id = recovery.checkpoint.replay_id
@@ -623,13 +671,23 @@ class BronzeLanding:
 
     def _handle(self, item: Any) -> None:
         if isinstance(item, EventBatch):
-            self._add(self._topics[item.topic], item.columns, item.received_at)
+            t = self._topics[item.topic]
+            self._add(t, item.columns, item.received_at)
+            # The server sent fewer events than it owed: it had no more when it sent them,
+            # so everything published before then (after this run started) has been
+            # received. Two such responses in a row on one stream, because one alone can be
+            # a response cut short (the stream then ends, or the size cap was reached).
+            # Under steady traffic this comes long before a keepalive.
+            t.short_responses = t.short_responses + 1 if item.pending_num_requested > 0 else 0
+            if t.short_responses >= 2:
+                t.caught_up = True
         elif isinstance(item, Keepalive):
             t = self._topics[item.topic]
             t.open.position = item.latest_replay_id
             if t.open.opened_at is None:
                 t.open.opened_at = self._monotonic()
             t.drained = True
+            t.caught_up = True
             with self._lock:
                 t.idle_mark = (item.received_at, item.latest_replay_id.value)
             self._caught_up(t)
@@ -637,6 +695,8 @@ class BronzeLanding:
             self._resubscribed(self._topics[item.topic], item)
         elif isinstance(item, ReplayGap):
             self._replay_gap(self._topics[item.topic], item)
+        elif isinstance(item, TopicFailed):
+            self._topic_failed(self._topics[item.topic], item.error)
         elif isinstance(item, CommitFailed):
             self._log.info(
                 "%s: the server did not take commit %s (%s); the Delta checkpoint is "
@@ -647,6 +707,8 @@ class BronzeLanding:
             )
 
     def _add(self, t: _Topic, columns: EventColumns, received_at: float) -> None:
+        if t.check_redelivery and columns.replay_ids:
+            self._check_redelivery(t, columns.replay_ids[0])
         if t.skip:
             columns = self._skip_redelivered(t, columns)
         t.drained = False
@@ -688,6 +750,41 @@ class BronzeLanding:
             if len(ob.replay_ids) >= limits.max_events or ob.nbytes >= limits.max_bytes:
                 self._seal(t)
 
+    def _topic_failed(self, t: _Topic, error: BaseException) -> None:
+        objects = ", ".join(o.api_name for o in t.spec.objects) or t.spec.topic
+        self._log.error(
+            "%s (%s) failed and stops; the other topics go on: %s", t.spec.topic, objects, error
+        )
+        self._seal(t)  # what it delivered before failing is landed
+        self._committer.wait_idle()
+        t.failed = str(error)
+        t.caught_up = True
+        status = error.status if isinstance(error, PubSubError) else type(error).__name__
+        code = error.error_code if isinstance(error, PubSubError) else ""
+        self._store.record_topic_failure(
+            t.spec.topic, objects, status=status or "UNKNOWN", error_code=code, error=str(error)
+        )
+
+    def _check_redelivery(self, t: _Topic, first: bytes) -> None:
+        # A stream that starts at EARLIEST (a corrupted-replay recovery, or a restart after
+        # one) delivers every retained event, and the retained ones may already be in bronze.
+        # Stream order is bronze order, so if the first delivered event is in bronze, the
+        # redelivered events are exactly the bronze rows from its batch on: skip those replay
+        # ids until the first event bronze does not hold (as for ManagedSubscribe). Memory is
+        # bounded by what bronze holds from that batch on, read once.
+        t.check_redelivery = False
+        self._committer.wait_idle()  # the engine is free to read until the next hand-over
+        landed = self._store.landed_from(t.spec.topic, first)
+        if landed:
+            self._log.warning(
+                "%s: the stream restarted at the earliest retained event and delivers events "
+                "already in bronze (from replay id %s); %d landed events will be skipped",
+                t.spec.topic,
+                first.hex(),
+                len(landed),
+            )
+            t.skip = landed
+
     def _skip_redelivered(self, t: _Topic, columns: EventColumns) -> EventColumns:
         # Delivery is in stream order, so the first event bronze does not hold ends the run
         # of redelivered ones.
@@ -696,8 +793,8 @@ class BronzeLanding:
             if rid not in skip:
                 t.skipped += i
                 self._log.info(
-                    "%s: skipped %d events the managed subscription delivered again (already "
-                    "in bronze); landing resumes at %s",
+                    "%s: skipped %d events the server delivered again (already in bronze); "
+                    "landing resumes at %s",
                     t.spec.topic,
                     t.skipped,
                     rid.hex(),
@@ -716,6 +813,9 @@ class BronzeLanding:
 
     def _resubscribed(self, t: _Topic, item: Resubscribed) -> None:
         t.drained = False
+        # A new stream: short responses count afresh. Having caught up stays true: the
+        # durable position answered for this stream committed everything received before it.
+        t.short_responses = 0
         if t.managed:
             # The new stream resumes after the position the server had committed when it
             # opened, which the item reports as far as this process saw it acknowledged (acks
@@ -757,6 +857,7 @@ class BronzeLanding:
         )
         t.open = _OpenBatch()
         t.sealed_position = None
+        t.check_redelivery = isinstance(gap.resumed, Earliest)
         sealed = _Sealed(t.spec.topic, t.next_batch, "replay_gap", None, _OpenBatch(), gap)
         t.next_batch += 1
         self._committer.submit(sealed)
@@ -800,8 +901,11 @@ class BronzeLanding:
         reason = self._stop_reason
         if reason is None and self._deadline is not None and now >= self._deadline:
             reason = "duration reached"
-        if reason is None and self._once and all(t.drained for t in self._topics.values()):
-            reason = "drained: a keepalive showed nothing more pending on every topic"
+        if reason is None and self._once and all(t.caught_up for t in self._topics.values()):
+            reason = (
+                "drained: every topic received all events published before the run started "
+                "(a keepalive, or responses the server could not fill)"
+            )
         if reason is None:
             return False
         self._finish(reason)
@@ -868,6 +972,7 @@ class BronzeLanding:
                     replay_gaps=t.gaps,
                     redelivered_skipped=t.skipped,
                     last_replay_id=t.last_replay_id.hex() if t.last_replay_id else None,
+                    error=t.failed,
                     newest_commit_at=t.newest_ms / 1000 if t.newest_ms is not None else None,
                     caught_up_at=t.caught_up_at,
                     commit_seconds=durations.counts,
@@ -915,11 +1020,15 @@ class BronzeLanding:
             return None, []
         t = self._topics[sealed.topic]
         batch = sealed.batch
-        new_schemas = sorted(set(batch.schema_ids) - self._known_schemas)
+        unseen = set(batch.schema_ids) - self._known_schemas - self._unavailable_schemas
+        fetched = {}
+        for sid in sorted(unseen):
+            text = self._fetch_schema(sealed.topic, sid)
+            if text is not None:
+                fetched[sid] = text
+        new_schemas = sorted(fetched)
         if new_schemas:
-            self._store.register_schemas(
-                sealed.topic, {sid: self._schemas.schema_json(sid) for sid in new_schemas}
-            )
+            self._store.register_schemas(sealed.topic, fetched)
             self._known_schemas.update(new_schemas)
         # Before the columns are built (that releases the batch's lists).
         sealed.newest_ms = self._newest_ms(batch, every=t.spec.kind.startswith("platform_event"))
@@ -931,6 +1040,31 @@ class BronzeLanding:
                 "at once"
             )
         return result.version, new_schemas
+
+    def _fetch_schema(self, topic: str, schema_id: str) -> str | None:
+        """The schema's JSON, or None when the server refuses it for good (unknown id, no
+        permission): the events still land, and the refusal is recorded for silver, which
+        quarantines them with the server's message until the schema can be fetched."""
+        try:
+            return self._schemas.schema_json(schema_id)
+        except PermanentError as exc:
+            self._log.error(
+                "%s: GetSchema %s failed (%s); its events land in bronze all the same and "
+                "silver quarantines them as schema_unavailable until `sfcdc silver "
+                "--retry-quarantine` can fetch it",
+                topic,
+                schema_id,
+                exc,
+            )
+            self._store.record_schema_failure(
+                topic,
+                schema_id,
+                status=exc.status or "UNKNOWN",
+                error_code=exc.error_code,
+                error=str(exc),
+            )
+            self._unavailable_schemas.add(schema_id)
+            return None
 
     def _checkpoint_row(self, sealed: _Sealed, bronze_version: int | None) -> CheckpointRow:
         t = self._topics[sealed.topic]

@@ -19,7 +19,11 @@ column          type        meaning
 Checkpoint table ``sfcdc_checkpoints``: one row per landing commit of any topic (see
 :mod:`pipelines.bronze.checkpoint`), and schema registry ``sfcdc_schemas``: schema id to
 schema JSON, written before the first events that use the id, so silver never calls
-Salesforce. Both live in the bronze schema next to the topic tables, as does
+Salesforce. ``sfcdc_schema_failures``: schema ids GetSchema refused (the events landed all the
+same; silver quarantines them with the server's error until ``sfcdc silver
+--retry-quarantine`` fetches the schema). ``sfcdc_topic_failures``: topics whose subscription
+failed for good (the other topics went on), which ``sfcdc status`` shows as FAIL until the topic
+lands again. All live in the bronze schema next to the topic tables, as does
 ``sfcdc_commits``, the record of every layer's commits (:mod:`pipelines.ops.table`).
 """
 
@@ -46,9 +50,14 @@ __all__ = [
     "CHECKPOINT_SCHEMA",
     "CHECKPOINT_TABLE",
     "COMMITS_TABLE",
+    "LEASE_TABLE",
     "RESERVED_TABLES",
+    "SCHEMA_FAILURES_SCHEMA",
+    "SCHEMA_FAILURES_TABLE",
     "SCHEMA_REGISTRY_SCHEMA",
     "SCHEMA_REGISTRY_TABLE",
+    "TOPIC_FAILURES_SCHEMA",
+    "TOPIC_FAILURES_TABLE",
     "BronzeTables",
     "CheckpointKind",
     "bronze_app_id",
@@ -59,7 +68,19 @@ __all__ = [
 
 CHECKPOINT_TABLE = "sfcdc_checkpoints"
 SCHEMA_REGISTRY_TABLE = "sfcdc_schemas"
-RESERVED_TABLES = frozenset({CHECKPOINT_TABLE, SCHEMA_REGISTRY_TABLE, COMMITS_TABLE})
+SCHEMA_FAILURES_TABLE = "sfcdc_schema_failures"
+TOPIC_FAILURES_TABLE = "sfcdc_topic_failures"
+LEASE_TABLE = "sfcdc_leases"
+RESERVED_TABLES = frozenset(
+    {
+        CHECKPOINT_TABLE,
+        SCHEMA_REGISTRY_TABLE,
+        SCHEMA_FAILURES_TABLE,
+        TOPIC_FAILURES_TABLE,
+        LEASE_TABLE,
+        COMMITS_TABLE,
+    }
+)
 
 CheckpointKind = Literal["events", "keepalive", "replay_gap"]
 
@@ -125,6 +146,34 @@ SCHEMA_REGISTRY_SCHEMA = pa.schema(
     ]
 )
 
+# A GetSchema call that failed for good: the schema id, the topic whose events use it, and the
+# server's answer (gRPC status, Salesforce error-code trailer, description).
+SCHEMA_FAILURES_SCHEMA = pa.schema(
+    [
+        pa.field("schema_id", pa.string(), nullable=False),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error_code", pa.string(), nullable=True),
+        pa.field("error", pa.string(), nullable=False),
+        pa.field("failed_at", _TIMESTAMP, nullable=False),
+    ]
+)
+
+# A topic whose subscription failed for good: the objects it carries and the server's answer.
+TOPIC_FAILURES_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("objects", pa.string(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error_code", pa.string(), nullable=True),
+        pa.field("error", pa.string(), nullable=False),
+        pa.field("failed_at", _TIMESTAMP, nullable=False),
+    ]
+)
+
+_SCHEMA_FAILURES = TableRef("bronze", SCHEMA_FAILURES_TABLE)
+_TOPIC_FAILURES = TableRef("bronze", TOPIC_FAILURES_TABLE)
+
 
 def bronze_app_id(topic: str) -> str:
     """The Delta application-transaction id of a topic's bronze appends."""
@@ -143,6 +192,8 @@ class BronzeTables:
     topics: Mapping[str, TableRef]
     checkpoints: TableRef
     schemas: TableRef
+    schema_failures: TableRef = _SCHEMA_FAILURES
+    topic_failures: TableRef = _TOPIC_FAILURES
 
     def bronze(self, topic: str) -> TableRef:
         """The bronze table of ``topic``."""

@@ -3,7 +3,7 @@
 ::
 
     sfcdc ingest --conf conf/                  # run until SIGINT / SIGTERM
-    sfcdc ingest --conf conf/ --once           # drain what is available, then stop
+    sfcdc ingest --conf conf/ --once           # land what was published before it started
     sfcdc ingest --conf conf/ --for 600        # run for ten minutes
     sfcdc ingest --conf conf/ --objects Account,Contact
 
@@ -54,8 +54,10 @@ __all__ = [
     "PROGRESS_PREFIX",
     "decode_progress",
     "encode_progress",
+    "failed_objects",
     "land",
     "register",
+    "report_failures",
     "select_topics",
 ]
 
@@ -78,8 +80,8 @@ def register(subparsers: Any) -> None:
     until.add_argument(
         "--once",
         action="store_true",
-        help="drain what is available and stop (when a keepalive shows nothing more pending "
-        "on every topic)",
+        help="land what was published before the run started and stop (once every topic has "
+        "had a keepalive or two responses the server could not fill), whatever the traffic",
     )
     until.add_argument(
         "--for",
@@ -350,4 +352,32 @@ def run(args: argparse.Namespace) -> int:
             f"  {t.topic} -> {t.table}: {t.events} events, {t.payload_bytes / 1e6:.2f} MB in "
             f"{t.commits} commits{detail}; last replay id {t.last_replay_id or 'none'}"
         )
-    return 0
+    return report_failures("sfcdc ingest", conf, result)
+
+
+def failed_objects(conf: Conf, result: LandingResult) -> list[str]:
+    """One line per topic that failed for good: its objects and why."""
+    lines = []
+    for t in result.failed:
+        names = [o.api_name for o in conf.objects if o.topic == t.topic] or [t.topic]
+        lines.append(f"{', '.join(names)} ({t.topic}): {t.error}")
+    return lines
+
+
+def report_failures(command: str, conf: Conf, result: LandingResult) -> int:
+    """Print the objects whose topic failed to stderr; 1 when any did, else 0."""
+    lines = failed_objects(conf, result)
+    if not lines:
+        return 0
+    print(
+        f"{command}: {len(lines)} of {len(result.topics)} topics FAILED (the others landed):",
+        file=sys.stderr,
+    )
+    for line in lines:
+        print(f"  {line}", file=sys.stderr)
+    print(
+        "  Fix or disable those objects (enabled: false in their files); `sfcdc validate "
+        "--online` checks every topic.",
+        file=sys.stderr,
+    )
+    return 1

@@ -5,7 +5,8 @@
     sfcdc run [--conf conf/] --once                  # drain what is available, then stop
     sfcdc run [--conf conf/] [--continuous] [--interval 1] [--objects Account,Contact]
 
-``--once`` lands what the source has (until a keepalive shows nothing pending on any topic),
+``--once`` lands what was published before it started (every topic caught up: see
+docs/operations.md),
 then runs silver and gold once. Continuous mode (the default) lands in a child process
 (``sfcdc ingest``, so silver and gold never hold up the landing) and runs silver and gold
 every ``--interval`` seconds in this one, printing per-topic progress; SIGINT or SIGTERM stops
@@ -35,7 +36,7 @@ from pipelines.commands.conf_options import (
     secrets_from_args,
 )
 from pipelines.commands.gold import summary as gold_summary
-from pipelines.commands.ingest import _names, _positive_seconds
+from pipelines.commands.ingest import _names, _positive_seconds, report_failures
 from pipelines.commands.silver import summary as silver_summary
 from pipelines.ops.metrics import PipelineMetrics, serve_metrics
 from pipelines.run import LandingProcess, Pipeline, RunResult
@@ -177,4 +178,4 @@ def run(args: argparse.Namespace) -> int:
             result = pipeline.run_continuous(interval=args.interval, duration=args.seconds)
     for line in summary(result):
         print(line)
-    return 0
+    return report_failures("sfcdc run", conf, result.landing)

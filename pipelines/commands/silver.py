@@ -3,11 +3,14 @@
 ::
 
     sfcdc silver [--conf conf/] [--objects Account,Contact]
+    sfcdc silver [--conf conf/] --retry-quarantine
 
 Each object's silver table records, with a Delta app transaction, the last bronze version it
 processed, so the command only reads what bronze gained since, and running it again without
 new bronze rows changes nothing. Rows that cannot be decoded go to the quarantine table with
-the reason.
+the reason. ``--retry-quarantine`` then fetches, through the configured source, the schemas
+that quarantined rows lacked (GetSchema had refused them when they were landed), and decodes
+those rows into silver once (see :mod:`pipelines.silver.retry`).
 """
 
 from __future__ import annotations
@@ -15,15 +18,18 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from pipelines.commands.conf_options import add_conf_options, conf_from_args
+from ingest.client import SchemaCache
+from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
+from pipelines.connect import connect
 from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
 from pipelines.silver.job import QUARANTINE_TABLE, SilverResult, run_silver
+from pipelines.silver.retry import RetryResult, retry_quarantine
 
 if TYPE_CHECKING:
     pass
 
-__all__ = ["register", "run", "summary"]
+__all__ = ["register", "retry_summary", "run", "summary"]
 
 
 def _names(text: str) -> list[str]:
@@ -49,6 +55,12 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="OBJECT",
         help="only these objects (API names, comma- or space-separated); default: all enabled",
+    )
+    parser.add_argument(
+        "--retry-quarantine",
+        action="store_true",
+        help="then fetch the schemas quarantined rows lacked through the configured source "
+        "and decode those rows into silver (once; they are marked resolved)",
     )
     parser.set_defaults(handler=run)
 
@@ -87,4 +99,24 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     if not result.topics:
         print("nothing to do: no bronze table of the selected objects exists yet")
-    return 0
+    if not getattr(args, "retry_quarantine", False):
+        return 0
+    with connect(conf.pipeline.connection, secrets=secrets_from_args(args)) as source:
+        schemas = SchemaCache(source.channel, tokens=source.tokens)
+        retried = retry_quarantine(engine, conf, fetch=schemas.schema_json)
+    for line in retry_summary(retried):
+        print(line)
+    return 1 if retried.refused else 0
+
+
+def retry_summary(result: RetryResult) -> list[str]:
+    """What ``--retry-quarantine`` prints."""
+    lines = [
+        f"retry-quarantine: {len(result.fetched)} schemas fetched, {result.resolved} quarantined "
+        f"rows decoded into silver ({result.still_open} still open)"
+    ]
+    for name, rows in sorted(result.appended.items()):
+        lines.append(f"  {name}: {rows} rows appended")
+    for sid, error in sorted(result.refused.items()):
+        lines.append(f"  schema {sid} is still refused: {error}")
+    return lines

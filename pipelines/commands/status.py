@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.bronze import CHECKPOINT_TABLE
+from pipelines.bronze.tables import TOPIC_FAILURES_TABLE
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold import job as gold_job
@@ -88,6 +89,9 @@ class TopicStatus:
     events_landed: int
     replay_gaps: int
     quarantined: int
+    # The topic's subscription failed for good after its last checkpoint (FAIL): why, when.
+    failed: str | None = None
+    failed_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,7 @@ class ObjectStatus:
     silver_lag: int | None
     resync_records: int
     resync_full_object: int
+    failed: str | None = None  # its topic's subscription failed for good (FAIL)
     quarantined: int = 0
     state: State = "WARN"
     reasons: tuple[str, ...] = ()
@@ -172,7 +177,10 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
         TableRef("bronze", CHECKPOINT_TABLE),
         ["topic", "batch_id", "kind", "replay_id", "event_count", "committed_at"],
     )
-    quarantine = _read(engine, silver_job.QUARANTINE_TABLE, ["bronze_table"])
+    quarantine = _open_quarantine(engine)
+    failures = _read(
+        engine, TableRef("bronze", TOPIC_FAILURES_TABLE), ["topic", "status", "error", "failed_at"]
+    )
     resync = _read(engine, RESYNC_TABLE, ["object", "record_id", "reason", "resolved_at"])
 
     topics = []
@@ -189,6 +197,7 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
             if quarantine is None
             else int(pc.sum(pc.equal(quarantine["bronze_table"], spec.bronze_table)).as_py() or 0)
         )
+        failure = _open_failure(failures, spec.topic, last["committed_at"] if last else None)
         topics.append(
             TopicStatus(
                 topic=spec.topic,
@@ -201,9 +210,12 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
                 events_landed=sum(r["event_count"] for r in rows),
                 replay_gaps=sum(1 for r in rows if r["kind"] == "replay_gap"),
                 quarantined=quarantined,
+                failed=failure["error"] if failure else None,
+                failed_at=_iso(failure["failed_at"]) if failure else None,
             )
         )
 
+    topic_failures = {t.topic: t.failed for t in topics if t.failed is not None}
     open_resync = resync.filter(pc.is_null(resync["resolved_at"])).to_pylist() if resync else []
     objects = []
     for spec in conf.topics():
@@ -256,6 +268,11 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
                 resync_records=records,
                 resync_whole=whole,
             )
+            failed = topic_failures.get(spec.topic)
+            state, reasons = verdict.state, verdict.reasons
+            if failed is not None:
+                # The object's topic cannot be subscribed: nothing new can reach its tables.
+                state, reasons = "FAIL", (f"topic subscription failed: {failed}", *reasons)
             layers = tuple(
                 LayerHealth(
                     layer=lag.layer,
@@ -281,9 +298,10 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
                     silver_lag=_lag(silver_version, applied) if gold_name else None,
                     resync_records=records,
                     resync_full_object=whole,
+                    failed=failed,
                     quarantined=quarantined,
-                    state=verdict.state,
-                    reasons=verdict.reasons,
+                    state=state,
+                    reasons=reasons,
                     behind_seconds=layers[-1].behind_seconds,
                     events_per_second=layers[-1].events_per_second,
                     layers=layers,
@@ -303,6 +321,33 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
+
+
+def _open_quarantine(engine: LakeEngine) -> pa.Table | None:
+    """The quarantine's rows not yet resolved by ``sfcdc silver --retry-quarantine``."""
+    table = silver_job.QUARANTINE_TABLE
+    schema = engine.schema(table)
+    if schema is None:
+        return None
+    if "resolved_at" not in schema.fieldNames():
+        return engine.read_arrow(table, columns=["bronze_table"])
+    rows = engine.read_arrow(table, columns=["bronze_table", "resolved_at"])
+    return rows.filter(pc.is_null(rows["resolved_at"]))
+
+
+def _open_failure(
+    failures: pa.Table | None, topic: str, checkpointed: datetime | None
+) -> dict[str, Any] | None:
+    """The topic's last failure when nothing was checkpointed after it."""
+    if failures is None:
+        return None
+    rows = failures.filter(pc.equal(failures["topic"], topic)).to_pylist()
+    if not rows:
+        return None
+    last: dict[str, Any] = max(rows, key=lambda r: r["failed_at"])
+    if checkpointed is not None and checkpointed > last["failed_at"]:
+        return None
+    return last
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -359,6 +404,8 @@ def format_status(status: Status) -> list[str]:
         if t.quarantined:
             extras.append(f"{t.quarantined} quarantined")
         extra = f"; {', '.join(extras)}" if extras else ""
+        if t.failed is not None:
+            extra += f"; FAIL at {t.failed_at}: {t.failed}"
         lines.append(
             f"  {t.topic} -> {t.bronze_table} v{_v(t.bronze_version)}: {t.events_landed} "
             f"events landed; {where}{extra}"
@@ -381,7 +428,8 @@ def format_status(status: Status) -> list[str]:
                 f"; re-sync pending: {o.resync_records} records, "
                 f"{o.resync_full_object} whole-object"
             )
-        lines.append(f"  {o.object}: {silver}; {gold}{resync}")
+        failed = f"; FAIL: {o.failed}" if o.failed is not None else ""
+        lines.append(f"  {o.object}: {silver}; {gold}{resync}{failed}")
     return lines
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "WriteLayout",
     "check_conditions",
     "check_until",
+    "concurrent_write",
     "decode_user_metadata",
     "encode_user_metadata",
     "merge_keys",
@@ -567,3 +568,34 @@ def check_conditions(where: Sequence[Condition]) -> list[Condition]:
                 )
         checked.append((column, op, list(value) if op == "in" else value))
     return checked
+
+
+# How each Delta implementation names a commit that lost to another writer: delta-rs raises
+# CommitFailedError; delta-spark's exceptions reach Python through py4j, named in their text.
+_CONFLICT_TYPES = frozenset({"CommitFailedError"})
+_CONFLICT_NAMES = (
+    "ConcurrentAppendException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentTransactionException",
+    "ConcurrentWriteException",
+    "MetadataChangedException",
+    "ProtocolChangedException",
+    "DELTA_CONCURRENT_",
+)
+
+
+def concurrent_write(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is a Delta commit conflict: another writer
+    committed to the table while this commit was prepared."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if type(current).__name__ in _CONFLICT_TYPES:
+            return True
+        text = str(current)
+        if any(name in text for name in _CONFLICT_NAMES):
+            return True
+        current = current.__cause__ or current.__context__
+    return False

@@ -15,8 +15,13 @@ batch again, or replaying events, never moves a record backwards.
 
 Changes (see :mod:`pipelines.gold.resync` for the reasons a record is flagged):
 
-- CREATE / UNDELETE: the full row (every body column, nulls included); live; a re-sync flag
-  is cleared, because the whole record is known again.
+- CREATE / UNDELETE: the full row (every body column its schema version has, nulls
+  included); live; a re-sync flag is cleared, because the whole record is known again. A
+  column whose field the change's schema version does not have (a field a later version
+  dropped, or one an earlier version lacked) keeps the value the record held: a full image
+  under the newer schema says nothing about a field it no longer carries, so every record
+  keeps its last known value there (null for a record first seen under such a version), and
+  the column is no longer maintained for records changed only after the drop.
 - UPDATE: only the fields in ``changedFields``. A field also in ``nulledFields`` becomes null;
   a field in ``diffFields`` is rebuilt from the previous value (gold's, or the one an earlier
   change of the batch set) with :func:`ingest.decoding.apply_diff`, which checks the SHA-256;
@@ -100,6 +105,7 @@ __all__ = [
     "FoldPlan",
     "FoldedRecord",
     "Target",
+    "absent_columns",
     "encode_order_key",
     "fold_output_schema",
     "fold_plan",
@@ -124,7 +130,9 @@ _NULLED = "_cdc_nulled_fields"
 _DIFF = "_cdc_diff_fields"
 _WILDCARD = "_cdc_is_wildcard"
 _BATCH_ID = "_cdc_bronze_batch_id"
+_SCHEMA_ID = "_cdc_schema_id"
 _HEADER = (
+    _SCHEMA_ID,
     _CHANGE_TYPE,
     _COMMIT_TS,
     _COMMIT_NUMBER,
@@ -258,6 +266,8 @@ class FoldPlan:
     columns SCD2 history tracks (``None``: no history). ``processed_at`` stamps
     ``_cdc_updated_at`` and re-sync rows: one value per run keeps the transform
     deterministic. ``partitions`` is the fold's parallelism (``None``: the session default).
+    ``absent`` maps a schema id to the body columns of fields that schema version does not
+    have: a full image written with it leaves them as they were (:func:`absent_columns`).
     """
 
     object_name: str
@@ -269,6 +279,7 @@ class FoldPlan:
     deletes: DeleteMode = "soft"
     track: tuple[str, ...] | None = None
     partitions: int | None = None
+    absent: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.deletes not in ("soft", "hard"):
@@ -300,13 +311,15 @@ def fold_plan(
     deletes: DeleteMode = "soft",
     track: Sequence[str] | Literal["all"] | None = None,
     partitions: int | None = None,
+    versions: Mapping[str, Iterable[str]] | None = None,
 ) -> FoldPlan:
     """The :class:`FoldPlan` of an object from its silver layout: every field name a change
     can carry (top-level and ``Parent.Child``) mapped with silver's own
     :meth:`~pipelines.silver.columns.SilverLayout.columns_for`, in struct or flattened mode.
 
     ``track`` is SCD2's tracked columns: ``"all"`` body columns, a list, or ``None`` (no
-    history).
+    history). ``versions`` maps each schema id of the object to its top-level field names
+    (see :func:`absent_columns`).
     """
     targets: dict[str, tuple[Target, ...]] = {}
     clears: dict[str, tuple[str, ...]] = {}
@@ -349,7 +362,28 @@ def fold_plan(
         deletes=deletes,
         track=tracked,
         partitions=partitions,
+        absent=absent_columns(layout, versions or {}),
     )
+
+
+def absent_columns(
+    layout: SilverLayout, versions: Mapping[str, Iterable[str]]
+) -> dict[str, tuple[str, ...]]:
+    """For each schema id (``versions``: id -> the version's top-level field names), the
+    body columns of the layout's fields that version does not have; ids lacking none are left
+    out."""
+    columns_of: dict[str, tuple[str, ...]] = {}
+    for f in layout.fields:
+        paths = [f.name, *(f"{f.name}.{child}" for child in f.child_names())]
+        names = [_target(c).column for p in paths for c in layout.columns_for(p)]
+        columns_of[f.name] = tuple(dict.fromkeys(names))
+    absent: dict[str, tuple[str, ...]] = {}
+    for sid, fields in versions.items():
+        present = set(fields)
+        missing = [c for f in layout.fields if f.name not in present for c in columns_of[f.name]]
+        if missing:
+            absent[sid] = tuple(dict.fromkeys(missing))
+    return absent
 
 
 # ----------------------------------------------------------------------- one record (Python)
@@ -544,7 +578,10 @@ class _Fold:
             self.row = self._placeholder()
         row = self.row
         structs = self.plan.structs
+        absent = self.plan.absent.get(change.get(_SCHEMA_ID) or "", ())
         for column in self.body:
+            if column in absent:
+                continue  # not a field of the change's schema version: kept as it was
             value = change.get(column)
             row[column] = _normal(value) if column in structs else value
         row[DELETED] = False

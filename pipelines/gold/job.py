@@ -46,9 +46,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
-from ingest.errors import ConfigError, LakeError
+from ingest.errors import ConcurrentWriteError, ConfigError, LakeError
+from ingest.schema import HEADER_FIELD
 from pipelines.engines import LakeEngine, MergeMetrics, Rows, TableRef, Txn
 from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
+from pipelines.engines.base import concurrent_write
 from pipelines.gold.columns import ID, body_fields, gold_schema, tombstone_schema
 from pipelines.gold.fold import FoldPlan, fold_plan, merge_conditions
 from pipelines.gold.folding import (
@@ -99,6 +101,7 @@ __all__ = [
     "ObjectResult",
     "app_id",
     "batch_wildcards",
+    "conflict_error",
     "fold_rows",
     "gold_table",
     "history_changes",
@@ -589,6 +592,11 @@ class _ObjectRun:
                 deletes=obj.gold.deletes,
                 track=scd2.track if scd2.enabled else None,
                 partitions=self.partitions,
+                versions={
+                    sid: [f.name for f in entry.schema.fields if f.name != HEADER_FIELD]
+                    for sid, entry in self.registry.items()
+                    if entry.schema is not None and entry.schema.entity_name == obj.api_name
+                },
             )
         except ValueError as exc:
             raise ConfigError(f"gold of {obj.api_name}: {exc}") from exc
@@ -711,18 +719,34 @@ class _ObjectRun:
 
     def _merge_gold(self, source: Any, plan: FoldPlan, version: int, start: int) -> MergeMetrics:
         update, delete = merge_conditions(plan.deletes)
-        return self.engine.merge(
-            self.gold,
-            source,
-            on=[ID],
-            update_condition=update,
-            delete_condition=delete,
-            txn=Txn(app_id(self.obj), version),
-            metadata={
-                _META_SEQUENCE: ",".join(plan.order_by),
-                _META_SILVER_VERSIONS: f"{start}-{version}",
-            },
-        )
+        try:
+            return self.engine.merge(
+                self.gold,
+                source,
+                on=[ID],
+                update_condition=update,
+                delete_condition=delete,
+                txn=Txn(app_id(self.obj), version),
+                metadata={
+                    _META_SEQUENCE: ",".join(plan.order_by),
+                    _META_SILVER_VERSIONS: f"{start}-{version}",
+                },
+            )
+        except LakeError as exc:
+            if not concurrent_write(exc):
+                raise
+            raise conflict_error(self.gold, self.obj.api_name, start, version) from exc
+
+
+def conflict_error(table: TableRef, name: str, start: int, version: int) -> ConcurrentWriteError:
+    """What a gold MERGE that lost to another writer of ``table`` says."""
+    return ConcurrentWriteError(
+        f"gold: another writer committed to {table} while {name}'s changes from silver "
+        f"versions {start}..{version} were being merged into it (a second `sfcdc gold` or "
+        "`sfcdc run` on this lake, a resync, or a change made by hand), so Delta refused this "
+        "MERGE and nothing of it was committed. Run one gold job per lake at a time, then run "
+        "`sfcdc gold` again: it resumes from the silver version gold last recorded."
+    )
 
 
 _RESYNC_ARROW = spark_schema_to_arrow(RESYNC_SCHEMA)

@@ -61,7 +61,12 @@ __all__ = [
 ]
 
 ErrorKind = Literal[
-    "unknown_schema", "invalid_schema", "corrupt_payload", "bad_bitmap", "wrong_entity"
+    "unknown_schema",
+    "schema_unavailable",
+    "invalid_schema",
+    "corrupt_payload",
+    "bad_bitmap",
+    "wrong_entity",
 ]
 
 # Payload bytes from which a batch is decoded a field at a time (columnar) rather than row

@@ -51,7 +51,12 @@ from pyspark.sql import types as T
 
 from ingest.errors import ConfigError, LakeError
 from ingest.schema import EventSchema, parse_event_schema
-from pipelines.bronze.tables import CHECKPOINT_TABLE, SCHEMA_REGISTRY_TABLE, bronze_tables
+from pipelines.bronze.tables import (
+    CHECKPOINT_TABLE,
+    SCHEMA_FAILURES_TABLE,
+    SCHEMA_REGISTRY_TABLE,
+    bronze_tables,
+)
 from pipelines.engines import HistoryEntry, LakeEngine, Rows, TableRef, Txn
 from pipelines.engines.arrow import same_type, spark_schema_to_arrow
 from pipelines.ops.newest import newest_time, time_column
@@ -85,6 +90,7 @@ __all__ = [
     "app_id",
     "plan_chunks",
     "read_registry",
+    "read_schema_failures",
     "run_silver",
     "silver_layout",
     "version_sizes",
@@ -96,6 +102,7 @@ SILVER_APP_PREFIX = "sfcdc.silver:"
 QUARANTINE_APP_PREFIX = "sfcdc.silver.quarantine:"
 QUARANTINE_TABLE = TableRef("silver", "sfcdc_quarantine")
 REGISTRY_TABLE = TableRef("bronze", SCHEMA_REGISTRY_TABLE)
+SCHEMA_FAILURES = TableRef("bronze", SCHEMA_FAILURES_TABLE)
 _META_BRONZE_TABLE = "sfcdc.silver.bronze_table"
 _META_VERSIONS = "sfcdc.silver.bronze_versions"
 _META_MAX_BATCH = "sfcdc.silver.bronze_max_batch_id"
@@ -219,6 +226,25 @@ def read_registry(engine: LakeEngine, table: TableRef = REGISTRY_TABLE) -> dict[
             sid, str(text), row["topic"], row["first_seen_at"], schema, problem
         )
     return entries
+
+
+def read_schema_failures(engine: LakeEngine) -> dict[str, str]:
+    """The schema ids GetSchema refused when their events were landed, each with the server's
+    answer (its latest refusal)."""
+    if not engine.exists(SCHEMA_FAILURES):
+        return {}
+    rows = engine.read_arrow(
+        SCHEMA_FAILURES, columns=["schema_id", "status", "error_code", "error", "failed_at"]
+    ).to_pylist()
+    failures: dict[str, str] = {}
+    for row in sorted(rows, key=lambda r: r["failed_at"]):
+        code = f" {row['error_code']}" if row["error_code"] else ""
+        failures[row["schema_id"]] = (
+            f"GetSchema {row['schema_id']} failed when the event was landed ({row['status']}"
+            f"{code}): {row['error']}. `sfcdc silver --retry-quarantine` fetches it again and "
+            "decodes these rows"
+        )
+    return failures
 
 
 def _versions(obj: ObjectSpec, registry: Mapping[str, RegistryEntry]) -> list[EventSchema]:
@@ -656,6 +682,9 @@ class _Group:
         self, registry: Mapping[str, RegistryEntry], decodable: set[str]
     ) -> dict[str, tuple[str, str]]:
         reasons: dict[str, tuple[str, str]] = {}
+        for sid, text in read_schema_failures(self.engine).items():
+            if sid not in registry:
+                reasons[sid] = ("schema_unavailable", text)
         for sid, entry in registry.items():
             if entry.problem is not None:
                 reasons[sid] = ("invalid_schema", entry.problem)

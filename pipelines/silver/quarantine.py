@@ -11,6 +11,7 @@ A quarantine row keeps the bronze coordinates (table, batch id, batch position),
 id, event id and schema id, the entity whose decoder refused it (or none), the reason (a
 ``reason_kind`` of :data:`~pipelines.silver.decode.ErrorKind` and a sentence), the raw
 payload and the time of the run that quarantined it: enough to find, understand and replay it.
+``resolved_at`` is set when ``sfcdc silver --retry-quarantine`` decoded the row into silver.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ QUARANTINE_SCHEMA = T.StructType(
         T.StructField("reason", T.StringType()),
         T.StructField("payload", T.BinaryType()),
         T.StructField("quarantined_at", T.TimestampType()),
+        # Set by `sfcdc silver --retry-quarantine` once the row decoded into silver.
+        T.StructField("resolved_at", T.TimestampType()),
     ]
 )
 # The bronze coordinates of a quarantined row: how reruns recognise rows already quarantined.

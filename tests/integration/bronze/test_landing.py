@@ -327,3 +327,78 @@ def test_progress_lines_and_periodic_maintenance(
     fill(emulator, 20, ORDERS, start=300)
     land(load_conf(conf_dir), once=True)
     assert landed(conf_dir, ORDERS) == expected(emulator, ORDERS)
+
+
+def test_an_earliest_recovery_lands_no_event_twice(
+    emulator: Emulator, tmp_path: Path, lake_kind: str
+) -> None:
+    # The stored position is rejected while the events before it are still retained (the
+    # emulator refuses the replay id without purging): EARLIEST delivers every landed event
+    # again, and landing skips them.
+    conf_dir = write_conf(tmp_path, emulator, engine=lake_kind, objects={"order": ORDER_OBJECT})
+    fill(emulator, 20, ORDERS)
+    land(load_conf(conf_dir), once=True)
+    emulator.faults.reject_replay_ids(through=encode_replay_id(emulator.bus.position))
+    fill(emulator, 10, ORDERS, start=20)
+    (conf_dir / "objects" / "order.yml").write_text(
+        ORDER_OBJECT + "replay: {on_corrupted: earliest}\n"
+    )
+    result = land(load_conf(conf_dir), once=True)
+
+    assert result.topics[0].replay_gaps == 1
+    assert result.topics[0].events == 10
+    assert result.topics[0].redelivered_skipped == 20
+    assert landed(conf_dir, ORDERS) == expected(emulator, ORDERS)
+    # The next run resumes after the last landed event.
+    fill(emulator, 5, ORDERS, start=30)
+    land(load_conf(conf_dir), once=True)
+    assert landed(conf_dir, ORDERS) == expected(emulator, ORDERS)
+
+
+def test_once_finishes_under_steady_traffic_and_loses_nothing(
+    emulator: Emulator, tmp_path: Path, lake_kind: str
+) -> None:
+    # Events keep arriving faster than the keepalive interval, so no keepalive ever comes:
+    # --once stops once every topic received what was published before it started. (Batches
+    # large enough that a Spark commit per batch still outpaces 50 events/s.)
+    conf_dir = write_conf(
+        tmp_path,
+        emulator,
+        engine=lake_kind,
+        objects={"order": ORDER_OBJECT},
+        batching="{max_events: 10000, max_bytes: 8MiB, max_age_seconds: 0.5}",
+    )
+    before = fill(emulator, 300, ORDERS)
+    stop = threading.Event()
+    produced = [300]
+
+    def produce() -> None:
+        while not stop.wait(0.02):  # 50 events/s
+            fill(emulator, 1, ORDERS, start=produced[0])
+            produced[0] += 1
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    landings: list[BronzeLanding] = []
+    results = []
+    runner = threading.Thread(
+        target=lambda: results.append(land(load_conf(conf_dir), once=True, started=landings.append))
+    )
+    try:
+        runner.start()
+        runner.join(timeout=60 if lake_kind == "local" else 240)
+        finished = not runner.is_alive()
+        if not finished:
+            landings[0].stop("the test gave up waiting")
+            runner.join(timeout=30)
+        assert finished, "--once did not finish under steady traffic"
+        assert results[0].stopped.startswith("drained")
+        rids = [rid for rid, _ in landed(conf_dir, ORDERS)]
+        assert rids[: len(before)] == before
+        # A second --once under the same traffic resumes right after the first.
+        land(load_conf(conf_dir), once=True)
+    finally:
+        stop.set()
+        producer.join()
+    land(load_conf(conf_dir), once=True)
+    assert landed(conf_dir, ORDERS) == expected(emulator, ORDERS)

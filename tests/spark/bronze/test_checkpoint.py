@@ -213,7 +213,8 @@ def test_table_layout_refuses_reserved_and_shared_names() -> None:
         )
     assert info.value.problems == [
         f"{TOPIC}: bronze table 'sfcdc_checkpoints' is reserved for sfcdc's own bookkeeping "
-        "(sfcdc_checkpoints, sfcdc_commits, sfcdc_schemas); set tables.bronze to another name",
+        "(sfcdc_checkpoints, sfcdc_commits, sfcdc_leases, sfcdc_schema_failures, "
+        "sfcdc_schemas, sfcdc_topic_failures); set tables.bronze to another name",
         "/event/Other__e: bronze table 'shared' already lands /event/Order_Shipped__e; each "
         "topic needs its own",
     ]

@@ -283,3 +283,40 @@ def test_the_gold_command(lake: LakeFactory, capsys: pytest.CaptureFixture[str])
     assert capsys.readouterr().out.startswith("Account: up to date")
     assert main(["-q", "gold", "--conf", conf_dir, "--objects", "Nope"]) == 2
     assert "no object 'Nope'" in capsys.readouterr().err
+
+
+def test_a_field_a_later_schema_dropped_keeps_its_last_value_on_every_record(
+    lake: LakeFactory,
+) -> None:
+    from ingest.schema import schema_id
+    from pipelines.silver.columns import FieldLayout
+
+    env = lake()
+    old, new = account_schema_json(extra=[RATING]), account_schema_json()  # new drops Rating__c
+    register(env.engine, old, new)
+    rating = (FieldLayout("Rating__c", "leaf", "double"),)
+    first = Silver(extra=rating)
+    for record, value in (("001A", 4.0), ("001B", 4.5)):
+        first.create(record, 0, Rating__c=value)["_cdc_schema_id"] = schema_id(old)
+    env.land(first)
+    env.gold()
+
+    second = Silver(extra=rating, batch=2)
+    second.add("001A", "DELETE", 5)["_cdc_schema_id"] = schema_id(new)
+    undelete = second.add("001A", "UNDELETE", 6, Name="Company 001A", Phone="p2")
+    undelete["_cdc_schema_id"] = schema_id(new)  # a full image without Rating__c
+    created = second.create("001C", 7, Phone="c0")
+    created["_cdc_schema_id"] = schema_id(new)
+    env.land(second)
+    env.gold()
+    # Every record keeps the last value it had; a record first seen after the drop has none.
+    assert_rows(
+        env.engine,
+        env.read(),
+        ["Id", "Phone", "Rating__c", "_cdc_is_deleted"],
+        [
+            ("001A", "p2", 4.0, False),
+            ("001B", "555-0100", 4.5, False),
+            ("001C", "c0", None, False),
+        ],
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -44,6 +45,12 @@ def test_progress_lines_give_rate_lag_and_last_replay_id() -> None:
     assert first == [
         "/data/AccountChangeEvent: 0 events/s, 0 landed, lag 0 events, last replay id none"
     ]
+
+
+def test_a_failed_topic_shows_as_fail_with_its_error_in_progress_lines() -> None:
+    failed = dataclasses.replace(_topic(0, 0, None), error="NOT_FOUND topic.not.found")
+    lines = progress_lines(LandingResult((failed,), 1.0, "running"), None, 1.0, None)
+    assert lines == ["/data/AccountChangeEvent: FAIL, 0 landed: NOT_FOUND topic.not.found"]
 
 
 def test_text_table_aligns_numbers_right_and_shows_nulls_bytes_and_times() -> None:

@@ -143,6 +143,7 @@ def test_quarantine_part_keeps_what_the_quarantine_needs() -> None:
             "reason": "truncated",
             "payload": b"\xff",
             "quarantined_at": AT,
+            "resolved_at": None,
         }
     ]
     # The entity is the object whose decoder refused the rows (platform event rows carry none).

@@ -1,0 +1,456 @@
+"""Soak test of ``sfcdc run --continuous``: a long run under steady load and faults.
+
+The emulator runs in this process; a workload appends change events (and the mix's platform
+events) at ``--rate`` per second for ``--minutes``, with millisecond commit timestamps (as in
+``benchmarks/freshness.py``). Meanwhile the emulator cuts every stream after ``--cut-every``
+events and expires every access token every ``--expire-every`` seconds, so the run reconnects
+and logs in again throughout. ``sfcdc run --continuous`` runs as a separate process against it
+(``mode: external``) and is stopped with SIGTERM at the end (open batches committed, a last
+silver/gold pass).
+
+Printed at the end:
+
+- events published vs landed in bronze (distinct event ids, and rows: more rows than events
+  would be duplicates), decoded in silver (distinct event ids per object) and applied in gold
+  (every record's last change in silver is the one its gold row shows): all must be equal;
+- the resident memory (RSS) of the run and of its landing child at start (after the warm-up),
+  middle and end, and the growth from start to end (should stay under 10 %);
+- per table: active Delta files and log entries (JSON commits, checkpoints), which compaction
+  and log checkpoints should keep bounded;
+- p95 freshness (commit timestamp -> visible) of bronze, silver and gold per time window, to
+  show whether it drifts over the run (measured from the Delta logs as freshness.py does).
+
+    python benchmarks/soak.py [--minutes 2] [--rate 1000] [--cut-every 3000]
+                              [--expire-every 180] [--windows 4] [--keep DIR]
+
+The default is a short run (2 minutes); the long one is ``--minutes 30`` or more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+for path in (ROOT, Path(__file__).resolve().parent):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from freshness import OBJECTS, _commits, _percentile, _produce  # noqa: E402
+
+from ingest.emulator.catalogue import default_catalogue  # noqa: E402
+from ingest.emulator.server import Emulator, EmulatorConfig  # noqa: E402
+from ingest.emulator.workload import Workload  # noqa: E402
+
+SILVER = {api: name for name, (api, _kind, _) in OBJECTS.items()}
+GOLD = {api: name for name, (api, kind, _) in OBJECTS.items() if kind == "change_events"}
+BRONZE = {api: bronze for _name, (api, _kind, bronze) in OBJECTS.items()}
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+ORDER = (
+    "_cdc_commit_timestamp",
+    "_cdc_commit_number",
+    "_cdc_transaction_key",
+    "_cdc_sequence_number",
+    "_cdc_bronze_batch_id",
+    "_cdc_bronze_batch_seq",
+)
+
+
+@dataclass
+class Memory:
+    """RSS samples (seconds since start, run MB, landing child MB)."""
+
+    samples: list[tuple[float, float, float]] = field(default_factory=list)
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out.extend(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return out
+
+
+def _sample_memory(pid: int, started: float, stop: threading.Event, memory: Memory) -> None:
+    while not stop.wait(2.0):
+        child = sum(_rss_mb(c) for c in _children(pid))
+        memory.samples.append((time.time() - started, _rss_mb(pid), child))
+
+
+def _faults(emulator: Emulator, expire_every: float, stop: threading.Event) -> Callable[[], int]:
+    expired = [0]
+
+    def run() -> None:
+        while not stop.wait(expire_every):
+            emulator.faults.expire_tokens()
+            expired[0] += 1
+
+    thread = threading.Thread(target=run, name="soak-token-expiry", daemon=True)
+    thread.start()
+
+    def finish() -> int:
+        stop.set()
+        thread.join()
+        return expired[0]
+
+    return finish
+
+
+def _write_conf(root: Path, emulator: Emulator) -> Path:
+    conf = root / "conf"
+    (conf / "objects").mkdir(parents=True)
+    grpc_port = emulator.grpc_target.rsplit(":", 1)[1]
+    http_port = emulator.http_url.rsplit(":", 1)[1]
+    (conf / "pipeline.yml").write_text(
+        "connection:\n"
+        "  source: emulator\n"
+        "  emulator:\n"
+        "    mode: external\n"
+        "    host: 127.0.0.1\n"
+        f"    grpc_port: {grpc_port}\n"
+        f"    http_port: {http_port}\n"
+        "lake:\n"
+        "  engine: local\n"
+        "  location: ./lake\n"
+        "defaults:\n"
+        "  replay: {start: earliest}\n"
+        "  batching:\n"
+        "    max_age_seconds: 0.2\n"
+        "ingest:\n"
+        "  progress_interval_seconds: 30\n"
+        "  retry: {max_attempts: 30, initial_backoff_seconds: 0.05, max_backoff_seconds: 1}\n"
+    )
+    for name, (api, kind, _) in OBJECTS.items():
+        (conf / "objects" / f"{name}.yml").write_text(f"object: {api}\nkind: {kind}\n")
+    return conf
+
+
+def _visible_marks(table: Path, column: str) -> list[tuple[float, float]]:
+    """(watermark: newest commit timestamp visible, commit time) per version of ``table``."""
+    marks: list[tuple[float, float]] = []
+    high = float("-inf")
+    for stamp, files in _commits(table):
+        for file in files:
+            values = pq.read_table(file, columns=[column])[0]
+            if values.null_count < len(values):
+                scale = _PER_SECOND[values.type.unit]
+                high = max(high, pc.max(values.cast(pa.int64())).as_py() / scale)
+        marks.append((high, stamp))
+    return marks
+
+
+def _freshness_by_window(
+    events: dict[str, tuple[str, float]],
+    seen: dict[str, float],
+    marks: dict[str, list[tuple[float, float]]],
+    start: float,
+    end: float,
+    windows: int,
+) -> dict[str, list[list[float]]]:
+    """Freshness per layer, per window of commit time: bronze by event id, silver and gold by
+    the watermarks of each object's table."""
+    width = (end - start) / windows
+    out: dict[str, list[list[float]]] = {
+        layer: [[] for _ in range(windows)] for layer in ("bronze", "silver", "gold")
+    }
+    for event_id, (entity, ts) in events.items():
+        if ts < start or ts >= end:
+            continue
+        w = min(windows - 1, int((ts - start) / width))
+        if event_id in seen:
+            out["bronze"][w].append(seen[event_id] - ts)
+        for layer in ("silver", "gold"):
+            table_marks = marks.get(f"{layer}:{entity}")
+            if table_marks is None:
+                continue
+            visible = next((at for mark, at in table_marks if mark >= ts - 0.0005), None)
+            if visible is not None:
+                out[layer][w].append(visible - ts)
+    return out
+
+
+def _delta_stats(table: Path) -> tuple[int, int, int]:
+    """(active data files, JSON log entries, checkpoints) of a Delta table."""
+    from deltalake import DeltaTable
+
+    log = table / "_delta_log"
+    if not log.is_dir():
+        return 0, 0, 0
+    files = len(DeltaTable(str(table)).file_uris())
+    return files, len(list(log.glob("*.json"))), len(list(log.glob("*.checkpoint*.parquet")))
+
+
+def _gold_check(lake: Path) -> dict[str, tuple[int, int, int]]:
+    """Per object: (records in silver, gold rows, gold rows whose last event is silver's last
+    change of the record)."""
+    from deltalake import DeltaTable
+
+    out = {}
+    for api, table in GOLD.items():
+        silver_path = lake / "silver" / SILVER[api]
+        last: dict[str, tuple[tuple[object, ...], str]] = {}
+        first: dict[str, tuple[object, ...]] = {}
+        wildcards: list[tuple[tuple[object, ...], str]] = []
+        if silver_path.is_dir():
+            rows = DeltaTable(str(silver_path)).to_pyarrow_table(
+                columns=["Id", "_cdc_event_id", "_cdc_is_wildcard", *ORDER]
+            )
+            for row in rows.to_pylist():
+                if row["Id"] is None:
+                    continue
+                key = tuple(row[c] for c in ORDER)
+                if row["_cdc_is_wildcard"]:
+                    wildcards.append((key, row["_cdc_event_id"]))
+                    continue
+                current = last.get(row["Id"])
+                if current is None or key > current[0]:  # type: ignore[operator]
+                    last[row["Id"]] = (key, row["_cdc_event_id"])
+                if row["Id"] not in first or key < first[row["Id"]]:  # type: ignore[operator]
+                    first[row["Id"]] = key
+            # A wildcard UPDATE changes every record that exists at that point of the order.
+            for key, event_id in wildcards:
+                for rid, (current, _) in list(last.items()):
+                    if first[rid] < key and current < key:  # type: ignore[operator]
+                        last[rid] = (key, event_id)
+        gold_path = lake / "gold" / table
+        if not gold_path.is_dir():
+            out[api] = (len(last), 0, 0)
+            continue
+        gold = DeltaTable(str(gold_path)).to_pyarrow_table(columns=["Id", "_cdc_last_event_id"])
+        applied = sum(
+            1
+            for rid, eid in zip(
+                gold.column("Id").to_pylist(),
+                gold.column("_cdc_last_event_id").to_pylist(),
+                strict=True,
+            )
+            if rid in last and last[rid][1] == eid
+        )
+        out[api] = (len(last), gold.num_rows, applied)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=2.0, help="how long to produce (2)")
+    parser.add_argument("--rate", type=float, default=1000.0, help="events per second (1000)")
+    parser.add_argument(
+        "--cut-every", type=int, default=3000, help="cut every stream after this many events"
+    )
+    parser.add_argument(
+        "--expire-every",
+        type=float,
+        default=None,
+        help="expire every access token this often, in seconds (default: 180, or half the "
+        "run when shorter)",
+    )
+    parser.add_argument("--windows", type=int, default=4, help="freshness windows (4)")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="seconds left out at the start (default: a tenth of the run, at most 60)",
+    )
+    parser.add_argument("--keep", type=Path, help="keep the lake under this directory")
+    args = parser.parse_args()
+    # The in-process emulator's own warnings (its REST view of records) are not the run's.
+    logging.getLogger("ingest.emulator").setLevel(logging.ERROR)
+    seconds = args.minutes * 60
+    warmup = args.warmup if args.warmup is not None else min(60.0, seconds / 10)
+    expire_every = args.expire_every or min(180.0, seconds / 2)
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="sfcdc-soak-", dir=args.keep))
+    catalogue = default_catalogue()
+    emulator = Emulator(
+        catalogue, EmulatorConfig(keepalive_interval=1.0, idle_timeout=3600.0)
+    ).start()
+    workload = Workload(catalogue, seed=17, clock_ms=lambda: int(time.time() * 1000))
+    conf = _write_conf(work, emulator)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log_path = work / "pipeline.log"
+    log = log_path.open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.cli", "run", "--conf", str(conf), "--continuous"],
+        cwd=work,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    memory = Memory()
+    stop_memory = threading.Event()
+    try:
+        ready = work / "lake" / "bronze" / "sfcdc_checkpoints" / "_delta_log"
+        deadline = time.monotonic() + 600
+        while not (ready.is_dir() and len(list(ready.glob("*.json"))) >= 2):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the pipeline did not start; see {log_path}")
+            time.sleep(0.2)
+        print(
+            f"pipeline live; producing {args.rate:.0f} events/s for {seconds:.0f} s, streams cut "
+            f"every {args.cut_every} events, tokens expired every {expire_every:g} s",
+            flush=True,
+        )
+        emulator.faults.cut_streams(args.cut_every, repeat=True)
+        started = time.time()
+        sampler = threading.Thread(
+            target=_sample_memory, args=(proc.pid, started, stop_memory, memory), daemon=True
+        )
+        sampler.start()
+        stop_faults = _faults(emulator, expire_every, threading.Event())
+        finish = _produce(emulator, workload, args.rate, threading.Event())
+        time.sleep(seconds)
+        generated = finish()
+        produced_for = time.time() - started
+        expirations = stop_faults()
+        emulator.faults.clear_stream_cut()
+        # The last batches close and the landing catches up; SIGTERM brings the last pass.
+        time.sleep(5)
+        stop_memory.set()
+        sampler.join()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+        emulator.close()
+
+    lake = work / "lake"
+    published: Counter[str] = Counter()
+    events: dict[str, tuple[str, float]] = {}
+    for _name, (api, _kind, _bronze) in OBJECTS.items():
+        published[api] = len(emulator.log(catalogue.topic_for_entity(api).name))
+    for change in workload.log:
+        events[change.event_id] = (change.entity, change.commit_timestamp / 1000.0)
+
+    bronze_rows: Counter[str] = Counter()
+    bronze_ids: dict[str, set[str]] = defaultdict(set)
+    seen: dict[str, float] = {}
+    for api, table in BRONZE.items():
+        for stamp, files in _commits(lake / "bronze" / table):
+            for file in files:
+                ids = pq.read_table(file, columns=["event_id"])[0].to_pylist()
+                for event_id in ids:
+                    seen.setdefault(event_id, stamp)
+        from deltalake import DeltaTable
+
+        current = DeltaTable(str(lake / "bronze" / table)).to_pyarrow_table(columns=["event_id"])
+        bronze_rows[api] = current.num_rows
+        bronze_ids[api] = set(current.column("event_id").to_pylist())
+    silver_ids: dict[str, int] = {}
+    marks: dict[str, list[tuple[float, float]]] = {}
+    for api, table in SILVER.items():
+        path = lake / "silver" / table
+        if not path.is_dir():
+            silver_ids[api] = 0
+            continue
+        from deltalake import DeltaTable
+
+        ids = DeltaTable(str(path)).to_pyarrow_table(columns=["_cdc_event_id"])
+        silver_ids[api] = len(set(ids.column("_cdc_event_id").to_pylist()))
+        column = "_cdc_commit_timestamp" if api in GOLD else "_cdc_received_at"
+        if api in GOLD:
+            marks[f"silver:{api}"] = _visible_marks(path, column)
+    for api, table in GOLD.items():
+        marks[f"gold:{api}"] = _visible_marks(lake / "gold" / table, "_cdc_last_commit_ts")
+    gold = _gold_check(lake)
+
+    print()
+    print(
+        f"soak of sfcdc run --continuous: {seconds / 60:g} min at {generated / produced_for:.0f} "
+        f"events/s ({generated} generated), streams cut every {args.cut_every} events, "
+        f"{expirations} token expirations; {os.cpu_count()} cores, load "
+        f"{os.getloadavg()[0]:.1f}; run exit code {code}; lake {lake}"
+    )
+    print("events per object: published / bronze events (rows) / silver events / gold")
+    equal = True
+    for api in SILVER:
+        rows = bronze_rows[api]
+        in_bronze = len(bronze_ids[api])
+        in_silver = silver_ids[api]
+        g = gold.get(api)
+        gold_text = (
+            f"{g[2]} of {g[0]} records at their last change ({g[1]} rows)" if g else "no gold"
+        )
+        ok = published[api] == in_bronze == rows == in_silver and (
+            g is None or g[0] == g[1] == g[2]
+        )
+        equal &= ok
+        print(
+            f"  {api:<17} {published[api]:>7} / {in_bronze:>7} ({rows}) / {in_silver:>7} / "
+            f"{gold_text}  {'OK' if ok else 'MISMATCH'}"
+        )
+    print(f"  all layers equal: {'yes' if equal else 'NO'}")
+
+    print("memory (RSS, MB): run process + landing child")
+    after = [s for s in memory.samples if s[0] >= warmup] or memory.samples
+    if after:
+        first, middle, last = after[0], after[len(after) // 2], after[-1]
+        for label, (t, run_mb, child_mb) in (
+            ("start", first),
+            ("middle", middle),
+            ("end", last),
+        ):
+            print(f"  {label:<6} t={t:6.0f} s  run {run_mb:7.1f}  landing {child_mb:7.1f}")
+        for label, i in (("run", 1), ("landing", 2)):
+            growth = (last[i] - first[i]) / (first[i] or 1.0) * 100
+            late = (last[i] - middle[i]) / (middle[i] or 1.0) * 100
+            print(
+                f"  growth ({label}): start -> end {growth:+.1f} % "
+                f"({'OK' if growth < 10 else 'over 10 %'}), middle -> end {late:+.1f} %"
+            )
+
+    print("Delta tables: active files / JSON log entries / checkpoints")
+    for layer in ("bronze", "silver", "gold"):
+        base = lake / layer
+        if not base.is_dir():
+            continue
+        for table in sorted(p for p in base.iterdir() if (p / "_delta_log").is_dir()):
+            files, entries, checkpoints = _delta_stats(table)
+            print(f"  {layer}.{table.name:<28} {files:>6} {entries:>7} {checkpoints:>4}")
+
+    start = started + warmup
+    end = started + produced_for
+    windows = _freshness_by_window(events, seen, marks, start, end, args.windows)
+    width = (end - start) / args.windows
+    print(f"p95 freshness (s) per window of {width:.0f} s after a {warmup:g} s warm-up:")
+    print("  window      " + "".join(f"{layer:>10}" for layer in ("bronze", "silver", "gold")))
+    for w in range(args.windows):
+        cells = []
+        for layer in ("bronze", "silver", "gold"):
+            values = windows[layer][w]
+            cells.append(f"{_percentile(values, 0.95):10.2f}" if values else f"{'-':>10}")
+        print(f"  {w * width:4.0f}-{(w + 1) * width:4.0f} s" + "".join(cells))
+    return 0 if equal and code == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
