@@ -1,9 +1,11 @@
-"""A small client of Salesforce's REST API: SOQL queries, page by page.
+"""A small client of Salesforce's REST API: SOQL queries, page by page, and single resources.
 
 :meth:`RestClient.query` sends ``GET <instance>/services/data/<version>/query?q=<SOQL>`` with the
 bearer token of an injected :class:`~ingest.auth.TokenManager` and yields the records of every
 page, following ``nextRecordsUrl`` until ``done``. :meth:`RestClient.query_all` does the same
 with ``queryAll``, which also returns records in the recycle bin (``IsDeleted = true``).
+:meth:`~RestClient.get`, :meth:`~RestClient.post` and :meth:`~RestClient.patch` reach one
+resource (a describe, a setup record such as a PushTopic).
 
 Failures are :class:`~ingest.errors.RestError` (with the HTTP status and Salesforce's
 ``errorCode``); a token the server rejects (``INVALID_SESSION_ID``) is refreshed once and the
@@ -129,8 +131,30 @@ class RestClient:
                 )
             path, params = next_url, None
 
+    def get(self, path: str) -> dict[str, Any]:
+        """``GET <instance><path>`` (``/services/data/v62.0/sobjects/Account/describe``): the
+        JSON object answered."""
+        return self._get(path, None)
+
+    def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST`` a JSON ``body`` (a record create): the JSON object answered."""
+        return self._request("POST", path, None, body)
+
+    def patch(self, path: str, body: Mapping[str, Any]) -> None:
+        """``PATCH`` a JSON ``body`` (a record update, answered with 204)."""
+        self._request("PATCH", path, None, body)
+
     def _get(self, path: str, params: Mapping[str, str] | None) -> dict[str, Any]:
-        what = urlsplit(path).path
+        return self._request("GET", path, params, None)
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        body: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        what = f"{method} {urlsplit(path).path}"
         rejected_once = False
         attempt = 0
         while True:
@@ -144,13 +168,13 @@ class RestClient:
                 self._sleep(self._backoff * 2 ** (attempt - 1))
                 continue
             try:
-                response = self._send(credentials, path, params)
+                response = self._send(credentials, path, params, method=method, body=body)
             except httpx.HTTPError as exc:
                 reason = verification_failure(exc)
                 if reason is not None:
                     # Not an outage: the same certificate fails every attempt.
                     raise RestError(
-                        f"REST GET {what}: "
+                        f"REST {what}: "
                         + untrusted_message(
                             urlsplit(credentials.instance_url).netloc,
                             reason,
@@ -159,25 +183,27 @@ class RestClient:
                     ) from exc
                 if attempt >= self._attempts:
                     raise RestUnavailableError(
-                        f"REST GET {what}: no answer from {credentials.instance_url} after "
+                        f"REST {what}: no answer from {credentials.instance_url} after "
                         f"{attempt} attempts ({type(exc).__name__})"
                     ) from exc
                 self._sleep(self._backoff * 2 ** (attempt - 1))
                 continue
             self.requests += 1
-            if response.status_code == 200:
-                body = response.json()
-                if not isinstance(body, dict):
+            if response.status_code == 204:
+                return {}
+            if response.status_code in (200, 201):
+                answer = response.json()
+                if not isinstance(answer, dict):
                     raise RestError(
-                        f"REST GET {what}: expected a JSON object (got {type(body).__name__})",
-                        status=200,
+                        f"REST {what}: expected a JSON object (got {type(answer).__name__})",
+                        status=response.status_code,
                     )
-                return body
+                return answer
             code, message = _errors(response)
             if response.status_code == 401:
                 if rejected_once:
                     raise AuthError(
-                        f"REST GET {what}: the server rejected a freshly obtained token "
+                        f"REST {what}: the server rejected a freshly obtained token "
                         f"({code or 'HTTP 401'}: {message}); check the connected app's OAuth "
                         "scopes (api) and the user's API permission"
                     )
@@ -187,7 +213,7 @@ class RestClient:
             if response.status_code in _RETRY_STATUSES or code == "SERVER_UNAVAILABLE":
                 if attempt >= self._attempts:
                     raise RestUnavailableError(
-                        f"REST GET {what}: HTTP {response.status_code} {code} after {attempt} "
+                        f"REST {what}: HTTP {response.status_code} {code} after {attempt} "
                         f"attempts: {message}",
                         status=response.status_code,
                         error_code=code,
@@ -195,13 +221,19 @@ class RestClient:
                 self._sleep(self._backoff * 2 ** (attempt - 1))
                 continue
             raise RestError(
-                f"REST GET {what}: HTTP {response.status_code} {code}: {message}",
+                f"REST {what}: HTTP {response.status_code} {code}: {message}",
                 status=response.status_code,
                 error_code=code,
             )
 
     def _send(
-        self, credentials: Credentials, path: str, params: Mapping[str, str] | None
+        self,
+        credentials: Credentials,
+        path: str,
+        params: Mapping[str, str] | None,
+        *,
+        method: str = "GET",
+        body: Mapping[str, Any] | None = None,
     ) -> httpx.Response:
         headers = {
             "Authorization": f"Bearer {credentials.access_token.reveal()}",
@@ -209,7 +241,10 @@ class RestClient:
         }
         if self._batch_size is not None:
             headers["Sforce-Query-Options"] = f"batchSize={self._batch_size}"
-        return self._http.get(f"{credentials.instance_url}{path}", params=params, headers=headers)
+        url = f"{credentials.instance_url}{path}"
+        if method == "GET":
+            return self._http.get(url, params=params, headers=headers)
+        return self._http.request(method, url, params=params, headers=headers, json=body)
 
     def close(self) -> None:
         """Close the HTTP client this client created."""

@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "ingest",
     "silver",
     "gold",
+    "streaming",
     "bootstrap",
     "resync",
     "emulator",

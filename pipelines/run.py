@@ -49,6 +49,12 @@ from pipelines.gold.job import GoldResult, run_gold
 from pipelines.session import engine_for
 from pipelines.silver.job import SilverResult, run_silver
 from pipelines.spec import Conf
+from pipelines.streaming_pipeline import (
+    StreamingPassResult,
+    land_streams,
+    push_topic_provisioner,
+    run_streaming_pass,
+)
 
 if TYPE_CHECKING:
     from pipelines.engines import LakeEngine
@@ -69,6 +75,8 @@ class PassResult:
     silver: SilverResult
     gold: GoldResult
     seconds: float
+    # The Streaming API channels' silver and gold (None without any).
+    streaming: StreamingPassResult | None = None
 
     @property
     def silver_rows(self) -> int:
@@ -93,6 +101,8 @@ class RunResult:
     passes: tuple[PassResult, ...]
     seconds: float
     stopped: str
+    # The Streaming API channels' landing (run_once only; None without any).
+    streaming: LandingResult | None = None
 
     @property
     def silver_rows(self) -> int:
@@ -360,6 +370,10 @@ class Pipeline:
         self._landing_process = landing_process
         self._child: _ChildLanding | None = None
         self._lock = threading.Lock()
+        # Streaming API channels ride along when every object is selected (run_once lands
+        # them after the Pub/Sub topics, on the same connection).
+        self._streams = bool(conf.enabled_streams()) and self.objects is None
+        self._streaming_landing: LandingResult | None = None
 
     def stop(self, reason: str = "stop requested") -> None:
         """Ask the run to stop cleanly: the landing commits its open batches, then one last
@@ -391,7 +405,13 @@ class Pipeline:
         self._engine()  # before any gRPC channel exists: see the module docstring
         landing = self._land(once=True, duration=None)
         passes = (self.run_pass(),)
-        return RunResult(landing, passes, self._monotonic() - started, landing.stopped)
+        return RunResult(
+            landing,
+            passes,
+            self._monotonic() - started,
+            landing.stopped,
+            streaming=self._streaming_landing,
+        )
 
     def run_continuous(self, *, interval: float, duration: float | None = None) -> RunResult:
         """Land continuously; run silver and gold at once and then every ``interval`` seconds
@@ -515,7 +535,10 @@ class Pipeline:
         names = list(self.objects) if self.objects else None
         silver = run_silver(engine, self.conf, objects=names)
         gold = run_gold(engine, self.conf, objects=names)
-        return PassResult(silver, gold, self._monotonic() - started)
+        streaming = None
+        if self._streams:
+            streaming = run_streaming_pass(engine, self.conf)
+        return PassResult(silver, gold, self._monotonic() - started, streaming)
 
     def engine(self) -> LakeEngine:
         """The engine silver and gold use (made on the first call)."""
@@ -534,7 +557,10 @@ class Pipeline:
         conf = self.conf
         engine = self._landing_engine()
         secrets = self._secrets or secret_resolver(environ=self._environ)
-        with connect(conf.pipeline.connection, secrets=secrets, topics=self._topics) as source:
+        provision = push_topic_provisioner(conf) if self._streams else None
+        with connect(
+            conf.pipeline.connection, secrets=secrets, topics=self._topics, on_start=provision
+        ) as source:
             landing = BronzeLanding(
                 engine,
                 self._topics,
@@ -550,7 +576,12 @@ class Pipeline:
             if ready is not None:
                 ready.set()
             try:
-                return landing.run(once=once, duration=duration)
+                result = landing.run(once=once, duration=duration)
+                if once and self._streams and self._stop_reason is None:
+                    self._streaming_landing = land_streams(
+                        conf, engine=engine, tokens=source.tokens, ca_file=source.ca_file, once=True
+                    )
+                return result
             except ReplayIdError as exc:
                 raise ReplayIdError(
                     f"{exc}\nTo choose, set replay.on_corrupted to earliest or latest in the "

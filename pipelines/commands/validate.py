@@ -18,6 +18,7 @@ from typing import Any
 
 from ingest.errors import ConfigError
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
+from pipelines.commands.streaming_report import describe_streams
 from pipelines.spec import Conf
 
 __all__ = ["describe", "register", "run"]
@@ -72,6 +73,7 @@ def describe(conf: Conf) -> list[str]:
                 f"  {obj.api_name:<18} {topic.topic} -> bronze.{topic.bronze_table}, "
                 f"silver.{obj.tables.silver}{gold}{state}"
             )
+    lines.extend(describe_streams(conf))
     return lines
 
 
