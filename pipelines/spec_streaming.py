@@ -123,15 +123,17 @@ def channel_kind(channel: str) -> ChannelKind:
 def query_parts(query: str) -> tuple[tuple[str, ...], str]:
     """``(selected fields, object)`` of a PushTopic query. ``ValueError`` says what is wrong
     with a query sfcdc cannot land (the org checks the rest when the PushTopic is saved)."""
-    match = _QUERY.match(query)
-    if match is None:
-        raise ValueError(
-            f"must be SELECT Id, <fields> FROM <Object> [WHERE <condition>] (got {query!r})"
-        )
+    # Checked first: the query shape below does not admit these clauses, and saying which
+    # clause is refused helps more than saying the shape is wrong.
     if _REFUSED.search(query):
         raise ValueError(
             "PushTopic queries cannot use LIMIT, ORDER BY, GROUP BY, OFFSET, TYPEOF or "
             f"aggregates (got {query!r})"
+        )
+    match = _QUERY.match(query)
+    if match is None:
+        raise ValueError(
+            f"must be SELECT Id, <fields> FROM <Object> [WHERE <condition>] (got {query!r})"
         )
     names = [n.strip() for n in match.group("fields").split(",")]
     bad = [n for n in names if not _FIELD.fullmatch(n)]
@@ -486,7 +488,14 @@ class StreamingObjectSpec:
                         f"out (got {self.api_name!r})",
                     )
                 )
-        if kind == "pushtopic" and self.api_name is None:
+        if (
+            kind == "pushtopic"
+            and self.api_name is None
+            and self.pushtopic is not None
+            and self.pushtopic.query is None
+        ):
+            # Without a PushTopic section, or with a query that is wrong, that problem is
+            # reported instead: the object follows once it is fixed.
             problems.append(
                 (
                     "object",
