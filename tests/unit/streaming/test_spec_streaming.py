@@ -155,3 +155,16 @@ def test_the_demo_lands_one_pushtopic_on_fields_the_emulator_has(tmp_path: Path)
     assert set(spec.selected_fields() or ()) <= known
     # One of the demo's queries reads its gold table next to the change events'.
     assert any(f"gold.{spec.tables.gold}" in e.sql for e in EXAMPLES)
+
+
+def test_the_conf_readme_example_is_a_valid_pushtopic_file(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[3] / "conf" / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in readme.split("```yaml\n")[1:]]
+    (example,) = [b for b in blocks if "kind: streaming_api" in b]
+    conf = load_conf(_conf(tmp_path, {"invoice_updates": example}))
+    (spec,) = conf.enabled_streams()
+    assert (spec.api_name, spec.tables.bronze, spec.tables.gold) == (
+        "Invoice__c",
+        "streaming_invoice_updates",
+        "invoice_updates",
+    )
