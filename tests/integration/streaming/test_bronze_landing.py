@@ -24,12 +24,9 @@ from tests.integration.streaming.lake import (
     account,
     checkpoints,
     ordered,
-    tls_emulator,
     write_conf,
 )
 from tests.streaming_helpers import Bayeux, token_manager
-
-__all__ = ["tls_emulator"]
 
 pytestmark = [pytest.mark.streaming_api, pytest.mark.integration]
 

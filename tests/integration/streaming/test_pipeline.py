@@ -36,12 +36,9 @@ from tests.integration.streaming.lake import (
     checkpoints,
     inject,
     ordered,
-    tls_emulator,
     write_conf,
 )
 from tests.streaming_helpers import token_manager
-
-__all__ = ["tls_emulator"]
 
 pytestmark = [pytest.mark.streaming_api, pytest.mark.integration]
 
