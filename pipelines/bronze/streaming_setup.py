@@ -194,7 +194,12 @@ def prepare_streams(
             pa.Table.from_pylist(rows, schema=DESCRIBES_SCHEMA),
             metadata={"sfcdc.streams": ",".join(r["stream"] for r in rows)},
         )
-        log.info("streaming: stored the describe of %s", ", ".join(str(r["object"]) for r in rows))
+        # A generic channel's row has no object (its payloads are text): name the channels.
+        log.info(
+            "streaming: stored the describe and query of %s in %s",
+            ", ".join(str(r["stream"]) for r in rows),
+            tables.describes,
+        )
     return out
 
 
