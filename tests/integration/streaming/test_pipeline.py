@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 
 from ingest.emulator.server import Emulator
+from pipelines.bronze.landing import LandingResult
 from pipelines.bronze.streaming import StreamingLanding
 from pipelines.bronze.streaming_tables import STREAMING_BRONZE_SCHEMA, replay_number
 from pipelines.bronze.tables import bronze_app_id
@@ -77,7 +78,7 @@ class CorruptOneConnect(httpx.BaseTransport):
         self._inner.close()
 
 
-def _land(conf: Conf, engine: LakeEngine, emulator: Emulator, **options: Any) -> Any:
+def _land(conf: Conf, engine: LakeEngine, emulator: Emulator, **options: Any) -> LandingResult:
     landing = StreamingLanding(
         engine,
         conf.enabled_streams(),
@@ -98,7 +99,7 @@ def test_channels_land_once_decode_merge_and_quarantine(
     tmp_path: Path, tls_emulator: Emulator
 ) -> None:
     emu = tls_emulator
-    emu.streaming.create_channel("/u/News")
+    channel_id = emu.streaming.create_channel("/u/News")
     conf = load_conf(write_conf(tmp_path, emu, OBJECTS))
     engine = LocalEngine(location=tmp_path / "lake")
 
@@ -116,7 +117,6 @@ def test_channels_land_once_decode_merge_and_quarantine(
     )
     no_subject = inject(emu, "/topic/Accts", {"event": {"type": "updated"}})
     account(emu, "DELETE", B)
-    channel_id = emu.streaming.channels.records()[0]["Id"]
     emu.streaming.push(channel_id, "plain text, not JSON", '{"a": 1}')
     account(emu, "UPDATE", A, {"NumberOfEmployees": 9})
 
@@ -231,7 +231,7 @@ def test_channels_land_once_decode_merge_and_quarantine(
     assert "/u/News" in text
 
 
-def landed_last(result: Any, key: str) -> int | None:
+def landed_last(result: LandingResult, key: str) -> int | None:
     by_key: Mapping[str, Any] = {t.topic: t for t in result.topics}
     last = by_key[key].last_replay_id
     return int(last) if last is not None else None
