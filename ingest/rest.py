@@ -1,4 +1,5 @@
-"""A small client of Salesforce's REST API: SOQL queries, page by page, counts and describes.
+"""A small client of Salesforce's REST API: SOQL queries, page by page, counts, describes and
+single resources.
 
 :meth:`RestClient.query` sends ``GET <instance>/services/data/<version>/query?q=<SOQL>`` with the
 bearer token of an injected :class:`~ingest.auth.TokenManager` and yields the records of every
@@ -7,6 +8,8 @@ with ``queryAll``, which also returns records in the recycle bin (``IsDeleted = 
 :meth:`RestClient.count` answers ``SELECT COUNT() ...`` with the query's ``totalSize``,
 :meth:`RestClient.describe` returns ``sobjects/<Object>/describe``, and :meth:`RestClient.send`
 is the one request path every call (and :mod:`ingest.bulk`'s Bulk API 2.0 jobs) goes through.
+:meth:`~RestClient.get`, :meth:`~RestClient.post` and :meth:`~RestClient.patch` reach one
+resource (a setup record such as a PushTopic).
 
 Failures are :class:`~ingest.errors.RestError` (with the HTTP status and Salesforce's
 ``errorCode``); a token the server rejects (``INVALID_SESSION_ID``) is refreshed once and the
@@ -150,6 +153,19 @@ class RestClient:
         if not isinstance(sobject, str) or not sobject.isidentifier():
             raise ValueError(f"expected an sObject API name such as 'Account' (got {sobject!r})")
         return self._get(f"/services/data/{self.api_version}/sobjects/{sobject}/describe", None)
+
+    def get(self, path: str) -> dict[str, Any]:
+        """``GET <instance><path>`` (``/services/data/v62.0/sobjects/Account/describe``): the
+        JSON object answered."""
+        return self.json("GET", path)
+
+    def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST`` a JSON ``body`` (a record create): the JSON object answered."""
+        return self.json("POST", path, body=dict(body))
+
+    def patch(self, path: str, body: Mapping[str, Any]) -> None:
+        """``PATCH`` a JSON ``body`` (a record update, answered with 204)."""
+        self.send("PATCH", path, body=dict(body))
 
     def _get(self, path: str, params: Mapping[str, str] | None) -> dict[str, Any]:
         return self.json("GET", path, params=params)

@@ -28,6 +28,7 @@ COMMANDS: tuple[str, ...] = (
     "ingest",
     "silver",
     "gold",
+    "streaming",
     "bootstrap",
     "resync",
     "publish",

@@ -80,7 +80,8 @@ _GENERATE_CHUNK = 500
 
 class Source:
     """An open connection to the event source: ``channel`` authenticates every call through
-    ``tokens``. ``emulator`` is the emulator this process runs (``None`` otherwise). Close it
+    ``tokens``. ``emulator`` is the emulator this process runs (``None`` otherwise);
+    ``ca_file`` the CA that HTTPS calls to the source trust (REST, the Streaming API). Close it
     (or use it as a context manager) to close the channel and stop that emulator."""
 
     def __init__(
@@ -93,12 +94,15 @@ class Source:
         emulator: Emulator | None = None,
         generator: threading.Thread | None = None,
         stop_generating: threading.Event | None = None,
+        ca_file: Path | None = None,
     ) -> None:
         self.channel = channel
         self.tokens = tokens
         self.endpoint = endpoint
         self.description = description
         self.emulator = emulator
+        # The CA certificate HTTPS calls trust (the emulator's own; None: the public roots).
+        self.ca_file = ca_file
         self._generator = generator
         self._stop_generating = stop_generating
 
@@ -251,11 +255,14 @@ def connect(
     channel_factory: ChannelFactory = open_channel,
     http: httpx.Client | None = None,
     logger: logging.Logger | None = None,
+    on_start: Callable[[TokenManager, Path | None], None] | None = None,
 ) -> Source:
     """Open the source ``connection`` describes. ``topics`` lets an in-process emulator
     create the managed subscriptions they name; ``channel_factory`` (default
-    :func:`ingest.client.connect`) opens the gRPC channel."""
-    ctx = _Context(secrets, clock, channel_factory, http, logger or _log)
+    :func:`ingest.client.connect`) opens the gRPC channel. ``on_start(tokens, ca_file)`` is
+    called once an in-process emulator serves and before its workload is generated (so
+    PushTopics it creates see the workload's changes); other sources never call it."""
+    ctx = _Context(secrets, clock, channel_factory, http, logger or _log, on_start)
     if connection.source == "salesforce":
         if connection.salesforce is None:
             raise ConfigError("connection.salesforce is required when source is salesforce")
@@ -273,6 +280,7 @@ class _Context:
     channel_factory: ChannelFactory
     http: httpx.Client | None
     log: logging.Logger
+    on_start: Callable[[TokenManager, Path | None], None] | None = None
 
 
 def _salesforce(spec: SalesforceSpec, ctx: _Context) -> Source:
@@ -297,6 +305,7 @@ def _salesforce(spec: SalesforceSpec, ctx: _Context) -> Source:
         tokens=tokens,
         endpoint=spec.pubsub_endpoint,
         description=f"salesforce {spec.pubsub_endpoint}",
+        ca_file=ca,
     )
 
 
@@ -331,7 +340,11 @@ def _external_emulator(spec: EmulatorSpec, ctx: _Context) -> Source:
     )
     ctx.log.info("connecting to the emulator at %s (tls=%s)", endpoint, spec.tls.enabled)
     return Source(
-        channel=channel, tokens=tokens, endpoint=endpoint, description=f"emulator {endpoint}"
+        channel=channel,
+        tokens=tokens,
+        endpoint=endpoint,
+        description=f"emulator {endpoint}",
+        ca_file=ca,
     )
 
 
@@ -341,6 +354,7 @@ def _in_process_emulator(spec: EmulatorSpec, topics: Sequence[TopicSpec], ctx: _
     from ingest.emulator.catalogue import default_catalogue
     from ingest.emulator.managed import ManagedSubscriptionConfig
     from ingest.emulator.server import Emulator, EmulatorConfig
+    from ingest.emulator.streaming import StreamingSettings
 
     catalogue = default_catalogue()
     state = Path(spec.state_dir) if spec.state_dir else None
@@ -360,13 +374,17 @@ def _in_process_emulator(spec: EmulatorSpec, topics: Sequence[TopicSpec], ctx: _
             state_dir=state,
             keepalive_interval=spec.keepalive_seconds,
             managed_subscriptions=managed,
+            # A Streaming API long poll is the CometD counterpart of a keepalive.
+            streaming=StreamingSettings(poll_timeout=spec.keepalive_seconds),
         ),
         clock=ctx.clock,
     )
     emulator.start()
     try:
-        generator, stop = _generate(emulator, spec, ctx.log)
         tokens = _emulator_login(spec, emulator.http_url, emulator.ca_cert_path, ctx)
+        if ctx.on_start is not None:
+            ctx.on_start(tokens, emulator.ca_cert_path)
+        generator, stop = _generate(emulator, spec, ctx.log)
         channel = ctx.channel_factory(
             emulator.grpc_target,
             tokens=tokens,
@@ -384,6 +402,7 @@ def _in_process_emulator(spec: EmulatorSpec, topics: Sequence[TopicSpec], ctx: _
         emulator=emulator,
         generator=generator,
         stop_generating=stop,
+        ca_file=emulator.ca_cert_path,
     )
 
 

@@ -53,6 +53,12 @@ from pipelines.ops.recorder import OpsRecorder, recorder_for
 from pipelines.session import engine_for
 from pipelines.silver.job import SilverResult, run_silver
 from pipelines.spec import Conf
+from pipelines.streaming_pipeline import (
+    StreamingPassResult,
+    land_streams,
+    push_topic_provisioner,
+    run_streaming_pass,
+)
 
 if TYPE_CHECKING:
     from pipelines.engines import LakeEngine
@@ -74,6 +80,8 @@ class PassResult:
     silver: SilverResult
     gold: GoldResult
     seconds: float
+    # The Streaming API channels' silver and gold (None without any).
+    streaming: StreamingPassResult | None = None
 
     @property
     def silver_rows(self) -> int:
@@ -98,6 +106,8 @@ class RunResult:
     passes: tuple[PassResult, ...]
     seconds: float
     stopped: str
+    # The Streaming API channels' landing (run_once only; None without any).
+    streaming: LandingResult | None = None
 
     @property
     def silver_rows(self) -> int:
@@ -377,6 +387,10 @@ class Pipeline:
         self._landing_process = landing_process
         self._child: _ChildLanding | None = None
         self._lock = threading.Lock()
+        # Streaming API channels ride along when every object is selected (run_once lands
+        # them after the Pub/Sub topics, on the same connection).
+        self._streams = bool(conf.enabled_streams()) and self.objects is None
+        self._streaming_landing: LandingResult | None = None
         self._metrics = metrics
         self._pass_ops: OpsRecorder | None = None
         if metrics is not None:
@@ -436,7 +450,13 @@ class Pipeline:
             passes = (self.run_pass(),)
         finally:
             self._flush_ops()
-        return RunResult(landing, passes, self._monotonic() - started, landing.stopped)
+        return RunResult(
+            landing,
+            passes,
+            self._monotonic() - started,
+            landing.stopped,
+            streaming=self._streaming_landing,
+        )
 
     def run_continuous(self, *, interval: float, duration: float | None = None) -> RunResult:
         """Land continuously; run silver and gold at once and then every ``interval`` seconds
@@ -569,8 +589,11 @@ class Pipeline:
             silver = run_silver(engine, self.conf, objects=names, on_commit=ops.record)
         with self._failing(ops, "gold"):
             gold = run_gold(engine, self.conf, objects=names, on_commit=ops.record)
+        streaming = None
+        if self._streams:
+            streaming = run_streaming_pass(engine, self.conf)
         ops.flush_if_due()
-        return PassResult(silver, gold, self._monotonic() - started)
+        return PassResult(silver, gold, self._monotonic() - started, streaming)
 
     @staticmethod
     @contextlib.contextmanager
@@ -614,7 +637,10 @@ class Pipeline:
     ) -> LandingResult:
         conf = self.conf
         secrets = self._secrets or secret_resolver(environ=self._environ)
-        with connect(conf.pipeline.connection, secrets=secrets, topics=self._topics) as source:
+        provision = push_topic_provisioner(conf) if self._streams else None
+        with connect(
+            conf.pipeline.connection, secrets=secrets, topics=self._topics, on_start=provision
+        ) as source:
             landing = BronzeLanding(
                 engine,
                 self._topics,
@@ -631,7 +657,12 @@ class Pipeline:
             if ready is not None:
                 ready.set()
             try:
-                return landing.run(once=once, duration=duration)
+                result = landing.run(once=once, duration=duration)
+                if once and self._streams and self._stop_reason is None:
+                    self._streaming_landing = land_streams(
+                        conf, engine=engine, tokens=source.tokens, ca_file=source.ca_file, once=True
+                    )
+                return result
             except ReplayIdError as exc:
                 raise ReplayIdError(
                     f"{exc}\nTo choose, set replay.on_corrupted to earliest or latest in the "

@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 
@@ -42,6 +42,9 @@ from pipelines.spec_fields import (
     parse_model,
     resolve_paths,
 )
+
+if TYPE_CHECKING:
+    from pipelines.spec_streaming import StreamingObjectSpec
 
 __all__ = [
     "DEFAULT_SEQUENCE_BY",
@@ -90,6 +93,7 @@ __all__ = [
     "SoapLoginAuth",
     "Source",
     "StaticTokenAuth",
+    "StreamingApiSpec",
     "TablesSpec",
     "TopicInfo",
     "TopicKind",
@@ -523,7 +527,8 @@ class EmulatorSpec:
         default=1.0,
         metadata=meta(
             "In-process emulator: seconds of silence before an idle stream gets a keepalive "
-            "(Salesforce: about 270). Short keeps `sfcdc ingest --once` quick.",
+            "(Salesforce: about 270), and how long a Streaming API long poll is held "
+            "(Salesforce: 110). Short keeps `sfcdc ingest --once` quick.",
             exclusive_minimum=0,
         ),
     )
@@ -992,6 +997,32 @@ class OpsSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StreamingApiSpec:
+    """The Streaming API (CometD) source, for object files of ``kind: streaming_api``."""
+
+    api_version: str = field(
+        default="62.0",
+        metadata=meta(
+            "API version of the CometD endpoint (/cometd/<version>, 37.0 or later for durable "
+            "replay) and of the REST calls that manage PushTopics and read describes.",
+            pattern=_API_VERSION_PATTERN,
+            hint="a version such as '62.0'",
+        ),
+    )
+
+    def _problems(self) -> list[tuple[str, str]]:
+        if float(self.api_version) >= 37.0:
+            return []
+        return [
+            (
+                "api_version",
+                "must be 37.0 or later: older versions have no replay, so a restart could lose "
+                f"notifications (got {self.api_version!r})",
+            )
+        ]
+
+
+@dataclass(frozen=True, kw_only=True)
 class PipelineSpec:
     """``conf/pipeline.yml``: one per deployment."""
 
@@ -1005,6 +1036,10 @@ class PipelineSpec:
     ingest: IngestSpec = field(default_factory=IngestSpec, metadata=meta("Subscription settings."))
     ops: OpsSpec = field(
         default_factory=OpsSpec, metadata=meta("Commit records, status window and metrics.")
+    )
+    streaming_api: StreamingApiSpec = field(
+        default_factory=StreamingApiSpec,
+        metadata=meta("The Streaming API source (object files of kind streaming_api)."),
     )
 
 
@@ -1165,6 +1200,8 @@ class Conf:
     objects: tuple[ObjectSpec, ...]
     conf_dir: Path
     object_files: Mapping[str, Path] = field(default_factory=dict)
+    # Object files of kind streaming_api: Streaming API channels (pipelines.spec_streaming).
+    streams: tuple[StreamingObjectSpec, ...] = ()
 
     def object(self, api_name: str) -> ObjectSpec:
         """The object called ``api_name`` (case-sensitive, as in Salesforce)."""
@@ -1176,6 +1213,10 @@ class Conf:
 
     def enabled_objects(self) -> tuple[ObjectSpec, ...]:
         return tuple(o for o in self.objects if o.enabled)
+
+    def enabled_streams(self) -> tuple[StreamingObjectSpec, ...]:
+        """The Streaming API channels to land (object files of kind streaming_api)."""
+        return tuple(s for s in self.streams if s.enabled)
 
     def objects_by_topic(
         self, *, include_disabled: bool = False
@@ -1577,13 +1618,15 @@ def _load_pipeline(
 
 def _load_object(
     path: Path, defaults: DefaultsSpec, lake: LakeSpec, ctx: Problems
-) -> ObjectSpec | None:
+) -> ObjectSpec | StreamingObjectSpec | None:
     data = _read_yaml(path, ctx)
     if data is INVALID:
         return None
     if data is _EMPTY:
         ctx.add("", "is empty; an object file needs at least 'object' and 'kind'")
         return None
+    if isinstance(data, dict) and data.get("kind") == "streaming_api":
+        return _load_stream(data, defaults, ctx)
     # Sections the file leaves out, and keys a section leaves out, come from the defaults.
     inherited = {
         "replay": defaults.replay,
@@ -1597,6 +1640,20 @@ def _load_object(
         return None
     _check_object(spec, lake, ctx)
     return spec  # type: ignore[no-any-return]
+
+
+def _load_stream(data: Any, defaults: DefaultsSpec, ctx: Problems) -> StreamingObjectSpec | None:
+    from pipelines.spec_streaming import StreamingGoldSpec, StreamingObjectSpec
+
+    inherited = {
+        "replay": defaults.replay,
+        "batching": defaults.batching,
+        "silver": defaults.silver,
+        # The order of a channel's changes is the channel's own (see StreamingGoldSpec).
+        "gold": StreamingGoldSpec(deletes=defaults.gold.deletes, scd2=defaults.gold.scd2),
+    }
+    spec = parse_model(StreamingObjectSpec, data, "", ctx, inherited)
+    return None if spec is INVALID else spec
 
 
 def load_pipeline(path: Path) -> PipelineSpec:
@@ -1617,6 +1674,11 @@ def load_object(
     spec = _load_object(path, defaults or DefaultsSpec(), lake or LakeSpec(), ctx)
     if ctx.problems or spec is None:
         raise ConfigError(f"{path} is invalid", ctx.problems)
+    if not isinstance(spec, ObjectSpec):
+        raise ConfigError(
+            f"{path} is a Streaming API object file (kind: streaming_api); load it with the "
+            "rest of its conf/ directory (load_conf), which keeps it in Conf.streams"
+        )
     return spec
 
 
@@ -1663,16 +1725,24 @@ def load_conf(conf_dir: Path, *, overrides: Sequence[tuple[str, Any]] = ()) -> C
             "Salesforce object or platform event"
         )
     loaded: list[tuple[ObjectSpec, Problems]] = []
+    streams: list[tuple[StreamingObjectSpec, Problems]] = []
     contexts: list[Problems] = []
     object_files: dict[str, Path] = {}
     for path in files:
         ctx = Problems(_display(path, conf_dir))
         contexts.append(ctx)
         obj = _load_object(path, defaults, lake, ctx)
-        if obj is not None:
+        if isinstance(obj, ObjectSpec):
             loaded.append((obj, ctx))
             object_files.setdefault(obj.api_name, path)
+        elif obj is not None:
+            streams.append((obj, ctx))
+            object_files.setdefault(obj.key, path)
     _check_objects(loaded, lake)
+    if streams:
+        from pipelines.spec_streaming import check_streams
+
+        check_streams(streams, loaded, lake)
     for ctx in contexts:
         problems.extend(ctx.problems)
     if problems or pipeline is None:
@@ -1681,4 +1751,11 @@ def load_conf(conf_dir: Path, *, overrides: Sequence[tuple[str, Any]] = ()) -> C
             f"{conf_dir}: {count} configuration problem{'s' if count != 1 else ''}", problems
         )
     objects = tuple(sorted((obj for obj, _ in loaded), key=lambda o: o.api_name))
-    return Conf(pipeline=pipeline, objects=objects, conf_dir=conf_dir, object_files=object_files)
+    channels = tuple(sorted((spec for spec, _ in streams), key=lambda s: s.channel))
+    return Conf(
+        pipeline=pipeline,
+        objects=objects,
+        conf_dir=conf_dir,
+        object_files=object_files,
+        streams=channels,
+    )

@@ -29,6 +29,7 @@ from pipelines.spec_fields import (
     type_kind,
     yaml_fields,
 )
+from pipelines.spec_streaming import StreamingObjectSpec
 
 __all__ = [
     "JSON_SCHEMA_DIALECT",
@@ -49,10 +50,12 @@ JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_FILES: Mapping[str, type] = {
     "pipeline.schema.json": PipelineSpec,
     "object.schema.json": ObjectSpec,
+    "streaming.schema.json": StreamingObjectSpec,
 }
 _TITLES = {
     PipelineSpec: "sfcdc conf/pipeline.yml",
     ObjectSpec: "sfcdc conf/objects/<name>.yml",
+    StreamingObjectSpec: "sfcdc conf/objects/<name>.yml (kind: streaming_api)",
 }
 README_BEGIN = "<!-- BEGIN GENERATED KEY REFERENCE: python -m pipelines.spec_schema -->"
 README_END = "<!-- END GENERATED KEY REFERENCE -->"
@@ -350,6 +353,7 @@ def render_key_reference() -> str:
     for file, root in (
         ("conf/pipeline.yml", PipelineSpec),
         ("conf/objects/<name>.yml", ObjectSpec),
+        ("conf/objects/<name>.yml (kind: streaming_api)", StreamingObjectSpec),
     ):
         docs = list(key_docs(root, file))
         out.append(f"### `{file}`\n")

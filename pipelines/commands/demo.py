@@ -5,11 +5,14 @@
     sfcdc demo [--events 2000] [--seed 42] [--dir .sfcdc/demo] [--engine local|spark]
 
 It writes a configuration to ``<dir>/conf`` (Account, Contact, Opportunity, Invoice__c and
-the Order_Shipped__e platform event), starts the built-in emulator inside this process with
-TLS and OAuth (a client-credentials login, certificates verified against the emulator's own
-CA), generates a seeded workload (creates, updates, deletes, long-text diffs, gap events),
+the Order_Shipped__e platform event from the Pub/Sub API, and the PushTopic
+``/topic/InvoiceUpdates`` on Invoice__c from the Streaming API), starts the built-in emulator
+inside this process with TLS and OAuth (a client-credentials login, certificates verified
+against the emulator's own CA), creates the PushTopic, generates a seeded workload (creates,
+updates, deletes, long-text diffs, gap events: the PushTopic notifies its share of them),
 runs ingest -> silver -> gold once into a fresh lake under ``<dir>/lake``, and prints what
-landed where and a few queries with their results. The same seed prints the same output,
+landed where and a few queries with their results, the PushTopic's gold table next to the
+change events' one. The same seed prints the same output,
 timings apart. ``sfcdc sql --conf <dir>/conf`` explores the tables further. ``--engine
 spark`` runs it on the spark engine (delta-spark; ``sfcdc delta-jars`` first).
 """
@@ -43,6 +46,17 @@ _OBJECTS = {
     "invoice": ("Invoice__c", "change_events"),
     "order_shipped": ("Order_Shipped__e", "platform_event"),
 }
+# The Streaming API object: a PushTopic sfcdc creates on the emulator before the workload.
+_PUSHTOPIC = (
+    "invoice_updates",
+    "kind: streaming_api\n"
+    "channel: /topic/InvoiceUpdates\n"
+    "pushtopic:\n"
+    "  manage: create_or_update\n"
+    "  query: SELECT Id, Name, Status__c, Amount__c, Due_Date__c, Paid_At__c, Is_Paid__c\n"
+    "    FROM Invoice__c\n"
+    "  notify_for_fields: Referenced\n",
+)
 # What the demo creates under --dir; nothing else there is touched.
 _OWNED = ("conf", "lake", "emulator", "spark.log")
 
@@ -74,6 +88,19 @@ EXAMPLES: tuple[Example, ...] = (
         "SELECT object, reason, count(DISTINCT record_id) AS records, count(*) AS events\n"
         "FROM gold.sfcdc_resync WHERE resolved_at IS NULL\n"
         "GROUP BY object, reason ORDER BY object, reason",
+    ),
+    Example(
+        "The PushTopic's gold table (Streaming API) next to the change events' (Pub/Sub API)",
+        "SELECT count(*) AS invoices, count_if(p._cdc_is_deleted) AS deleted,\n"
+        "       count_if(p.Status__c <=> c.Status__c AND p.Amount__c <=> c.Amount__c\n"
+        "                AND p._cdc_is_deleted <=> c._cdc_is_deleted) AS same_in_both\n"
+        "FROM gold.invoice_updates p JOIN gold.invoice c USING (Id)",
+    ),
+    Example(
+        "Largest open invoices, from the PushTopic's notifications",
+        "SELECT Id, Name, Status__c, Amount__c, Due_Date__c, _cdc_last_change_type AS last\n"
+        "FROM gold.invoice_updates WHERE NOT _cdc_is_deleted AND NOT Is_Paid__c\n"
+        "ORDER BY Amount__c DESC NULLS LAST, Id LIMIT 5",
     ),
     Example(
         "Change history of the most changed account (silver: every change)",
@@ -154,6 +181,8 @@ def write_conf(directory: Path, *, events: int, seed: int, engine: str = "local"
     )
     for name, (api_name, kind) in _OBJECTS.items():
         (conf / "objects" / f"{name}.yml").write_text(f"object: {api_name}\nkind: {kind}\n")
+    name, text = _PUSHTOPIC
+    (conf / "objects" / f"{name}.yml").write_text(text)
     return conf
 
 
@@ -176,16 +205,20 @@ def _stderr_to(path: Path) -> Iterator[None]:
 def summary(result: RunResult, shell: SqlShell, seconds: float) -> list[str]:
     """The demo's report: what landed, what silver and gold hold, and what needs re-sync."""
     lines = [f"sfcdc demo: pipeline ran once in {seconds:.1f} s", "", "bronze (events landed):"]
-    for t in sorted(result.landing.topics, key=lambda t: t.topic):
+    landed = [*result.landing.topics, *(result.streaming.topics if result.streaming else ())]
+    for t in sorted(landed, key=lambda t: t.topic):
         lines.append(f"  {t.topic:<32} {t.events:>6} events -> {t.table}")
     lines.append("silver (decoded rows, one per record and change):")
     for p in result.passes:
         for topic in p.silver.topics:
             for decoded in topic.objects:
                 lines.append(f"  {decoded.object:<32} {decoded.rows:>6} rows   -> {decoded.table}")
+        for stream in p.streaming.silver.streams if p.streaming else ():
+            lines.append(f"  {stream.stream:<32} {stream.rows:>6} rows   -> {stream.table}")
     lines.append("gold (current state):")
     for p in result.passes:
-        for obj in p.gold.objects:
+        streamed = p.streaming.gold.objects if p.streaming else ()
+        for obj in (*p.gold.objects, *streamed):
             counts = shell.query(
                 f"SELECT count(*) AS n, count_if(_cdc_is_deleted) AS deleted, "
                 f"count_if(_cdc_needs_resync) AS resync FROM {obj.table}"
@@ -210,7 +243,9 @@ def summary(result: RunResult, shell: SqlShell, seconds: float) -> list[str]:
             + ", ".join(f"{n} {change}" for change, n, _ in kinds)
             + f"; {diffs} with long-text diffs"
         )
-    quarantined = result.quarantined
+    quarantined = result.quarantined + sum(
+        p.streaming.silver.quarantined for p in result.passes if p.streaming
+    )
     open_resync = shell.query(
         "SELECT count(*) FROM gold.sfcdc_resync WHERE resolved_at IS NULL"
     ).rows[0][0]

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from pipelines.bronze import CHECKPOINT_TABLE
 from pipelines.bronze.tables import TOPIC_FAILURES_TABLE
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
+from pipelines.commands.streaming_report import stream_status
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold import job as gold_job
 from pipelines.gold.resync import OBJECT_LEVEL_REASONS, RESYNC_TABLE
@@ -309,6 +310,11 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
                     last_error_at=_iso(error.at) if error else None,
                 )
             )
+    more_topics, more_objects = stream_status(
+        engine, conf, checkpoints=checkpoints, quarantine=quarantine, open_resync=open_resync
+    )
+    topics += more_topics
+    objects += more_objects
     location = getattr(engine, "location", None)
     return Status(
         str(location or engine.name),

@@ -24,6 +24,7 @@ from ingest.auth import SecretResolver
 from ingest.client import SchemaCache
 from ingest.errors import ConfigError, PubSubError, SfcdcError
 from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
+from pipelines.commands.streaming_report import describe_streams
 from pipelines.connect import connect
 from pipelines.spec import Conf
 
@@ -84,6 +85,7 @@ def describe(conf: Conf) -> list[str]:
                 f"  {obj.api_name:<18} {topic.topic} -> bronze.{topic.bronze_table}, "
                 f"silver.{obj.tables.silver}{gold}{state}"
             )
+    lines.extend(describe_streams(conf))
     return lines
 
 

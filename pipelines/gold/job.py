@@ -88,6 +88,7 @@ from pipelines.gold.scd2 import (
 from pipelines.ops.newest import CHANGE_EVENT_TIME, newest_time
 from pipelines.ops.table import CommitRecord
 from pipelines.progress import progress
+from pipelines.silver.columns import SilverLayout
 from pipelines.silver.job import REGISTRY_TABLE, read_registry, silver_layout
 from pipelines.spec import Conf, DeleteMode, ObjectSpec
 
@@ -107,6 +108,7 @@ __all__ = [
     "history_changes",
     "history_table",
     "run_gold",
+    "run_gold_object",
     "tombstone_condition",
     "tombstone_table",
 ]
@@ -270,6 +272,38 @@ def run_gold(
     return GoldResult(tuple(results), len(gaps), tuple(events))
 
 
+def run_gold_object(
+    engine: LakeEngine,
+    obj: ObjectSpec,
+    *,
+    layout: SilverLayout,
+    replay_gaps: Sequence[Mapping[str, Any]] = (),
+    partitions: int | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    processed_at: datetime | None = None,
+) -> ObjectResult | None:
+    """Bring one object's gold table up to date with its silver table (``obj.tables``),
+    folding with ``layout`` instead of a layout built from the schema registry: for a source
+    whose columns come from elsewhere (the Streaming API's describes). ``replay_gaps`` are
+    re-sync rows to record (as :func:`~pipelines.gold.resync.replay_gap_rows` makes them, not
+    yet in the re-sync table). ``None`` when the silver table does not exist yet."""
+    silver = TableRef("silver", obj.tables.silver)
+    if not engine.exists(silver):
+        return None
+    runner = _ObjectRun(
+        engine,
+        obj,
+        silver,
+        registry={},
+        processed_at=processed_at or datetime.now(timezone.utc),
+        partitions=partitions,
+        replay_gaps=list(map(dict, replay_gaps)),
+        clock=clock,
+        layout=layout,
+    )
+    return runner.run()
+
+
 def batch_wildcards(
     engine: LakeEngine, changes: Rows, schema: T.StructType
 ) -> list[dict[str, Any]]:
@@ -382,11 +416,13 @@ class _ObjectRun:
         clock: Callable[[], float],
         now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
         on_commit: Callable[[CommitRecord], object] | None = None,
+        layout: SilverLayout | None = None,
     ) -> None:
         self.engine = engine
         self.now = now
         self.on_commit = on_commit
         self.obj = obj
+        self.layout = layout
         self.silver = silver
         self.gold = gold_table(obj)
         self.registry = registry
@@ -582,7 +618,7 @@ class _ObjectRun:
 
     def _plan(self) -> FoldPlan:
         obj = self.obj
-        layout = silver_layout(obj, self.registry)
+        layout = self.layout or silver_layout(obj, self.registry)
         scd2 = obj.gold.scd2
         try:
             return fold_plan(

@@ -153,10 +153,11 @@ class StreamingApi:
     # -- objects and channels ------------------------------------------------------------------
 
     def object_fields(self, entity: str) -> ObjectFields | None:
-        """The fields of an emulated object (its change event topic's current schema)."""
+        """The fields of an emulated object (its change event topic's current schema) or
+        platform event (its schema): what ``describe`` answers."""
         for topic in self._catalogue:
             schema = topic.current_schema
-            if topic.kind != "change_events" or schema is None:
+            if topic.kind not in ("change_events", "platform_event") or schema is None:
                 continue
             if schema.entity_name.lower() != entity.lower():
                 continue
