@@ -160,7 +160,9 @@ def _produce(
         tick = 0.05
         started = time.monotonic()
         while not stop.is_set():
-            owed = int((time.monotonic() - started) * rate) - appended[0]
+            # At most a second's worth at once: a producer that fell behind (a busy machine)
+            # runs below the rate instead of building one ever larger batch.
+            owed = min(int((time.monotonic() - started) * rate) - appended[0], max(1, int(rate)))
             if owed > 0:
                 batch = list(workload.events(owed))
                 emulator.append(batch)

@@ -384,8 +384,9 @@ def _health_lines(status: Status) -> list[str]:
         counts = f"{o.quarantined} quarantined, {o.resync_records} re-sync records"
         if o.resync_full_object:
             counts += f" + {o.resync_full_object} whole-object"
+        layers = f" ({per_layer})" if per_layer else ""
         lines.append(
-            f"  {o.state:<4} {o.object}: {_behind(o.behind_seconds)} ({per_layer}); "
+            f"  {o.state:<4} {o.object}: {_behind(o.behind_seconds)}{layers}; "
             f"{rate} events/s; {counts}"
         )
         if o.last_error is not None:

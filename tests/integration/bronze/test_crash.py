@@ -153,8 +153,9 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         for run in range(kills):
             log = tmp_path / f"run-{run:02d}.log"
             process = _ingest(conf, log)
-            # Kill at a random instant once it lands (start-up takes longer on a busy machine).
-            _wait_for_line(log, "subscribed to", process)
+            # Kill at a random instant once it lands (start-up takes longer on a busy machine,
+            # and a spark-engine run opens its tables for seconds before its first commit).
+            _wait_for_line(log, "landed /", process)
             time.sleep(rng.uniform(0.0, 1.5))
             assert process.poll() is None, f"run {run} exited early:\n{_tail(log)}"
             process.send_signal(signal.SIGKILL)

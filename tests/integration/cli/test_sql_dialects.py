@@ -68,10 +68,19 @@ def test_every_example_query_gives_the_same_rows_on_both_engines(
     filled_lake: FilledLake,
 ) -> None:
     conf = load_conf(filled_lake.conf)
-    datafusion = SqlShell(engine_for(conf.pipeline.lake), arrow=True)
+    engine = engine_for(conf.pipeline.lake)
+    datafusion = SqlShell(engine, arrow=True)
     spark_sql = shell(conf)
+    # The shared Spark session may still know tables of another test's lake by the same names:
+    # a query naming a table this lake lacks must fail on DataFusion, whatever Spark says.
+    lake = {f"{t.layer}.{t.name}".lower() for t in engine.tables()}
     compared = 0
     for where, query in example_queries():
+        named = {m.lower() for m in re.findall(r"\b(?:bronze|silver|gold)\.\w+", query, re.I)}
+        if named - lake:
+            with pytest.raises(QueryError, match="not found"):
+                datafusion.query(query)
+            continue
         try:
             expected = spark_sql.query(query)
         except QueryError as exc:
