@@ -39,7 +39,12 @@ from pipelines.engines import LakeEngine, TableRef, Txn
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.ops.newest import newest_time
 from pipelines.ops.table import CommitRecord
-from pipelines.silver.job import QUARANTINE_TABLE, plan_chunks, version_sizes
+from pipelines.silver.job import (
+    QUARANTINE_TABLE,
+    maintain_on_schedule,
+    plan_chunks,
+    version_sizes,
+)
 from pipelines.silver.quarantine import QUARANTINE_SCHEMA, AfterBatch, QuarantinePart, SilverPart
 from pipelines.silver.streaming import STREAM_BRONZE_COLUMNS, StreamingRows, StreamPlan, stream_plan
 from pipelines.spec import Conf
@@ -158,7 +163,16 @@ def run_streaming_silver(
         if registry is None:
             registry = read_describes(engine)
         plan = streaming_plan(spec, registry.get(spec.key, []))
-        run = _Run(engine, spec, bronze, plan, at=at, clock=clock, on_commit=on_commit)
+        run = _Run(
+            engine,
+            spec,
+            bronze,
+            plan,
+            at=at,
+            clock=clock,
+            on_commit=on_commit,
+            maintain_every=conf.pipeline.ingest.maintain_every_commits,
+        )
         results.append(run.run())
     return StreamingSilverResult(tuple(results))
 
@@ -174,9 +188,11 @@ class _Run:
         at: datetime,
         clock: Callable[[], float],
         on_commit: Callable[[CommitRecord], object] | None = None,
+        maintain_every: int = 0,
     ) -> None:
         self.engine = engine
         self.on_commit = on_commit
+        self.maintain_every = maintain_every
         self.spec = spec
         self.bronze = bronze
         self.silver = TableRef("silver", spec.tables.silver)
@@ -300,6 +316,8 @@ class _Run:
                 },
             )
             written = result.rows if not result.skipped else 0
+            if not result.skipped:
+                maintain_on_schedule(engine, self.silver, result.version, self.maintain_every)
             if self.on_commit is not None and not result.skipped:
                 self.on_commit(
                     CommitRecord(
