@@ -21,7 +21,13 @@ Printed at the end:
   show whether it drifts over the run (measured from the Delta logs as freshness.py does).
 
     python benchmarks/soak.py [--minutes 2] [--rate 1000] [--cut-every 3000]
-                              [--expire-every 180] [--windows 4] [--keep DIR]
+                              [--expire-every 180] [--windows 4] [--mix steady] [--keep DIR]
+
+``--mix growing`` (the default) is the emulator's realistic mix, in which about one event in
+six creates a record: at 1,000 events/s the gold tables grow by hundreds of thousands of rows
+over half an hour, so gold's freshness and the run's memory follow the size of gold (a MERGE
+rewrites the files it touches). ``--mix steady`` makes creates and lead conversions ten times
+rarer, so the tables approach a steady size and what remains is drift of the pipeline itself.
 
 The default is a short run (2 minutes); the long one is ``--minutes 30`` or more.
 """
@@ -55,7 +61,13 @@ from freshness import OBJECTS, _commits, _percentile, _produce  # noqa: E402
 
 from ingest.emulator.catalogue import default_catalogue  # noqa: E402
 from ingest.emulator.server import Emulator, EmulatorConfig  # noqa: E402
-from ingest.emulator.workload import Workload  # noqa: E402
+from ingest.emulator.workload import Workload, WorkloadMix  # noqa: E402
+
+# Workload mixes by name: the emulator's default, and one whose tables stop growing fast.
+MIXES = {
+    "growing": WorkloadMix(),
+    "steady": WorkloadMix(create=WorkloadMix.create / 10, lead_conversion=0.3),
+}
 
 SILVER = {api: name for name, (api, _kind, _) in OBJECTS.items()}
 GOLD = {api: name for name, (api, kind, _) in OBJECTS.items() if kind == "change_events"}
@@ -278,6 +290,13 @@ def main() -> int:
         default=None,
         help="seconds left out at the start (default: a tenth of the run, at most 60)",
     )
+    parser.add_argument(
+        "--mix",
+        choices=sorted(MIXES),
+        default="growing",
+        help="workload mix: growing (realistic, tables grow fast) or steady (creates ten "
+        "times rarer)",
+    )
     parser.add_argument("--keep", type=Path, help="keep the lake under this directory")
     args = parser.parse_args()
     # The in-process emulator's own warnings (its REST view of records) are not the run's.
@@ -292,7 +311,9 @@ def main() -> int:
     emulator = Emulator(
         catalogue, EmulatorConfig(keepalive_interval=1.0, idle_timeout=3600.0)
     ).start()
-    workload = Workload(catalogue, seed=17, clock_ms=lambda: int(time.time() * 1000))
+    workload = Workload(
+        catalogue, seed=17, clock_ms=lambda: int(time.time() * 1000), mix=MIXES[args.mix]
+    )
     conf = _write_conf(work, emulator)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log_path = work / "pipeline.log"
@@ -386,7 +407,8 @@ def main() -> int:
     print()
     print(
         f"soak of sfcdc run --continuous: {seconds / 60:g} min at {generated / produced_for:.0f} "
-        f"events/s ({generated} generated), streams cut every {args.cut_every} events, "
+        f"events/s ({generated} generated, {args.mix} mix), streams cut every "
+        f"{args.cut_every} events, "
         f"{expirations} token expirations; {os.cpu_count()} cores, load "
         f"{os.getloadavg()[0]:.1f}; run exit code {code}; lake {lake}"
     )

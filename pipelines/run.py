@@ -56,6 +56,7 @@ from pipelines.spec import Conf
 from pipelines.streaming_pipeline import (
     StreamingPassResult,
     land_streams,
+    landing_streams_beside,
     push_topic_provisioner,
     run_streaming_pass,
 )
@@ -161,7 +162,8 @@ class LandingProcess:
     """How :meth:`Pipeline.run_continuous` starts the landing as a child process: ``sfcdc
     ingest`` on ``conf_dir`` with the ``--set`` ``overrides`` (key, value) the parent's
     configuration was loaded with, ``cli_options`` before the subcommand (``-v``, ``-q``),
-    reporting its progress every ``progress_seconds``. ``environ`` is the child's
+    reporting its progress every ``progress_seconds``; ``streams``: it lands the Streaming API
+    channels too (when every object is landed). ``environ`` is the child's
     environment (default: this process's); ``python`` the interpreter to run."""
 
     conf_dir: Path
@@ -169,6 +171,8 @@ class LandingProcess:
     overrides: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
     cli_options: tuple[str, ...] = ()
     progress_seconds: float = 1.0
+    # The child lands the Streaming API channels too (ingest --with-streams).
+    streams: bool = False
     environ: Mapping[str, str] | None = field(default=None, repr=False)
     python: str = sys.executable
 
@@ -189,6 +193,8 @@ class LandingProcess:
             argv += ["--objects", ",".join(objects)]
         if duration is not None:
             argv += ["--for", repr(duration)]
+        if self.streams and not objects:
+            argv.append("--with-streams")
         argv += ["--report-progress", repr(self.progress_seconds), "--stop-on-eof"]
         return argv
 
@@ -388,7 +394,8 @@ class Pipeline:
         self._child: _ChildLanding | None = None
         self._lock = threading.Lock()
         # Streaming API channels ride along when every object is selected (run_once lands
-        # them after the Pub/Sub topics, on the same connection).
+        # them after the Pub/Sub topics, on the same connection; a continuous run beside
+        # them, in a thread of the landing).
         self._streams = bool(conf.enabled_streams()) and self.objects is None
         self._streaming_landing: LandingResult | None = None
         self._metrics = metrics
@@ -591,7 +598,7 @@ class Pipeline:
             gold = run_gold(engine, self.conf, objects=names, on_commit=ops.record)
         streaming = None
         if self._streams:
-            streaming = run_streaming_pass(engine, self.conf)
+            streaming = run_streaming_pass(engine, self.conf, on_commit=ops.record)
         ops.flush_if_due()
         return PassResult(silver, gold, self._monotonic() - started, streaming)
 
@@ -656,11 +663,28 @@ class Pipeline:
                 landing.stop(reason)
             if ready is not None:
                 ready.set()
+            beside = (
+                landing_streams_beside(
+                    conf,
+                    engine=self._landing_engine,
+                    tokens=source.tokens,
+                    ca_file=source.ca_file,
+                    logger=self._log,
+                )
+                if self._streams and not once
+                else contextlib.nullcontext()
+            )
             try:
-                result = landing.run(once=once, duration=duration)
+                with beside:
+                    result = landing.run(once=once, duration=duration)
                 if once and self._streams and self._stop_reason is None:
                     self._streaming_landing = land_streams(
-                        conf, engine=engine, tokens=source.tokens, ca_file=source.ca_file, once=True
+                        conf,
+                        engine=engine,
+                        tokens=source.tokens,
+                        ca_file=source.ca_file,
+                        once=True,
+                        ops=ops,
                     )
                 return result
             except ReplayIdError as exc:

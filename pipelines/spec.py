@@ -934,7 +934,8 @@ class IngestSpec:
         metadata=meta(
             "Compact a bronze table and checkpoint its Delta log after this many commits to it "
             "(0: never), so reads stay fast on long runs (on the local engine this runs beside "
-            "landing's commits, which do not wait for it).",
+            "landing's commits, which do not wait for it); silver tables likewise at every "
+            "version that is a multiple of it.",
             minimum=0,
         ),
     )

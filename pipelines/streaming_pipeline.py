@@ -4,6 +4,8 @@
 - :func:`land_streams` lands the enabled channels (:class:`~pipelines.bronze.streaming.
   StreamingLanding`) with the token manager and CA of an open
   :class:`~pipelines.connect.Source`;
+- :func:`landing_streams_beside` lands them in a thread while a continuous Pub/Sub landing
+  runs (``sfcdc run --continuous``, ``sfcdc ingest --with-streams``);
 - :func:`run_streaming_pass` runs the channels' silver, then gold;
 - :func:`push_topic_provisioner` makes the PushTopics an in-process emulator must know before
   it generates its workload (passed to :func:`~pipelines.connect.connect` as ``on_start``),
@@ -14,9 +16,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +34,7 @@ from pipelines.bronze.streaming import StreamingLanding
 from pipelines.bronze.streaming_setup import push_topic_settings
 from pipelines.gold.job import GoldResult
 from pipelines.gold.streaming import run_streaming_gold
+from pipelines.ops.recorder import recorder_for
 from pipelines.silver.streaming_job import (
     StreamingSilverResult,
     run_streaming_silver,
@@ -39,10 +44,13 @@ from pipelines.spec import Conf
 
 if TYPE_CHECKING:
     from pipelines.engines import LakeEngine
+    from pipelines.ops.recorder import OpsRecorder
+    from pipelines.ops.table import CommitRecord
 
 __all__ = [
     "StreamingPassResult",
     "land_streams",
+    "landing_streams_beside",
     "push_topic_provisioner",
     "run_streaming_pass",
 ]
@@ -69,9 +77,11 @@ def land_streams(
     duration: float | None = None,
     streams: Sequence[str] | None = None,
     started: Callable[[StreamingLanding], Callable[[], None] | None] | None = None,
+    ops: OpsRecorder | None = None,
 ) -> LandingResult:
     """Land the enabled channels (or the ``streams`` named) of ``conf``; ``started`` is
-    called with the landing before it runs (the function it may return, once it stopped)."""
+    called with the landing before it runs (the function it may return, once it stopped);
+    ``ops`` receives its commit records."""
     landing = StreamingLanding(
         engine,
         select_streams(conf, streams),
@@ -79,6 +89,7 @@ def land_streams(
         ca_file=ca_file,
         streaming=conf.pipeline.streaming_api,
         ingest=conf.pipeline.ingest,
+        ops=ops,
     )
     finish = started(landing) if started is not None else None
     try:
@@ -88,17 +99,73 @@ def land_streams(
             finish()
 
 
+@contextlib.contextmanager
+def landing_streams_beside(
+    conf: Conf,
+    *,
+    engine: Callable[[], LakeEngine],
+    tokens: TokenManager,
+    ca_file: Path | str | None,
+    logger: logging.Logger | None = None,
+) -> Iterator[None]:
+    """Land ``conf``'s enabled channels in a thread while the block runs (the block runs the
+    Pub/Sub landing). When the block ends, the channels' landing commits its open batches and
+    the thread is joined. ``engine`` makes the channels' own engine, and their commit records
+    have their own recorder: another thread writes through the Pub/Sub landing's.
+
+    A failure of the channels does not stop the Pub/Sub topics: it is logged and recorded in
+    the commits table for each channel at once, and raised when the block ends."""
+    log = logger or _log
+    own = engine()
+    ops = recorder_for(own, conf, logger=log)
+    lock = threading.Lock()
+    stopping = threading.Event()
+    running: list[StreamingLanding] = []
+    failure: list[BaseException] = []
+
+    def started(landing: StreamingLanding) -> None:
+        with lock:
+            running.append(landing)
+            if stopping.is_set():
+                landing.stop("the Pub/Sub landing stopped")
+
+    def work() -> None:
+        try:
+            land_streams(conf, engine=own, tokens=tokens, ca_file=ca_file, started=started, ops=ops)
+        except BaseException as exc:  # raised in the calling thread when the block ends
+            failure.append(exc)
+            log.error("streaming api: landing the channels failed (Pub/Sub goes on): %s", exc)
+            for spec in conf.enabled_streams():
+                ops.error("bronze", exc, topic=spec.key)
+            ops.flush()
+
+    thread = threading.Thread(target=work, name="sfcdc-streaming-landing", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        with lock:
+            stopping.set()
+            for landing in running:
+                landing.stop("the Pub/Sub landing stopped")
+        thread.join()
+    if failure:
+        raise failure[0]
+
+
 def run_streaming_pass(
     engine: LakeEngine,
     conf: Conf,
     *,
     streams: Sequence[str] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    on_commit: Callable[[CommitRecord], object] | None = None,
 ) -> StreamingPassResult:
-    """Silver, then gold, of the enabled channels (or the ``streams`` named)."""
+    """Silver, then gold, of the enabled channels (or the ``streams`` named); ``on_commit``
+    receives their commit records."""
     started = clock()
-    silver = run_streaming_silver(engine, conf, streams=streams)
-    gold = run_streaming_gold(engine, conf, streams=streams)
+    silver = run_streaming_silver(engine, conf, streams=streams, on_commit=on_commit)
+    gold = run_streaming_gold(engine, conf, streams=streams, on_commit=on_commit)
     return StreamingPassResult(silver, gold, clock() - started)
 
 

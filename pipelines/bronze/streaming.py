@@ -32,6 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,6 +64,7 @@ from pipelines.bronze.streaming_tables import (
 )
 from pipelines.bronze.tables import bronze_app_id
 from pipelines.engines.base import TableRef, Txn
+from pipelines.ops.table import CommitRecord
 from pipelines.spec import IngestSpec, StreamingApiSpec
 
 if TYPE_CHECKING:
@@ -72,6 +74,7 @@ if TYPE_CHECKING:
 
     from ingest.streaming.setup import RestApi
     from pipelines.engines.base import LakeEngine
+    from pipelines.ops.recorder import OpsRecorder
     from pipelines.spec_streaming import StreamingObjectSpec
 
 __all__ = ["StreamingLanding"]
@@ -154,6 +157,9 @@ class _Stream:
     gaps: int = 0
     last_replay_id: int | None = None
     since_maintenance: int = 0
+    # (time, position) of an empty connect while nothing of the channel was open: once that
+    # position is committed, the channel was caught up at that time (a commits-table row).
+    idle_mark: tuple[float, int] | None = None
 
 
 class _Committer:
@@ -246,8 +252,9 @@ class StreamingLanding:
     ``tokens`` supplies the access token and instance URL; ``ca_file`` the CA to trust (the
     emulator's); ``streaming`` the API version; ``ingest`` the retry policy, progress and
     maintenance intervals. ``rest`` replaces the REST client of the setup step and ``http``
-    the subscription's HTTP client (tests). ``clock`` stamps rows; ``monotonic`` times ages
-    and progress.
+    the subscription's HTTP client (tests). ``ops`` receives a commit record per commit, gap
+    and catch-up, and is flushed from the committer thread. ``clock`` stamps rows;
+    ``monotonic`` times ages and progress.
     """
 
     def __init__(
@@ -261,6 +268,7 @@ class StreamingLanding:
         ingest: IngestSpec | None = None,
         rest: RestApi | None = None,
         http: httpx.Client | None = None,
+        ops: OpsRecorder | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         logger: logging.Logger | None = None,
@@ -282,6 +290,7 @@ class StreamingLanding:
         self._ingest = ingest or IngestSpec()
         self._rest = rest
         self._http = http
+        self._ops = ops
         self._clock = clock
         self._monotonic = monotonic
         self._log = logger or _log
@@ -363,6 +372,8 @@ class StreamingLanding:
             self._done.set()
             ticker.join()
             self._committer.close()
+            if self._ops is not None:
+                self._ops.flush()
         return self._result(self._monotonic() - started, stopped)
 
     # -- start --------------------------------------------------------------------------------
@@ -431,6 +442,7 @@ class StreamingLanding:
         elif isinstance(item, MalformedMessage):
             self._add_malformed(item)
         elif isinstance(item, IdleConnect):
+            self._idle()
             return once
         elif isinstance(item, ReplayGap):
             self._replay_gap(item)
@@ -479,6 +491,31 @@ class StreamingLanding:
                     self._seal(stream)
             for stream in touched.values():
                 self._stamp(stream.open, stamp)
+
+    def _idle(self) -> None:
+        # An empty connect: every channel with nothing open is caught up as of now, once what
+        # it sealed is committed (at once when it already is).
+        now = self._clock()
+        with self._open_lock:
+            marks = [(s, s.sealed_position) for s in self._streams.values() if not len(s.open)]
+        for stream, position in marks:
+            with self._state_lock:
+                committed = stream.position == position
+                stream.idle_mark = None if committed else (now, position)
+            if committed:
+                self._record_caught_up(stream, now)
+
+    def _record_caught_up(self, stream: _Stream, at: float) -> None:
+        if self._ops is not None:
+            self._ops.record(
+                CommitRecord(
+                    layer="bronze",
+                    kind="caught_up",
+                    visible_at=datetime.fromtimestamp(at, tz=timezone.utc),
+                    topic=stream.spec.key,
+                    table=str(stream.table),
+                )
+            )
 
     @staticmethod
     def _stamp(ob: _OpenBatch, stamp: int) -> None:
@@ -630,8 +667,45 @@ class StreamingLanding:
         rows = [self._row(s, v) for s, v in zip(round_, versions, strict=True)]
         self._checkpoints.store.write_all(rows)
         seconds = self._monotonic() - started
-        for sealed in round_:
+        for sealed, version in zip(round_, versions, strict=True):
             self._committed(sealed, seconds)
+            self._record(sealed, version, seconds)
+        if self._ops is not None and self._ops.due():
+            self._ops.flush()
+
+    def _record(self, sealed: _Sealed, version: int | None, seconds: float) -> None:
+        stream = self._streams[sealed.key]
+        with self._state_lock:
+            mark = stream.idle_mark
+            if mark is not None and stream.position == mark[1]:
+                stream.idle_mark = None
+            else:
+                mark = None
+        if self._ops is None:
+            return
+        batch, gap = sealed.batch, sealed.gap
+        self._ops.record(
+            CommitRecord(
+                layer="bronze",
+                kind="commit" if sealed.kind == "events" else "replay_gap",
+                visible_at=datetime.fromtimestamp(self._clock(), tz=timezone.utc),
+                topic=sealed.key,
+                table=str(stream.table),
+                version=version,
+                events=batch.events,
+                rows=len(batch),
+                payload_bytes=batch.nbytes,
+                newest_commit_at=_newest(batch.created),
+                duration_seconds=seconds,
+                message=(
+                    f"replay gap: {gap.rejected} -> {_shown(gap.resumed)} ({gap.reason})"
+                    if gap is not None
+                    else None
+                ),
+            )
+        )
+        if mark is not None:
+            self._record_caught_up(stream, mark[0])
 
     def _land(self, sealed: _Sealed) -> int | None:
         if sealed.kind != "events":
@@ -741,6 +815,23 @@ def _shown(position: int) -> str:
     if position == REPLAY_NEW:
         return "-1 (new notifications only)"
     return f"replay id {position}"
+
+
+def _newest(created: Sequence[str | None]) -> datetime | None:
+    """The latest ``createdDate`` of a batch (ISO 8601; ``None`` when none parses)."""
+    newest = None
+    for text in created:
+        if not text:
+            continue
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError:
+            continue
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        if newest is None or value > newest:
+            newest = value
+    return newest
 
 
 def _path(value: str | None) -> Path | None:

@@ -49,6 +49,11 @@ from pipelines.ops.metrics import PipelineMetrics, serve_metrics
 from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
 from pipelines.spec import Conf, TopicSpec
+from pipelines.streaming_pipeline import (
+    land_streams,
+    landing_streams_beside,
+    push_topic_provisioner,
+)
 
 __all__ = [
     "PROGRESS_PREFIX",
@@ -109,6 +114,12 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="stop cleanly when standard input is closed (used by sfcdc run, so the landing "
         "ends with the process that started it)",
+    )
+    parser.add_argument(
+        "--with-streams",
+        action="store_true",
+        help="land the Streaming API channels (kind: streaming_api object files) too, in the "
+        "same process (used by sfcdc run; sfcdc streaming ingest lands them alone)",
     )
     add_metrics_option(parser)
     parser.set_defaults(handler=run)
@@ -255,20 +266,28 @@ def land(
     environ: dict[str, str] | None = None,
     secrets: SecretResolver | None = None,
     started: Callable[[BronzeLanding], Callable[[], None] | None] | None = None,
+    streams: bool = False,
 ) -> LandingResult:
     """Connect as ``conf`` says and land its topics (what ``sfcdc ingest`` runs).
 
     ``secrets`` resolves the connection's secret references (default: from ``environ``).
     ``started`` is called with the landing before it runs (to watch it from other threads);
-    the function it may return is called once the landing has stopped."""
+    the function it may return is called once the landing has stopped. ``streams``: the
+    Streaming API channels are landed too, beside the topics (after them with ``once``)."""
     topics = select_topics(conf, objects)
-    engine = engine_for(conf.pipeline.lake, environ=environ or os.environ)
+    environ = environ or dict(os.environ)
+    engine = engine_for(conf.pipeline.lake, environ=environ)
     if secrets is None:
         secrets = secret_resolver(environ=environ)
     ops = recorder_for(engine, conf)
     with (
         ops.watching("bronze"),
-        connect(conf.pipeline.connection, secrets=secrets, topics=topics) as source,
+        connect(
+            conf.pipeline.connection,
+            secrets=secrets,
+            topics=topics,
+            on_start=push_topic_provisioner(conf) if streams else None,
+        ) as source,
     ):
         landing = BronzeLanding(
             engine,
@@ -279,9 +298,30 @@ def land(
             ops=ops,
         )
         finish = started(landing) if started is not None else None
+        beside = (
+            landing_streams_beside(
+                conf,
+                engine=lambda: engine_for(conf.pipeline.lake, environ=environ),
+                tokens=source.tokens,
+                ca_file=source.ca_file,
+            )
+            if streams and not once
+            else contextlib.nullcontext()
+        )
         with _stop_on_signals(landing), _serving_metrics(conf, landing):
             try:
-                return landing.run(once=once, duration=seconds)
+                with beside:
+                    result = landing.run(once=once, duration=seconds)
+                if streams and once:
+                    land_streams(
+                        conf,
+                        engine=engine,
+                        tokens=source.tokens,
+                        ca_file=source.ca_file,
+                        once=True,
+                        ops=ops,
+                    )
+                return result
             except ReplayIdError as exc:
                 raise ReplayIdError(
                     f"{exc}\nTo choose, set replay.on_corrupted to earliest or latest in the "
@@ -335,6 +375,7 @@ def run(args: argparse.Namespace) -> int:
         seconds=args.seconds,
         secrets=secrets_from_args(args),
         started=started,
+        streams=args.with_streams,
     )
     if every is not None:
         _write_line(encode_progress(result))

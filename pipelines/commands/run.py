@@ -154,7 +154,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.once and args.landing == "process":
         verbosity = getattr(args, "verbose", 0)
         options = ("-q",) if getattr(args, "quiet", False) else ("-v",) * verbosity
-        child = LandingProcess(args.conf, tuple(args.overrides), cli_options=options)
+        child = LandingProcess(
+            args.conf,
+            tuple(args.overrides),
+            cli_options=options,
+            streams=bool(conf.enabled_streams()) and not args.objects,
+        )
     prometheus = conf.pipeline.ops.prometheus
     metrics = PipelineMetrics() if prometheus.port is not None and not args.once else None
     pipeline = Pipeline(

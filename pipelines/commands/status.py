@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -36,10 +37,10 @@ from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold import job as gold_job
 from pipelines.gold.resync import OBJECT_LEVEL_REASONS, RESYNC_TABLE
 from pipelines.ops.health import State, Verdict, judge, layer_lags, layer_rate
-from pipelines.ops.summary import read_summary
+from pipelines.ops.summary import Summary, read_summary
 from pipelines.session import engine_for
 from pipelines.silver import job as silver_job
-from pipelines.spec import Conf
+from pipelines.spec import Conf, HealthSpec
 
 __all__ = [
     "LayerHealth",
@@ -47,6 +48,7 @@ __all__ = [
     "Status",
     "TopicStatus",
     "format_status",
+    "object_health",
     "read_status",
     "register",
 ]
@@ -253,37 +255,19 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
             if gold_name is not None:
                 chain.append(("gold", gold_name))
                 caught_up.append(_lag(silver_version, applied) == 0)
-            lags = layer_lags(
+            health = object_health(
                 summary,
                 now=now,
-                tables=chain,
+                window=window,
+                chain=chain,
                 caught_up=caught_up,
-            )
-            verdict, error = judge(
-                summary,
-                lags,
-                obj.health,
+                spec=obj.health,
                 topic=spec.topic,
                 obj=obj.api_name,
                 quarantined=quarantined,
                 resync_records=records,
                 resync_whole=whole,
-            )
-            failed = topic_failures.get(spec.topic)
-            state, reasons = verdict.state, verdict.reasons
-            if failed is not None:
-                # The object's topic cannot be subscribed: nothing new can reach its tables.
-                state, reasons = "FAIL", (f"topic subscription failed: {failed}", *reasons)
-            layers = tuple(
-                LayerHealth(
-                    layer=lag.layer,
-                    table=lag.table,
-                    behind_seconds=_round(lag.behind_seconds),
-                    newest_commit_at=_iso(lag.watermark),
-                    last_commit_at=_iso(lag.last_commit_at),
-                    events_per_second=_round(layer_rate(summary, lag.layer, lag.table, window)),
-                )
-                for lag in lags
+                failed=topic_failures.get(spec.topic),
             )
             objects.append(
                 ObjectStatus(
@@ -299,19 +283,18 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
                     silver_lag=_lag(silver_version, applied) if gold_name else None,
                     resync_records=records,
                     resync_full_object=whole,
-                    failed=failed,
                     quarantined=quarantined,
-                    state=state,
-                    reasons=reasons,
-                    behind_seconds=layers[-1].behind_seconds,
-                    events_per_second=layers[-1].events_per_second,
-                    layers=layers,
-                    last_error=error.message if error else None,
-                    last_error_at=_iso(error.at) if error else None,
+                    **health,
                 )
             )
     more_topics, more_objects = stream_status(
-        engine, conf, checkpoints=checkpoints, quarantine=quarantine, open_resync=open_resync
+        engine,
+        conf,
+        checkpoints=checkpoints,
+        quarantine=quarantine,
+        open_resync=open_resync,
+        summary=summary,
+        now=now,
     )
     topics += more_topics
     objects += more_objects
@@ -323,6 +306,62 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
         now=_iso(now) or "",
         commits_table=summary.exists,
     )
+
+
+def object_health(
+    summary: Summary,
+    *,
+    now: datetime,
+    window: float,
+    chain: Sequence[tuple[str, str]],
+    caught_up: Sequence[bool],
+    spec: HealthSpec,
+    topic: str,
+    obj: str,
+    quarantined: int,
+    resync_records: int,
+    resync_whole: int,
+    failed: str | None = None,
+) -> dict[str, Any]:
+    """The health fields of an :class:`ObjectStatus` whose tables are ``chain`` (``(layer,
+    table)``, bronze first; ``caught_up`` as :func:`~pipelines.ops.health.layer_lags` takes
+    it), judged against ``spec``. ``failed``: why its source cannot be subscribed (FAIL)."""
+    lags = layer_lags(summary, now=now, tables=chain, caught_up=caught_up)
+    verdict, error = judge(
+        summary,
+        lags,
+        spec,
+        topic=topic,
+        obj=obj,
+        quarantined=quarantined,
+        resync_records=resync_records,
+        resync_whole=resync_whole,
+    )
+    state, reasons = verdict.state, verdict.reasons
+    if failed is not None:
+        # The object's source cannot be subscribed: nothing new can reach its tables.
+        state, reasons = "FAIL", (f"topic subscription failed: {failed}", *reasons)
+    layers = tuple(
+        LayerHealth(
+            layer=lag.layer,
+            table=lag.table,
+            behind_seconds=_round(lag.behind_seconds),
+            newest_commit_at=_iso(lag.watermark),
+            last_commit_at=_iso(lag.last_commit_at),
+            events_per_second=_round(layer_rate(summary, lag.layer, lag.table, window)),
+        )
+        for lag in lags
+    )
+    return {
+        "failed": failed,
+        "state": state,
+        "reasons": reasons,
+        "behind_seconds": layers[-1].behind_seconds if layers else None,
+        "events_per_second": layers[-1].events_per_second if layers else None,
+        "layers": layers,
+        "last_error": error.message if error else None,
+        "last_error_at": _iso(error.at) if error else None,
+    }
 
 
 def _round(value: float | None) -> float | None:

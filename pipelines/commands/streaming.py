@@ -31,6 +31,7 @@ from pipelines.commands.run import stop_on_signals
 from pipelines.connect import connect
 from pipelines.gold.job import GoldResult
 from pipelines.gold.streaming import run_streaming_gold
+from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
 from pipelines.silver.streaming_job import StreamingSilverResult, run_streaming_silver
 from pipelines.spec import Conf
@@ -153,6 +154,7 @@ def gold_lines(result: GoldResult) -> list[str]:
 
 def _land(args: argparse.Namespace, conf: Conf) -> LandingResult:
     engine = engine_for(conf.pipeline.lake, environ=os.environ)
+    ops = recorder_for(engine, conf)
     provision = push_topic_provisioner(conf)
     running: list[StreamingLanding] = []
 
@@ -168,6 +170,7 @@ def _land(args: argparse.Namespace, conf: Conf) -> LandingResult:
             conf.pipeline.connection, secrets=secrets_from_args(args), on_start=provision
         ) as source,
         stop_on_signals(stop),
+        ops.watching("bronze"),
     ):
         return land_streams(
             conf,
@@ -178,6 +181,7 @@ def _land(args: argparse.Namespace, conf: Conf) -> LandingResult:
             duration=args.seconds,
             streams=args.channels,
             started=started,
+            ops=ops,
         )
 
 
@@ -190,14 +194,20 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _silver(args: argparse.Namespace) -> int:
     conf = _conf(args)
-    result = run_streaming_silver(engine_for(conf.pipeline.lake), conf, streams=args.channels)
+    engine = engine_for(conf.pipeline.lake)
+    ops = recorder_for(engine, conf)
+    with ops.watching("silver"):
+        result = run_streaming_silver(engine, conf, streams=args.channels, on_commit=ops.record)
     print("\n".join(["sfcdc streaming silver:", *silver_lines(result)]))
     return 0
 
 
 def _gold(args: argparse.Namespace) -> int:
     conf = _conf(args)
-    result = run_streaming_gold(engine_for(conf.pipeline.lake), conf, streams=args.channels)
+    engine = engine_for(conf.pipeline.lake)
+    ops = recorder_for(engine, conf)
+    with ops.watching("gold"):
+        result = run_streaming_gold(engine, conf, streams=args.channels, on_commit=ops.record)
     print("\n".join(["sfcdc streaming gold:", *gold_lines(result)]))
     return 0
 
@@ -206,8 +216,11 @@ def _run(args: argparse.Namespace) -> int:
     conf = _conf(args)
     landing = _land(args, conf)
     engine = engine_for(conf.pipeline.lake)
-    silver = run_streaming_silver(engine, conf, streams=args.channels)
-    gold = run_streaming_gold(engine, conf, streams=args.channels)
+    ops = recorder_for(engine, conf)
+    with ops.watching("silver"):
+        silver = run_streaming_silver(engine, conf, streams=args.channels, on_commit=ops.record)
+    with ops.watching("gold"):
+        gold = run_streaming_gold(engine, conf, streams=args.channels, on_commit=ops.record)
     lines: Sequence[str] = [
         "sfcdc streaming run: " + ingest_lines(landing)[0],
         *ingest_lines(landing)[1:],

@@ -20,6 +20,7 @@ from pipelines.spec_streaming import StreamingObjectSpec
 if TYPE_CHECKING:
     from pipelines.commands.status import ObjectStatus, TopicStatus
     from pipelines.engines import LakeEngine
+    from pipelines.ops.summary import Summary
 
 __all__ = ["describe_streams", "stream_status"]
 
@@ -83,10 +84,13 @@ def stream_status(
     checkpoints: pa.Table | None,
     quarantine: pa.Table | None,
     open_resync: Sequence[Mapping[str, Any]],
+    summary: Summary,
+    now: datetime,
 ) -> tuple[list[TopicStatus], list[ObjectStatus]]:
     """``sfcdc status`` entries of the enabled channels: one topic (the bronze side, keyed
-    ``streaming:<channel>``, replay ids as numbers) and one object (silver and gold) each."""
-    from pipelines.commands.status import ObjectStatus, TopicStatus
+    ``streaming:<channel>``, replay ids as numbers) and one object (silver and gold) each,
+    judged against ``defaults.health`` with the commits table's ``summary``."""
+    from pipelines.commands.status import ObjectStatus, TopicStatus, object_health
     from pipelines.gold.job import GOLD_APP_PREFIX
 
     topics: list[TopicStatus] = []
@@ -137,6 +141,28 @@ def stream_status(
                 else None
             )
         mine = [r for r in open_resync if r["object"] == spec.key]
+        records = len({r["record_id"] for r in mine if r["record_id"]})
+        whole = sum(
+            1 for r in mine if r["record_id"] is None or r["reason"] in OBJECT_LEVEL_REASONS
+        )
+        chain = [("bronze", str(bronze)), ("silver", str(silver))]
+        caught_up = [True, _lag(bronze_version, processed) == 0]
+        if gold_name is not None:
+            chain.append(("gold", gold_name))
+            caught_up.append(_lag(silver_version, applied) == 0)
+        health = object_health(
+            summary,
+            now=now,
+            window=conf.pipeline.ops.rate_window_seconds,
+            chain=chain,
+            caught_up=caught_up,
+            spec=conf.pipeline.defaults.health,
+            topic=spec.key,
+            obj=spec.key,
+            quarantined=quarantined,
+            resync_records=records,
+            resync_whole=whole,
+        )
         objects.append(
             ObjectStatus(
                 object=spec.key,
@@ -149,10 +175,10 @@ def stream_status(
                 gold_version=gold_version,
                 silver_applied=applied,
                 silver_lag=_lag(silver_version, applied) if gold_name else None,
-                resync_records=len({r["record_id"] for r in mine if r["record_id"]}),
-                resync_full_object=sum(
-                    1 for r in mine if r["record_id"] is None or r["reason"] in OBJECT_LEVEL_REASONS
-                ),
+                resync_records=records,
+                resync_full_object=whole,
+                quarantined=quarantined,
+                **health,
             )
         )
     return topics, objects

@@ -281,12 +281,14 @@ def run_gold_object(
     partitions: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
     processed_at: datetime | None = None,
+    on_commit: Callable[[CommitRecord], object] | None = None,
 ) -> ObjectResult | None:
     """Bring one object's gold table up to date with its silver table (``obj.tables``),
     folding with ``layout`` instead of a layout built from the schema registry: for a source
     whose columns come from elsewhere (the Streaming API's describes). ``replay_gaps`` are
     re-sync rows to record (as :func:`~pipelines.gold.resync.replay_gap_rows` makes them, not
-    yet in the re-sync table). ``None`` when the silver table does not exist yet."""
+    yet in the re-sync table). ``on_commit`` receives the MERGE's commit record. ``None`` when
+    the silver table does not exist yet."""
     silver = TableRef("silver", obj.tables.silver)
     if not engine.exists(silver):
         return None
@@ -300,6 +302,7 @@ def run_gold_object(
         replay_gaps=list(map(dict, replay_gaps)),
         clock=clock,
         layout=layout,
+        on_commit=on_commit,
     )
     return runner.run()
 

@@ -33,6 +33,7 @@ from pipelines.bronze.streaming_setup import read_describes
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold.job import CHECKPOINT_TABLE, GoldResult, ObjectResult, run_gold_object
 from pipelines.gold.resync import RESYNC_TABLE, replay_gap_rows
+from pipelines.ops.table import CommitRecord
 from pipelines.silver.streaming_job import select_streams, streaming_plan
 from pipelines.spec import DEFAULT_SEQUENCE_BY, Conf, GoldSpec, ObjectSpec, TablesSpec
 from pipelines.spec_streaming import StreamingObjectSpec
@@ -98,9 +99,11 @@ def run_streaming_gold(
     partitions: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    on_commit: Callable[[CommitRecord], object] | None = None,
 ) -> GoldResult:
     """Bring the gold tables of the PushTopic and change event channels up to date with
-    silver; generic and platform event channels have no gold."""
+    silver; generic and platform event channels have no gold. ``on_commit`` receives a
+    commit record per gold MERGE (the commits table)."""
     chosen = select_streams(conf, streams)
     records = [s for s in chosen if s.has_gold]
     events = tuple(s.key for s in chosen if not s.has_gold)
@@ -121,6 +124,7 @@ def run_streaming_gold(
             partitions=partitions,
             clock=clock,
             processed_at=at,
+            on_commit=on_commit,
         )
         if result is not None:
             results.append(result)

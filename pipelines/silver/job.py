@@ -302,6 +302,21 @@ def _select_objects(conf: Conf, names: Sequence[str] | None) -> list[ObjectSpec]
     return [o for o in enabled if o.api_name in wanted]
 
 
+def maintain_on_schedule(
+    engine: LakeEngine, table: TableRef, version: int | None, every: int
+) -> None:
+    """Compact ``table`` and checkpoint its log when commit ``version`` is a multiple of
+    ``every`` (``ingest.maintain_every_commits``; 0: never), so a silver table that grows by
+    small appends for months keeps a bounded number of files and a short log to replay. By
+    version, so it holds across passes and processes. A failure is logged: silver goes on."""
+    if every <= 0 or version is None or version == 0 or version % every:
+        return
+    try:
+        engine.maintain(table)
+    except LakeError as exc:
+        _log.warning("silver: maintenance of %s failed (left for later): %s", table, exc)
+
+
 def run_silver(
     engine: LakeEngine,
     conf: Conf,
@@ -346,6 +361,7 @@ def run_silver(
                 clock=clock,
                 now=now,
                 on_commit=on_commit,
+                maintain_every=conf.pipeline.ingest.maintain_every_commits,
             )
             results.append(group.run(after))
     return SilverResult(tuple(results))
@@ -433,10 +449,12 @@ class _Group:
         clock: Callable[[], float],
         now: Callable[[], datetime],
         on_commit: Callable[[CommitRecord], object] | None = None,
+        maintain_every: int = 0,
     ) -> None:
         self.engine = engine
         self.now = now
         self.on_commit = on_commit
+        self.maintain_every = maintain_every
 
         self.topic = topic
         self.bronze = bronze
@@ -764,6 +782,8 @@ class _Group:
             newest = newest_time(self.engine, data, column)
         result = self.engine.append(table, data, txn=Txn(app_id(obj), end), metadata=metadata)
         _log.debug("silver: %s written in %.2f s", table, self.clock() - started)
+        if not result.skipped:
+            maintain_on_schedule(self.engine, table, result.version, self.maintain_every)
         p = self.progress[obj.api_name]
         p.events += events
         p.rows += result.rows

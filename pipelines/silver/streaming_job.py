@@ -37,7 +37,14 @@ from pipelines.bronze.streaming_setup import DescribeEntry, read_describes
 from pipelines.bronze.tables import CHECKPOINT_TABLE
 from pipelines.engines import LakeEngine, TableRef, Txn
 from pipelines.engines.arrow import spark_schema_to_arrow
-from pipelines.silver.job import QUARANTINE_TABLE, plan_chunks, version_sizes
+from pipelines.ops.newest import newest_time
+from pipelines.ops.table import CommitRecord
+from pipelines.silver.job import (
+    QUARANTINE_TABLE,
+    maintain_on_schedule,
+    plan_chunks,
+    version_sizes,
+)
 from pipelines.silver.quarantine import QUARANTINE_SCHEMA, AfterBatch, QuarantinePart, SilverPart
 from pipelines.silver.streaming import STREAM_BRONZE_COLUMNS, StreamingRows, StreamPlan, stream_plan
 from pipelines.spec import Conf
@@ -58,6 +65,8 @@ _log = logging.getLogger(__name__)
 _META_MAX_BATCH = "sfcdc.silver.bronze_max_batch_id"
 _META_VERSIONS = "sfcdc.silver.bronze_versions"
 _BRONZE_FIELDS = STREAM_BRONZE_COLUMNS
+# The silver column the commits table's lag is measured from (the notification's createdDate).
+_CREATED = "_cdc_created_date"
 
 
 def silver_app_id(spec: StreamingObjectSpec) -> str:
@@ -137,9 +146,11 @@ def run_streaming_silver(
     streams: Sequence[str] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    on_commit: Callable[[CommitRecord], object] | None = None,
 ) -> StreamingSilverResult:
     """Bring the silver tables of the Streaming API channels up to date with bronze (see the
-    module docstring); ``streams`` selects channels by name (default: every enabled one)."""
+    module docstring); ``streams`` selects channels by name (default: every enabled one).
+    ``on_commit`` receives a commit record per silver commit (the commits table)."""
     chosen = select_streams(conf, streams)
     registry: Mapping[str, list[DescribeEntry]] | None = None
     at = now()
@@ -152,7 +163,17 @@ def run_streaming_silver(
         if registry is None:
             registry = read_describes(engine)
         plan = streaming_plan(spec, registry.get(spec.key, []))
-        results.append(_Run(engine, spec, bronze, plan, at=at, clock=clock).run())
+        run = _Run(
+            engine,
+            spec,
+            bronze,
+            plan,
+            at=at,
+            clock=clock,
+            on_commit=on_commit,
+            maintain_every=conf.pipeline.ingest.maintain_every_commits,
+        )
+        results.append(run.run())
     return StreamingSilverResult(tuple(results))
 
 
@@ -166,8 +187,12 @@ class _Run:
         *,
         at: datetime,
         clock: Callable[[], float],
+        on_commit: Callable[[CommitRecord], object] | None = None,
+        maintain_every: int = 0,
     ) -> None:
         self.engine = engine
+        self.on_commit = on_commit
+        self.maintain_every = maintain_every
         self.spec = spec
         self.bronze = bronze
         self.silver = TableRef("silver", spec.tables.silver)
@@ -280,6 +305,7 @@ class _Run:
             good = engine.map_batches(decoded, SilverPart(plan.names), plan.schema)
             engine.ensure_table(self.silver, plan.schema)
             max_batch = self._max_batch(rows)
+            newest = newest_time(engine, good, _CREATED) if self.on_commit is not None else None
             result = engine.append(
                 self.silver,
                 good,
@@ -290,6 +316,24 @@ class _Run:
                 },
             )
             written = result.rows if not result.skipped else 0
+            if not result.skipped:
+                maintain_on_schedule(engine, self.silver, result.version, self.maintain_every)
+            if self.on_commit is not None and not result.skipped:
+                self.on_commit(
+                    CommitRecord(
+                        layer="silver",
+                        kind="commit",
+                        visible_at=datetime.now(timezone.utc),
+                        topic=spec.key,
+                        object=spec.key,
+                        table=str(self.silver),
+                        version=result.version,
+                        events=count,
+                        rows=result.rows,
+                        quarantined=quarantined,
+                        newest_commit_at=newest,
+                    )
+                )
             self.rows += written
             self.quarantined += quarantined
             self.commits += 1

@@ -24,10 +24,12 @@ from pipelines.bronze.landing import LandingResult
 from pipelines.bronze.streaming import StreamingLanding
 from pipelines.bronze.streaming_tables import STREAMING_BRONZE_SCHEMA, replay_number
 from pipelines.bronze.tables import bronze_app_id
-from pipelines.commands.status import read_status
+from pipelines.commands.status import format_status, read_status
 from pipelines.commands.validate import describe
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.engines.local import LocalEngine
+from pipelines.ops.recorder import recorder_for
+from pipelines.ops.table import OPS_TABLE
 from pipelines.spec import Conf, load_conf
 from pipelines.streaming_pipeline import land_streams, run_streaming_pass
 from tests.integration.streaming.lake import (
@@ -306,3 +308,57 @@ def test_gold_applies_notifications_in_replay_id_order_whatever_their_arrival(
     run_streaming_pass(engine, conf)
     (gold,) = engine.read_arrow(TableRef("gold", "accts")).to_pylist()
     assert (gold["Industry"], gold["_cdc_last_replay_id"]) == ("Newest", b"21")
+
+
+def test_commits_table_gives_the_channels_lag_rate_and_health(
+    tmp_path: Path, tls_emulator: Emulator
+) -> None:
+    emu = tls_emulator
+    conf = load_conf(write_conf(tmp_path, emu, {"accts": ACCTS, "news": NEWS}))
+    engine = LocalEngine(location=tmp_path / "lake")
+    tokens = token_manager(emu)
+    channel_id = emu.streaming.create_channel("/u/News")
+    ops = recorder_for(engine, conf)
+    land_streams(conf, engine=engine, tokens=tokens, ca_file=emu.ca_cert_path, once=True, ops=ops)
+    account(emu, "CREATE", A, {"Name": "Acme", "Industry": "Energy"})
+    account(emu, "UPDATE", A, {"Industry": "Banking"})
+    emu.streaming.push(channel_id, "hello")
+    land_streams(conf, engine=engine, tokens=tokens, ca_file=emu.ca_cert_path, once=True, ops=ops)
+    run_streaming_pass(engine, conf, on_commit=ops.record)
+    ops.flush()
+
+    commits = engine.read_arrow(OPS_TABLE).to_pylist()
+    landed = {
+        (r["topic"], r["table_name"]): r["events"]
+        for r in commits
+        if r["layer"] == "bronze" and r["kind"] == "commit"
+    }
+    assert landed == {
+        ("streaming:/topic/Accts", "bronze.streaming_accts"): 2,
+        ("streaming:/u/News", "bronze.streaming_news"): 1,
+    }
+    # An empty connect after the last commit: both channels were caught up.
+    caught = {r["topic"] for r in commits if r["layer"] == "bronze" and r["kind"] == "caught_up"}
+    assert caught == {"streaming:/topic/Accts", "streaming:/u/News"}
+    applied = {
+        (r["layer"], r["table_name"]): (r["events"], r["newest_commit_at"] is not None)
+        for r in commits
+        if r["layer"] in ("silver", "gold")
+    }
+    assert applied == {
+        ("silver", "silver.accts"): (2, True),
+        ("silver", "silver.news"): (1, True),
+        ("gold", "gold.accts"): (2, True),
+    }
+
+    status = read_status(engine, conf)
+    objects = {o.object: o for o in status.objects}
+    accts = objects["streaming:/topic/Accts"]
+    assert [h.layer for h in accts.layers] == ["bronze", "silver", "gold"]
+    assert all(h.behind_seconds is not None for h in accts.layers)
+    assert accts.behind_seconds is not None and accts.behind_seconds < 300
+    assert accts.state == "OK", accts.reasons
+    news = objects["streaming:/u/News"]
+    assert [h.layer for h in news.layers] == ["bronze", "silver"]
+    assert news.state == "OK", news.reasons
+    assert "lag unknown" not in "\n".join(format_status(status))
