@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 from pathlib import Path
@@ -78,9 +79,14 @@ def test_sigterm_stops_a_continuous_run_cleanly_with_a_last_pass(
     conf = load_conf(write_conf(tmp_path, events=200, platform_events=0, engine=lake_kind))
     lines: list[str] = []
 
+    stopped: list[bool] = []
+
     def report(line: str) -> None:
-        if not lines:
-            # The handler is installed: the run is inside stop_on_signals.
+        # The handler is installed (the run is inside stop_on_signals); once a topic has
+        # landed something (a loaded machine may report a pass before any event arrives).
+        landed = re.search(r": \d+ events/s, (\d+) landed", line)
+        if not stopped and landed and int(landed.group(1)) > 0:
+            stopped.append(True)
             os.kill(os.getpid(), signal.SIGTERM)
         lines.append(line)
 
