@@ -179,15 +179,15 @@ def main() -> int:
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
     stretches = [f"{(i + 1) * args.stretch}" for i in range(args.commits // args.stretch)]
-    for title, pick, form in (
-        ("mean ms per commit (write + commit), commits up to", lambda f: f.means, ".1f"),
-        ("data files on disk after commit", lambda f: f.files, "d"),
-        ("log entries (json + checkpoints) after commit", lambda f: f.entries, "d"),
+    for title, attribute, form in (
+        ("mean ms per commit (write + commit), commits up to", "means", ".1f"),
+        ("data files on disk after commit", "files", "d"),
+        ("log entries (json + checkpoints) after commit", "entries", "d"),
     ):
         print(f"{title}")
         print(f"  {'':<22}" + "".join(f"{s:>8}" for s in stretches))
         for label, fig in figures.items():
-            print(f"  {label:<22}" + "".join(f"{v:>8{form}}" for v in pick(fig)))
+            print(f"  {label:<22}" + "".join(f"{v:>8{form}}" for v in getattr(fig, attribute)))
     safe = figures["sfcdc + maintain"]
     first, last = safe.means[0], safe.means[-1]
     print(f"sfcdc + maintain: last stretch / first = {last / first:.2f} (ms per commit)")

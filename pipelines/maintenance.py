@@ -89,11 +89,9 @@ class Retention:
     @property
     def reason(self) -> str:
         if self.need is None:
-            return (
-                "configured (no consumers)"
-                if not self.consumers
-                else ("configured (every consumer is up to date)")
-            )
+            if not self.consumers:
+                return "configured (no consumers)"
+            return "configured (no consumer is behind)"
         need = self.need
         when = "" if need.committed_at is None else f", committed {_iso(need.committed_at)}"
         return f"consumer {need.consumer} needs version {need.version}{when}"

@@ -40,7 +40,7 @@ def test_retention_is_the_configured_one_or_the_age_of_the_needed_commit() -> No
     spec = MaintenanceSpec(vacuum_retention_hours=168, log_retention_hours=720)
     kept = retention_for(spec, None, now=NOW, consumers=2)
     assert (kept.vacuum_hours, kept.log_hours) == (168, 720)
-    assert kept.reason == "configured (every consumer is up to date)"
+    assert kept.reason == "configured (no consumer is behind)"
     assert retention_for(spec, None, now=NOW).reason == "configured (no consumers)"
 
     old = Need(CONTACT, 5, NOW - timedelta(hours=200))
