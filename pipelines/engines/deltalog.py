@@ -459,10 +459,12 @@ def expire_log(log_dir: Path, *, older_than: float) -> int:
             continue
         version = int(match.group(2) or match.group(1))
         kind = match.group(3)
-        counted = not entry.name.startswith(".") and kind != "crc"
-        files.append((version, Path(entry.path), counted))
         if entry.name.startswith("."):
+            # Hadoop's checksums go with their file; a writer's temporary file stays.
+            if entry.name.endswith(".crc"):
+                files.append((version, Path(entry.path), False))
             continue
+        files.append((version, Path(entry.path), kind != "crc"))
         if kind == "json" and match.group(2) is None:
             versions[version] = entry.stat().st_mtime
         elif kind == "checkpoint" and entry.name.endswith((".parquet", ".json")):

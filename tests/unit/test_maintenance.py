@@ -85,6 +85,7 @@ def _log_dir(tmp_path: Path, versions: int, checkpoints: list[int], old: int) ->
         if v < old:
             stamp = (NOW - timedelta(days=2)).timestamp()
             os.utime(path, (stamp, stamp))
+    (log / f".{0:020d}.json.0123abcd.tmp").write_text("")  # a writer's, in flight
     for c in checkpoints:
         (log / f"{c:020d}.checkpoint.parquet").write_bytes(b"")
     (log / "_last_checkpoint").write_text("{}")
@@ -102,6 +103,7 @@ def test_expired_log_entries_go_up_to_a_checkpoint_that_keeps_the_rest_readable(
     names = sorted(p.name for p in log.iterdir() if not p.name.startswith("."))
     assert names[0] == f"{10:020d}.checkpoint.parquet" and f"{10:020d}.json" in names
     assert not (log / f".{9:020d}.json.crc").exists() and (log / "_last_checkpoint").exists()
+    assert (log / f".{0:020d}.json.0123abcd.tmp").exists()
 
     # Everything expired: up to the newest checkpoint, which the latest versions need.
     assert expire_log(log, older_than=math.inf) == 11
