@@ -13,10 +13,13 @@ the time maintenance itself takes):
 - other tables (gold, sfcdc's own bookkeeping tables) have no consumers: the configured values.
 
 A consumer that has read everything, or has never read (its first read is the current
-snapshot), needs nothing old. Time travel to versions older than the retention used is gone
-by design. Log cleanup deletes commit files older than the retention and than the newest log
-checkpoint (:func:`pipelines.engines.deltalog.expire_log`, on tables on a local disk); the
-engines do the Delta work (:meth:`~pipelines.engines.LakeEngine.maintain`).
+snapshot), needs no old files. Its next read still starts at the version after the last one
+it read, which may be one maintenance itself commits (compaction, VACUUM), so the log is never
+cleaned past ``processed + 1`` of any consumer that has read (:func:`log_floor`). Time travel
+to versions older than the retention used is gone by design. Log cleanup deletes commit files
+older than the retention and than the newest log checkpoint
+(:func:`pipelines.engines.deltalog.expire_log`, on tables on a local disk); the engines do the
+Delta work (:meth:`~pipelines.engines.LakeEngine.maintain`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ __all__ = [
     "TableMaintenance",
     "consumers_of",
     "describe",
+    "log_floor",
     "maintain_tables",
     "oldest_needed",
     "retention_for",
@@ -85,6 +89,7 @@ class Retention:
     log_hours: float
     need: Need | None = None
     consumers: int = 0
+    log_from: int | None = None
 
     @property
     def reason(self) -> str:
@@ -125,8 +130,20 @@ def oldest_needed(
     return consumer, version
 
 
+def log_floor(processed: Mapping[Consumer, int | None]) -> int | None:
+    """The oldest version whose log entry must stay: where the next read of a consumer that
+    has read starts (``processed + 1``, which may not exist yet)."""
+    starts = [version + 1 for version in processed.values() if version is not None]
+    return min(starts) if starts else None
+
+
 def retention_for(
-    spec: MaintenanceSpec, need: Need | None, *, now: datetime, consumers: int = 0
+    spec: MaintenanceSpec,
+    need: Need | None,
+    *,
+    now: datetime,
+    consumers: int = 0,
+    log_from: int | None = None,
 ) -> Retention:
     """The retention to use on a table: the configured hours, or more when ``need``'s
     commit is older (its age plus :data:`SAFETY_MARGIN_HOURS`). A need whose commit time is
@@ -139,7 +156,7 @@ def retention_for(
             age = max(0.0, (now - need.committed_at).total_seconds() / 3600)
             age += SAFETY_MARGIN_HOURS
         vacuum, log = max(vacuum, age), max(log, age)
-    return Retention(vacuum, log, need, consumers)
+    return Retention(vacuum, log, need, consumers, log_from)
 
 
 def consumers_of(conf: Conf) -> dict[TableRef, list[Consumer]]:
@@ -203,12 +220,17 @@ def tables_to_maintain(
     return [t for t in unique if engine.exists(t)]
 
 
-def _need(engine: LakeEngine, table: TableRef, consumers: Iterable[Consumer]) -> Need | None:
-    latest = engine.version(table)
-    processed = {
+def _processed(engine: LakeEngine, consumers: Iterable[Consumer]) -> dict[Consumer, int | None]:
+    return {
         c: engine.txn_version(c.table, c.app_id) if engine.exists(c.table) else None
         for c in consumers
     }
+
+
+def _need(
+    engine: LakeEngine, table: TableRef, processed: Mapping[Consumer, int | None]
+) -> Need | None:
+    latest = engine.version(table)
     oldest = oldest_needed(latest, processed)
     if oldest is None or latest is None:
         return None
@@ -239,16 +261,25 @@ def maintain_tables(
     objects: Sequence[str] | None = None,
     dry_run: bool = False,
     clock: Callable[[], datetime] | None = None,
+    tables: Sequence[TableRef] | None = None,
 ) -> list[TableMaintenance]:
     """Compact, checkpoint, clean the log of and VACUUM every table :func:`tables_to_maintain`
-    selects, with the retention :func:`retention_for` chooses (``dry_run``: only choose)."""
+    selects (or only ``tables``), with the retention :func:`retention_for` chooses
+    (``dry_run``: only choose)."""
     spec = conf.pipeline.maintenance
     now = clock or (lambda: datetime.now(timezone.utc))
     consumers = consumers_of(conf)
     done = []
-    for table in tables_to_maintain(engine, conf, objects):
-        mine = consumers.get(table, [])
-        retention = retention_for(spec, _need(engine, table, mine), now=now(), consumers=len(mine))
+    chosen = tables_to_maintain(engine, conf, objects) if tables is None else tables
+    for table in chosen:
+        processed = _processed(engine, consumers.get(table, []))
+        retention = retention_for(
+            spec,
+            _need(engine, table, processed),
+            now=now(),
+            consumers=len(processed),
+            log_from=log_floor(processed),
+        )
         result = None
         if not dry_run:
             keep_all = math.isinf(retention.vacuum_hours)
@@ -258,6 +289,7 @@ def maintain_tables(
                 checkpoint=not keep_all,
                 vacuum_hours=None if keep_all else retention.vacuum_hours,
                 log_hours=None if keep_all else retention.log_hours,
+                log_from_version=retention.log_from,
             )
         done.append(TableMaintenance(table, retention, result))
     return done
@@ -266,7 +298,10 @@ def maintain_tables(
 def describe(item: TableMaintenance) -> str:
     """One line for ``sfcdc maintain``: what was done to the table, the retention and why."""
     r, result = item.retention, item.result
-    hours = f"retention {_hours(r.vacuum_hours)} (files), {_hours(r.log_hours)} (log): {r.reason}"
+    kept = "" if r.log_from is None else f" from version {r.log_from}"
+    hours = (
+        f"retention {_hours(r.vacuum_hours)} (files), {_hours(r.log_hours)} (log{kept}): {r.reason}"
+    )
     if result is None:
         return f"{item.table}: dry run, would use {hours}"
     return (

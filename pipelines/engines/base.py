@@ -428,12 +428,14 @@ class LakeEngine(Protocol):
         checkpoint: bool = True,
         vacuum_hours: float | None = None,
         log_hours: float | None = None,
+        log_from_version: int | None = None,
     ) -> MaintenanceResult:
         """Compact small files, write a log checkpoint and clean up expired log entries, and
         (with ``vacuum_hours``) delete unreferenced files older than that. Log entries expire
         after the table's ``delta.logRetentionDuration``, or (with ``log_hours``) when older
-        than that and than the newest checkpoint. Neither knows what a consumer still needs:
-        :mod:`pipelines.maintenance` chooses the hours."""
+        than that and than the newest checkpoint, and (with ``log_from_version``) when that
+        version and later stay readable. Neither knows what a consumer still needs:
+        :mod:`pipelines.maintenance` chooses."""
         ...
 
     # ---------------------------------------------------------------------------- SQL

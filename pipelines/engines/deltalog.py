@@ -441,15 +441,17 @@ def log_entries(log_dir: Path) -> int:
     return count
 
 
-def expire_log(log_dir: Path, *, older_than: float) -> int:
+def expire_log(log_dir: Path, *, older_than: float, keep_version: int | None = None) -> int:
     """Delete the log files of ``log_dir`` no reader of a kept version needs; how many
     commit and checkpoint files went.
 
     A version stays readable when a checkpoint at or before it and every commit after that
     checkpoint remain. The oldest version to keep is the first committed at or after
     ``older_than`` (seconds since the epoch; the commit file's modification time, as Delta's
-    own cleanup uses), but no later than the newest checkpoint; every file of a version before
-    the newest checkpoint at or before that one goes, as Delta Spark's log cleanup does."""
+    own cleanup uses), but no later than the newest checkpoint, nor than ``keep_version`` (a
+    version a reader will start from, which may not exist yet); every file of a version
+    before the newest checkpoint at or before that one goes, as Delta Spark's log cleanup
+    does."""
     versions: dict[int, float] = {}
     checkpoints: set[int] = set()
     files: list[tuple[int, Path, bool]] = []
@@ -473,7 +475,7 @@ def expire_log(log_dir: Path, *, older_than: float) -> int:
         return 0
     newest = max(checkpoints)
     recent = [v for v, mtime in versions.items() if mtime >= older_than]
-    keep_from = min([newest, *recent])
+    keep_from = min([newest, *recent, *([] if keep_version is None else [keep_version])])
     usable = [c for c in checkpoints if c <= keep_from]
     if not usable:
         return 0

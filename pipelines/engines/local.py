@@ -719,6 +719,7 @@ class LocalEngine:
         checkpoint: bool = True,
         vacuum_hours: float | None = None,
         log_hours: float | None = None,
+        log_from_version: int | None = None,
     ) -> MaintenanceResult:
         # A table of its own: maintenance may run on a thread beside this engine's appends.
         path = self.path(table)
@@ -746,13 +747,15 @@ class LocalEngine:
                     )
                 # Tombstones only (not full): a file an appender is writing is not in the log
                 # yet, and must not go.
-                deleted = dt.vacuum(
-                    retention_hours=math.ceil(vacuum_hours),
-                    dry_run=False,
-                    enforce_retention_duration=False,
-                    full=False,
-                )
-                vacuumed = len(deleted)
+                options: dict[str, Any] = {
+                    "retention_hours": math.ceil(vacuum_hours),
+                    "enforce_retention_duration": False,
+                    "full": False,
+                }
+                # delta-rs lists tombstones it deleted before too: count what was on disk.
+                present = [f for f in dt.vacuum(dry_run=True, **options) if Path(path, f).exists()]
+                dt.vacuum(dry_run=False, **options)
+                vacuumed = sum(1 for f in present if not Path(path, f).exists())
             # The checkpoint last, so it covers vacuum's commits, and the log cleanup after it
             # (vacuum reads the log entries it would delete).
             if checkpoint:
@@ -763,7 +766,9 @@ class LocalEngine:
                     dt.cleanup_metadata()
                 else:
                     expired = expire_log(
-                        path / "_delta_log", older_than=time.time() - log_hours * 3600
+                        path / "_delta_log",
+                        older_than=time.time() - log_hours * 3600,
+                        keep_version=log_from_version,
                     )
         _log.info(
             "%s: maintenance compacted %d files into %d, checkpoint %s, vacuumed %s files, "

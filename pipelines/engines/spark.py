@@ -34,7 +34,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -823,9 +823,21 @@ class SparkEngine:
             ):
                 return f"{CDF_PROPERTY} changed in version {entry.version}"
             # The feed of a version reads the files it added; a vacuum since may have deleted
-            # them (compacted away, then unreferenced long enough).
-            if entry.operation.startswith("VACUUM"):
-                return f"version {entry.version} ({entry.operation}) may have deleted its files"
+            # them (compacted away, then unreferenced long enough): those of the versions
+            # committed before its horizon (its time minus its retention), which
+            # pipelines.maintenance keeps before the oldest version a consumer needs.
+            if entry.operation.startswith("VACUUM") and entry.operation != "VACUUM END":
+                retention = _vacuum_retention_ms(entry.parameters)
+                for read in since:
+                    if not first <= read.version < entry.version or read.operation in _NO_DATA:
+                        continue
+                    if retention is None or read.timestamp < entry.timestamp - timedelta(
+                        milliseconds=retention
+                    ):
+                        return (
+                            f"version {entry.version} ({entry.operation}) may have deleted the "
+                            f"files of version {read.version}"
+                        )
         return None
 
     # ---------------------------------------------------------------------- execution
@@ -914,6 +926,7 @@ class SparkEngine:
         checkpoint: bool = True,
         vacuum_hours: float | None = None,
         log_hours: float | None = None,
+        log_from_version: int | None = None,
     ) -> MaintenanceResult:
         self._require(table)
         ident = self._ident(table)
@@ -943,7 +956,7 @@ class SparkEngine:
             if checkpoint:
                 checkpoint_version = self._checkpoint(table)
                 if log_hours is not None:
-                    expired = self._expire_log(table, local_dir, log_hours)
+                    expired = self._expire_log(table, local_dir, log_hours, log_from_version)
         return MaintenanceResult(table, removed, added, checkpoint_version, vacuumed, expired)
 
     def _local_dir(self, table: TableRef) -> Path | None:
@@ -955,7 +968,9 @@ class SparkEngine:
             path = path.removeprefix("file:")
         return Path(path) if "://" not in path else None
 
-    def _expire_log(self, table: TableRef, local_dir: Path | None, log_hours: float) -> int | None:
+    def _expire_log(
+        self, table: TableRef, local_dir: Path | None, log_hours: float, keep: int | None
+    ) -> int | None:
         """Log cleanup with a retention of its own, where the log is on this machine's disk;
         elsewhere Delta Spark cleans up after checkpoints per delta.logRetentionDuration."""
         if local_dir is None:
@@ -972,7 +987,9 @@ class SparkEngine:
         except ImportError as exc:
             _log.warning("%s: no log cleanup (%s)", table, exc)
             return None
-        return expire_log(local_dir / "_delta_log", older_than=time.time() - log_hours * 3600)
+        return expire_log(
+            local_dir / "_delta_log", older_than=time.time() - log_hours * 3600, keep_version=keep
+        )
 
     def _checkpoint(self, table: TableRef) -> int | None:
         """Write a log checkpoint of the latest version now (Delta Spark also writes one
@@ -1073,6 +1090,24 @@ def _same_location(listed: str, path: str) -> bool:
         return text.rstrip("/")
 
     return plain(listed) == plain(path)
+
+
+# Operations whose commits add no rows to a change data feed.
+_NO_DATA = frozenset(
+    {"OPTIMIZE", "VACUUM START", "VACUUM END", "CREATE TABLE", "SET TBLPROPERTIES"}
+)
+
+
+def _vacuum_retention_ms(parameters: Mapping[str, str]) -> float | None:
+    """The retention a VACUUM's history entry ran with (``None``: not recorded)."""
+    for key in ("specifiedRetentionMillis", "defaultRetentionMillis"):
+        value = parameters.get(key)
+        if value is not None:
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
 
 
 def _data_files(directory: Path) -> int:

@@ -17,6 +17,7 @@ from pipelines.maintenance import (
     Consumer,
     Need,
     consumers_of,
+    log_floor,
     oldest_needed,
     retention_for,
 )
@@ -34,6 +35,13 @@ def test_the_oldest_version_a_consumer_still_needs() -> None:
     assert oldest_needed(10, {ACCOUNT: 10, CONTACT: 9}) == (CONTACT, 10)
     assert oldest_needed(None, {ACCOUNT: 3}) is None
     assert oldest_needed(10, {}) is None
+
+
+def test_the_log_is_kept_from_where_the_next_read_of_a_consumer_starts() -> None:
+    # Up to date at 10: its next read starts at 11, which maintenance itself may commit.
+    assert log_floor({ACCOUNT: 10, CONTACT: 4}) == 5
+    assert log_floor({ACCOUNT: 10, CONTACT: None}) == 11
+    assert log_floor({ACCOUNT: None}) is None and log_floor({}) is None
 
 
 def test_retention_is_the_configured_one_or_the_age_of_the_needed_commit() -> None:
@@ -105,6 +113,8 @@ def test_expired_log_entries_go_up_to_a_checkpoint_that_keeps_the_rest_readable(
     assert not (log / f".{9:020d}.json.crc").exists() and (log / "_last_checkpoint").exists()
     assert (log / f".{0:020d}.json.0123abcd.tmp").exists()
 
+    # A reader starting at version 19 keeps checkpoint 10 and what follows it.
+    assert expire_log(log, older_than=math.inf, keep_version=19) == 0
     # Everything expired: up to the newest checkpoint, which the latest versions need.
     assert expire_log(log, older_than=math.inf) == 11
     assert log_entries(log) == 11  # checkpoint 20 and versions 20-29
