@@ -1,26 +1,38 @@
-"""Commit cost of bronze landing over a long run: does the 3,000th commit cost what the first did?
+"""Commit cost and storage of bronze landing over a long run: does the 3,000th commit cost what
+the first did, and do files on disk and log entries stay bounded?
 
 Landing commits small batches often (5 commits/s per topic at ``max_age_seconds: 0.2``). This
 script commits ``--commits`` one-row-group batches to a bronze table with the local engine's
-append (which writes its own log entry: :mod:`pipelines.engines.deltalog`), with the
-maintenance landing runs (compaction and a log checkpoint every ``--maintain-every`` commits),
-and prints the mean milliseconds per commit over each stretch of the run, and how many data
-files and log entries the table directory holds at the end.
+append (which writes its own log entry: :mod:`pipelines.engines.deltalog`), and every
+``--maintain-every`` commits runs maintenance, and prints the mean milliseconds per commit over
+each stretch of the run, and the data files and log entries (commit JSON and checkpoint files)
+the table directory holds at the end of each stretch. Three runs:
 
-Baseline, in the same run: the same commits made by delta-rs itself (``write_deltalake`` with
-the app transaction), which lists the whole ``_delta_log`` directory on each commit, so its
-cost grows with the commits a table has had.
+- ``sfcdc + maintain``: the maintenance of ``sfcdc maintain`` (:mod:`pipelines.maintenance`):
+  compaction, VACUUM and log cleanup with a retention of 0 h for both, the consumer guard
+  still applied -- a simulated silver that keeps up (it has read every version before each
+  maintenance run), so no old file is pinned, and the log is kept from where its next read
+  starts. Target: files and log entries bounded (by two maintenance intervals), not growing
+  with the commits.
+- ``sfcdc, compact only`` (baseline): what landing itself runs, compaction and a log
+  checkpoint, with no VACUUM and the default 30-day log retention.
+- ``delta-rs commits``: the same commits made by delta-rs itself (``write_deltalake`` with
+  the app transaction), which lists the whole ``_delta_log`` directory on each commit, so its
+  cost grows with the commits a table has had (with landing's maintenance).
 
-    python benchmarks/long_run_commits.py [--commits 3000] [--rows 40]
+    python benchmarks/long_run_commits.py [--commits 3000] [--rows 40] [--maintain-every 100]
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -34,7 +46,16 @@ from deltalake import CommitProperties, Transaction, write_deltalake  # noqa: E4
 from pipelines.bronze.tables import BRONZE_LAYOUT, BRONZE_SCHEMA  # noqa: E402
 from pipelines.engines import TableRef, Txn  # noqa: E402
 from pipelines.engines.arrow import arrow_schema_to_spark  # noqa: E402
+from pipelines.engines.deltalog import log_entries  # noqa: E402
 from pipelines.engines.local import LocalEngine  # noqa: E402
+from pipelines.maintenance import (  # noqa: E402
+    Consumer,
+    Need,
+    log_floor,
+    oldest_needed,
+    retention_for,
+)
+from pipelines.spec import MaintenanceSpec  # noqa: E402
 
 TOPIC = "/data/AccountChangeEvent"
 
@@ -60,41 +81,83 @@ def _batch(batch_id: int, rows: int) -> pa.Table:
     )
 
 
-def run(
-    root: Path, *, engine_commits: bool, commits: int, rows: int, every: int, stretch: int
-) -> tuple[list[float], int, int]:
-    """Mean ms per commit by stretch, then data files and log entries left on disk."""
+@dataclass
+class Figures:
+    """Per stretch of the run: mean ms per commit, data files and log entries at its end."""
+
+    means: list[float] = field(default_factory=list)
+    files: list[int] = field(default_factory=list)
+    entries: list[int] = field(default_factory=list)
+
+
+def _data_files(directory: Path) -> int:
+    return sum(1 for p in directory.rglob("*.parquet") if "_delta_log" not in p.parts)
+
+
+def _safe_maintain(engine: LocalEngine, table: TableRef, read_up_to: int | None) -> None:
+    """Maintenance as ``sfcdc maintain`` runs it with 0 h retention: the retention is what the
+    consumer (a silver that has read up to ``read_up_to``) still needs."""
+    spec = MaintenanceSpec(vacuum_retention_hours=0, log_retention_hours=0)
+    silver = Consumer(TableRef("silver", "account"), "sfcdc.silver:Account")
+    oldest = oldest_needed(engine.version(table), {silver: read_up_to})
+    need = None
+    if oldest is not None:
+        consumer, version = oldest
+        (entry,) = [e for e in engine.history(table, limit=50) if e.version == version]
+        need = Need(consumer, version, entry.timestamp)
+    retention = retention_for(
+        spec,
+        need,
+        now=datetime.now(timezone.utc),
+        consumers=1,
+        log_from=log_floor({silver: read_up_to}),
+    )
+    engine.maintain(
+        table,
+        vacuum_hours=retention.vacuum_hours,
+        log_hours=retention.log_hours,
+        log_from_version=retention.log_from,
+    )
+
+
+def run(root: Path, *, mode: str, commits: int, rows: int, every: int, stretch: int) -> Figures:
+    """Commit ``commits`` batches in ``mode`` (engine, engine+maintain, delta-rs)."""
     engine = LocalEngine(location=root)
     table = TableRef("bronze", "account")
     engine.ensure_table(table, arrow_schema_to_spark(BRONZE_SCHEMA))
     batches = [_batch(i, rows) for i in range(1, 51)]
     app = f"sfcdc.bronze:{TOPIC}"
-    means = []
+    figures = Figures()
     spent = 0.0
+    directory = engine.path(table)
     for batch_id in range(1, commits + 1):
         data = batches[batch_id % len(batches)]
         started = time.perf_counter()
-        if engine_commits:
-            engine.append(
-                table, data, txn=Txn(app, batch_id), evolve_schema=False, layout=BRONZE_LAYOUT
-            )
-        else:
+        if mode == "delta-rs":
             write_deltalake(
                 str(engine.path(table)),
                 data,
                 mode="append",
                 commit_properties=CommitProperties(app_transactions=[Transaction(app, batch_id)]),
             )
+        else:
+            engine.append(
+                table, data, txn=Txn(app, batch_id), evolve_schema=False, layout=BRONZE_LAYOUT
+            )
         spent += time.perf_counter() - started
+        # Maintenance is outside the timing: landing and `sfcdc run` run it on another thread
+        # or between passes.
         if batch_id % every == 0:
-            engine.maintain(table)  # outside the timing: landing runs it on another thread
+            if mode == "maintain":
+                _safe_maintain(engine, table, read_up_to=engine.version(table))
+            else:
+                engine.maintain(table)
         if batch_id % stretch == 0:
-            means.append(spent / stretch * 1000)
+            figures.means.append(spent / stretch * 1000)
+            figures.files.append(_data_files(directory))
+            figures.entries.append(log_entries(directory / "_delta_log"))
             spent = 0.0
-    directory = engine.path(table)
-    files = len(list(directory.glob("*.parquet")))
-    entries = len(list((directory / "_delta_log").glob("*.json")))
-    return means, files, entries
+    return figures
 
 
 def main() -> int:
@@ -102,36 +165,57 @@ def main() -> int:
     parser.add_argument("--commits", type=int, default=3000)
     parser.add_argument("--rows", type=int, default=40, help="events per commit (40)")
     parser.add_argument("--maintain-every", type=int, default=100)
-    parser.add_argument("--stretch", type=int, default=500, help="commits per printed mean")
+    parser.add_argument("--stretch", type=int, default=500, help="commits per printed figure")
     args = parser.parse_args()
+    # VACUUM with 0 h warns on every run; the figures are the point here.
+    logging.getLogger("pipelines.engines.local").setLevel(logging.ERROR)
+    runs = (
+        ("sfcdc + maintain", "maintain"),
+        ("sfcdc, compact only", "engine"),
+        ("delta-rs commits", "delta-rs"),
+    )
     with tempfile.TemporaryDirectory(prefix="sfcdc-long-run-") as tmp:
         figures = {
             label: run(
-                Path(tmp) / label,
-                engine_commits=plain,
+                Path(tmp) / mode,
+                mode=mode,
                 commits=args.commits,
                 rows=args.rows,
                 every=args.maintain_every,
                 stretch=args.stretch,
             )
-            for label, plain in (("sfcdc's log entries", True), ("delta-rs commits", False))
+            for label, mode in runs
         }
     print(
         f"bronze commits of {args.rows} events (1 KB each), maintenance every "
-        f"{args.maintain_every} commits, mean ms per commit (write + commit) by stretch of the "
-        f"run, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+        f"{args.maintain_every} commits, by stretch of the run; load "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
-    stretches = [
-        f"{i * args.stretch + 1}-{(i + 1) * args.stretch}"
-        for i in range(args.commits // args.stretch)
-    ]
-    print(f"{'commits':<22}" + "".join(f"{s:>12}" for s in stretches) + "  files  log entries")
-    for label, (means, files, entries) in figures.items():
-        print(
-            f"{label:<22}" + "".join(f"{m:>12.1f}" for m in means) + f"  {files:>5}  {entries:>11}"
-        )
-    first, last = figures["sfcdc's log entries"][0][0], figures["sfcdc's log entries"][0][-1]
-    print(f"sfcdc's log entries: last stretch / first = {last / first:.2f}")
+    stretches = [f"{(i + 1) * args.stretch}" for i in range(args.commits // args.stretch)]
+    for title, attribute, form in (
+        ("mean ms per commit (write + commit), commits up to", "means", ".1f"),
+        ("data files on disk after commit", "files", "d"),
+        ("log entries (json + checkpoints) after commit", "entries", "d"),
+    ):
+        print(f"{title}")
+        print(f"  {'':<22}" + "".join(f"{s:>8}" for s in stretches))
+        for label, fig in figures.items():
+            print(f"  {label:<22}" + "".join(f"{v:>8{form}}" for v in getattr(fig, attribute)))
+    safe = figures["sfcdc + maintain"]
+    first, last = safe.means[0], safe.means[-1]
+    print(f"sfcdc + maintain: last stretch / first = {last / first:.2f} (ms per commit)")
+    # Bounded: never more than two maintenance intervals' commits (the log is kept from where
+    # the consumer's next read starts, so it is cut one run late), however many commits the
+    # run makes.
+    bound = 2 * args.maintain_every + 10
+    bounded = max(safe.files) <= bound and max(safe.entries) <= bound
+    print(
+        f"target: data files and log entries bounded by two maintenance intervals "
+        f"(<= {bound}) at every point of the run: {'met' if bounded else 'MISSED'}; at most "
+        f"{max(safe.files)} files and {max(safe.entries)} log entries; baseline at the end "
+        f"{figures['sfcdc, compact only'].files[-1]} files and "
+        f"{figures['sfcdc, compact only'].entries[-1]} log entries"
+    )
     return 0
 
 

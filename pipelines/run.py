@@ -8,7 +8,9 @@
 - :meth:`Pipeline.run_continuous` lands in the background while the calling thread runs
   silver and gold as micro-batches every ``interval`` seconds; :meth:`Pipeline.stop` (from a
   signal handler or another thread) ends it cleanly: the landing commits its open batches,
-  then one last silver and gold pass picks them up.
+  then one last silver and gold pass picks them up. Every ``maintenance.every_seconds`` of
+  the run, after a pass, every table is maintained as ``sfcdc maintain`` does
+  (:mod:`pipelines.maintenance`; a failure is logged and retried at the next slot).
 
 Continuous landing runs in a thread of this process, or, given a :class:`LandingProcess`
 (what ``sfcdc run --continuous`` does), as a child process (``sfcdc ingest``): the passes
@@ -44,11 +46,12 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ingest.auth import SecretResolver
-from ingest.errors import ReplayIdError, SfcdcError
+from ingest.errors import LakeError, ReplayIdError, SfcdcError
 from pipelines.bronze import BronzeLanding, LandingResult
 from pipelines.commands.conf_options import METRICS_PORT_KEY
 from pipelines.connect import connect, secret_resolver
 from pipelines.gold.job import GoldResult, run_gold
+from pipelines.maintenance import describe, maintain_tables
 from pipelines.ops.recorder import OpsRecorder, recorder_for
 from pipelines.session import engine_for
 from pipelines.silver.job import SilverResult, run_silver
@@ -400,6 +403,7 @@ class Pipeline:
         self._streaming_landing: LandingResult | None = None
         self._metrics = metrics
         self._pass_ops: OpsRecorder | None = None
+        self._next_maintenance: float | None = None
         if metrics is not None:
             metrics.watch_landing(self._snapshot)
 
@@ -471,6 +475,8 @@ class Pipeline:
         seconds), then a last pass."""
         if interval <= 0:
             raise ValueError(f"interval must be > 0 seconds (got {interval})")
+        every = self.conf.pipeline.maintenance.every_seconds
+        self._next_maintenance = self._monotonic() + every if every > 0 else None
         try:
             if self._landing_process is not None:
                 return self._run_with_child(self._landing_process, interval, duration)
@@ -509,6 +515,7 @@ class Pipeline:
                     break
                 next_pass = self._monotonic() + interval
                 passes.append(self.run_pass())
+                self._maintain_if_due()
                 now = self._monotonic()
                 landing = self._landing
                 if landing is not None:
@@ -561,6 +568,7 @@ class Pipeline:
                     break
                 next_pass = self._monotonic() + interval
                 passes.append(self.run_pass())
+                self._maintain_if_due()
                 now = self._monotonic()
                 snapshot = child.snapshot()
                 if snapshot is not None:
@@ -601,6 +609,21 @@ class Pipeline:
             streaming = run_streaming_pass(engine, self.conf, on_commit=ops.record)
         ops.flush_if_due()
         return PassResult(silver, gold, self._monotonic() - started, streaming)
+
+    def _maintain_if_due(self) -> None:
+        """Maintain every table when ``maintenance.every_seconds`` have passed since the run
+        started or last did so."""
+        due = self._next_maintenance
+        if due is None or self._monotonic() < due:
+            return
+        every = self.conf.pipeline.maintenance.every_seconds
+        self._next_maintenance = self._monotonic() + every
+        try:
+            for item in maintain_tables(self._engine(), self.conf, objects=self.objects):
+                self._log.info("maintenance: %s", describe(item))
+        except LakeError as exc:
+            # Compaction can conflict with the landing's own; the next slot tries again.
+            self._log.warning("maintenance failed (next try in %g s): %s", every, exc)
 
     @staticmethod
     @contextlib.contextmanager

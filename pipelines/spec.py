@@ -73,6 +73,7 @@ __all__ = [
     "JwtBearerAuth",
     "LakeSpec",
     "Layer",
+    "MaintenanceSpec",
     "ObjectKind",
     "ObjectSpec",
     "OnCorrupted",
@@ -998,6 +999,45 @@ class OpsSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MaintenanceSpec:
+    """`sfcdc maintain`, and continuous runs on a schedule: compaction, log checkpoints, log
+    cleanup and VACUUM of every table, never removing what a consumer has yet to read."""
+
+    vacuum_retention_hours: float = field(
+        default=168.0,
+        metadata=meta(
+            "VACUUM deletes data files no longer in a table for at least this long. Longer when "
+            "a consumer (silver of bronze, gold of silver) still needs an older version: the "
+            "retention used is then the age of that version's commit. Time travel to versions "
+            "older than the retention no longer works.",
+            minimum=0,
+        ),
+    )
+    log_retention_hours: float = field(
+        default=720.0,
+        metadata=meta(
+            "Delta log entries (commit JSON and checkpoints) older than this, and older than "
+            "the newest log checkpoint, are deleted; longer when a consumer still needs an "
+            "older version, as for vacuum_retention_hours. History and time travel before the "
+            "oldest kept entry are gone.",
+            minimum=0,
+        ),
+    )
+    every_seconds: float = field(
+        default=3600.0,
+        metadata=meta(
+            "Continuous runs (`sfcdc run --continuous`) maintain every table this often, after "
+            "a silver and gold pass (0: never; `sfcdc maintain` runs it on demand).",
+            minimum=0,
+        ),
+    )
+    compact: bool = field(
+        default=True,
+        metadata=meta("Compact small data files (OPTIMIZE) before vacuuming."),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class StreamingApiSpec:
     """The Streaming API (CometD) source, for object files of ``kind: streaming_api``."""
 
@@ -1041,6 +1081,10 @@ class PipelineSpec:
     streaming_api: StreamingApiSpec = field(
         default_factory=StreamingApiSpec,
         metadata=meta("The Streaming API source (object files of kind streaming_api)."),
+    )
+    maintenance: MaintenanceSpec = field(
+        default_factory=MaintenanceSpec,
+        metadata=meta("Compaction, log cleanup and VACUUM (`sfcdc maintain`)."),
     )
 
 

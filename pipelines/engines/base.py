@@ -213,6 +213,9 @@ class MaintenanceResult:
     files_added: int
     checkpoint_version: int | None
     vacuumed_files: int | None
+    # Commit and checkpoint files log cleanup deleted (None: the engine cannot tell, or it
+    # left the cleanup to the table's delta.logRetentionDuration).
+    log_entries_removed: int | None = None
 
 
 @runtime_checkable
@@ -424,9 +427,15 @@ class LakeEngine(Protocol):
         compact: bool = True,
         checkpoint: bool = True,
         vacuum_hours: float | None = None,
+        log_hours: float | None = None,
+        log_from_version: int | None = None,
     ) -> MaintenanceResult:
         """Compact small files, write a log checkpoint and clean up expired log entries, and
-        (with ``vacuum_hours``) delete unreferenced files older than that."""
+        (with ``vacuum_hours``) delete unreferenced files older than that. Log entries expire
+        after the table's ``delta.logRetentionDuration``, or (with ``log_hours``) when older
+        than that and than the newest checkpoint, and (with ``log_from_version``) when that
+        version and later stay readable. Neither knows what a consumer still needs:
+        :mod:`pipelines.maintenance` chooses."""
         ...
 
     # ---------------------------------------------------------------------------- SQL

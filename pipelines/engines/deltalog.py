@@ -18,16 +18,25 @@ the Delta protocol defines it:
   the writer that took it recorded none of this commit's transactions (maintenance compacting
   the table); otherwise the append fails as a concurrent write.
 
+Log cleanup with a retention shorter than a table's ``delta.logRetentionDuration`` is the other
+hand-written part (:func:`expire_log`, used by both engines on tables on a local disk): delta-rs'
+``cleanup_metadata`` only honours that table property, and setting it would be a commit of its
+own on every maintenance run, which the appenders here would have to re-read.
+
 Everything else -- creating tables, schema changes, merges, overwrites, reads, the change data
-feed, maintenance -- goes through delta-rs' public API. Tests check that delta-rs and
-delta-spark read these commits (rows, statistics, transactions, history, change data feed).
+feed, compaction, checkpoints, VACUUM -- goes through delta-rs' public API. Tests check that
+delta-rs and delta-spark read these commits (rows, statistics, transactions, history, change
+data feed).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -51,7 +60,14 @@ from pipelines.engines.base import (
     txn_applied,
 )
 
-__all__ = ["DirectAppender", "StaleTable", "file_stats", "plain_protocol"]
+__all__ = [
+    "DirectAppender",
+    "StaleTable",
+    "expire_log",
+    "file_stats",
+    "log_entries",
+    "plain_protocol",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -322,8 +338,15 @@ class DirectAppender:
         assert state.version is not None and state.applied is not None
         version = state.version + 1
         for _attempt in range(_COMMIT_ATTEMPTS):
-            if _put_if_absent(log / f"{version:020d}.json", actions):
-                return version
+            path = log / f"{version:020d}.json"
+            if _put_if_absent(path, actions):
+                if version > _last_checkpoint(log):
+                    return version
+                # A hole, not a free version: it was taken, then its entry expired after a
+                # checkpoint past it (expire_log). Readers start at that checkpoint and would
+                # never see this commit: take it back and follow the table.
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
             # Version taken: who took it decides whether this commit may follow it.
             dt = self._open(table)
             for txn in txns:
@@ -377,6 +400,17 @@ def _actions(
     return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
 
 
+def _last_checkpoint(log: Path) -> float:
+    """The version ``_last_checkpoint`` names (-1: none yet; infinite when it cannot be read
+    (being rewritten), so the caller re-reads the table rather than trust its commit)."""
+    try:
+        return int(json.loads((log / "_last_checkpoint").read_text(encoding="utf-8"))["version"])
+    except FileNotFoundError:
+        return -1
+    except (ValueError, KeyError, TypeError):
+        return math.inf
+
+
 def _put_if_absent(path: Path, text: str) -> bool:
     """Create ``path`` holding ``text`` in one step, unless it exists (then False)."""
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
@@ -388,3 +422,70 @@ def _put_if_absent(path: Path, text: str) -> bool:
     finally:
         temporary.unlink()
     return True
+
+
+# Log files named by a version: commits (N.json), their checksums (N.crc, and Hadoop's hidden
+# .N.json.crc), classic, multi-part and V2 checkpoints (N.checkpoint[.*].parquet|json) and
+# log compactions (N.M.compacted.json, named by their first and last version).
+_LOG_FILE = re.compile(r"^\.?(\d{20})(?:\.(\d{20}))?\.(json|crc|checkpoint|compacted)")
+
+
+def log_entries(log_dir: Path) -> int:
+    """How many commit and checkpoint files ``log_dir`` holds (no checksums, no
+    ``_last_checkpoint``)."""
+    count = 0
+    for entry in os.scandir(log_dir):
+        match = _LOG_FILE.match(entry.name)
+        if match and not entry.name.startswith(".") and not entry.name.endswith(".crc"):
+            count += 1
+    return count
+
+
+def expire_log(log_dir: Path, *, older_than: float, keep_version: int | None = None) -> int:
+    """Delete the log files of ``log_dir`` no reader of a kept version needs; how many
+    commit and checkpoint files went.
+
+    A version stays readable when a checkpoint at or before it and every commit after that
+    checkpoint remain. The oldest version to keep is the first committed at or after
+    ``older_than`` (seconds since the epoch; the commit file's modification time, as Delta's
+    own cleanup uses), but no later than the newest checkpoint, nor than ``keep_version`` (a
+    version a reader will start from, which may not exist yet); every file of a version
+    before the newest checkpoint at or before that one goes, as Delta Spark's log cleanup
+    does."""
+    versions: dict[int, float] = {}
+    checkpoints: set[int] = set()
+    files: list[tuple[int, Path, bool]] = []
+    for entry in os.scandir(log_dir):
+        match = _LOG_FILE.match(entry.name)
+        if match is None:
+            continue
+        version = int(match.group(2) or match.group(1))
+        kind = match.group(3)
+        if entry.name.startswith("."):
+            # Hadoop's checksums go with their file; a writer's temporary file stays.
+            if entry.name.endswith(".crc"):
+                files.append((version, Path(entry.path), False))
+            continue
+        files.append((version, Path(entry.path), kind != "crc"))
+        if kind == "json" and match.group(2) is None:
+            versions[version] = entry.stat().st_mtime
+        elif kind == "checkpoint" and entry.name.endswith((".parquet", ".json")):
+            checkpoints.add(version)
+    if not checkpoints or not versions:
+        return 0
+    newest = max(checkpoints)
+    recent = [v for v, mtime in versions.items() if mtime >= older_than]
+    keep_from = min([newest, *recent, *([] if keep_version is None else [keep_version])])
+    usable = [c for c in checkpoints if c <= keep_from]
+    if not usable:
+        return 0
+    cut = max(usable)
+    removed = 0
+    for version, path, counted in files:
+        if version < cut:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed += counted
+    if removed:
+        _log.debug("%s: removed %d log entries before version %d", log_dir, removed, cut)
+    return removed

@@ -79,7 +79,7 @@ from pipelines.engines.base import (
     merge_keys,
     txn_applied,
 )
-from pipelines.engines.deltalog import DirectAppender, StaleTable
+from pipelines.engines.deltalog import DirectAppender, StaleTable, expire_log
 from pipelines.engines.sql import quote_identifier
 from pipelines.spec import LakeSpec, SchemasSpec, is_identifier
 
@@ -718,24 +718,23 @@ class LocalEngine:
         compact: bool = True,
         checkpoint: bool = True,
         vacuum_hours: float | None = None,
+        log_hours: float | None = None,
+        log_from_version: int | None = None,
     ) -> MaintenanceResult:
         # A table of its own: maintenance may run on a thread beside this engine's appends.
         path = self.path(table)
         if not DeltaTable.is_deltatable(str(path)):
             raise LakeError(f"table {table} does not exist (no Delta table at {path})")
+        if log_hours is not None and log_hours < 0:
+            raise LakeError(f"log_hours must be >= 0 (got {log_hours})")
         removed = added = 0
-        checkpoint_version = vacuumed = None
+        checkpoint_version = vacuumed = expired = None
         with self._errors("maintain", table):
             dt = DeltaTable(str(path))
             if compact:
                 report = dt.optimize.compact()
                 removed = int(report.get("numFilesRemoved", 0))
                 added = int(report.get("numFilesAdded", 0))
-            if checkpoint:
-                dt.create_checkpoint()
-                checkpoint_version = dt.version()
-                # Removes log entries older than delta.logRetentionDuration (30 days default).
-                dt.cleanup_metadata()
             if vacuum_hours is not None:
                 if vacuum_hours < 0:
                     raise LakeError(f"vacuum_hours must be >= 0 (got {vacuum_hours})")
@@ -746,22 +745,43 @@ class LocalEngine:
                         table,
                         vacuum_hours,
                     )
-                deleted = dt.vacuum(
-                    retention_hours=math.ceil(vacuum_hours),
-                    dry_run=False,
-                    enforce_retention_duration=False,
-                )
-                vacuumed = len(deleted)
+                # Tombstones only (not full): a file an appender is writing is not in the log
+                # yet, and must not go.
+                options: dict[str, Any] = {
+                    "retention_hours": math.ceil(vacuum_hours),
+                    "enforce_retention_duration": False,
+                    "full": False,
+                }
+                # delta-rs lists tombstones it deleted before too: count what was on disk.
+                present = [f for f in dt.vacuum(dry_run=True, **options) if Path(path, f).exists()]
+                dt.vacuum(dry_run=False, **options)
+                vacuumed = sum(1 for f in present if not Path(path, f).exists())
+            # The checkpoint last, so it covers vacuum's commits, and the log cleanup after it
+            # (vacuum reads the log entries it would delete).
+            if checkpoint:
+                dt.create_checkpoint()
+                checkpoint_version = dt.version()
+                if log_hours is None:
+                    # Removes log entries older than delta.logRetentionDuration (30 days).
+                    dt.cleanup_metadata()
+                else:
+                    expired = expire_log(
+                        path / "_delta_log",
+                        older_than=time.time() - log_hours * 3600,
+                        keep_version=log_from_version,
+                    )
         _log.info(
-            "%s: maintenance compacted %d files into %d, checkpoint %s, vacuumed %s files",
+            "%s: maintenance compacted %d files into %d, checkpoint %s, vacuumed %s files, "
+            "removed %s log entries",
             table,
             removed,
             added,
             checkpoint_version,
             vacuumed,
+            expired,
         )
         self._after_write(table)
-        return MaintenanceResult(table, removed, added, checkpoint_version, vacuumed)
+        return MaintenanceResult(table, removed, added, checkpoint_version, vacuumed, expired)
 
     # --------------------------------------------------------------------------- views
 

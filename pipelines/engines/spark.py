@@ -34,7 +34,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -823,9 +823,21 @@ class SparkEngine:
             ):
                 return f"{CDF_PROPERTY} changed in version {entry.version}"
             # The feed of a version reads the files it added; a vacuum since may have deleted
-            # them (compacted away, then unreferenced long enough).
-            if entry.operation.startswith("VACUUM"):
-                return f"version {entry.version} ({entry.operation}) may have deleted its files"
+            # them (compacted away, then unreferenced long enough): those of the versions
+            # committed before its horizon (its time minus its retention), which
+            # pipelines.maintenance keeps before the oldest version a consumer needs.
+            if entry.operation.startswith("VACUUM") and entry.operation != "VACUUM END":
+                retention = _vacuum_retention_ms(entry.parameters)
+                for read in since:
+                    if not first <= read.version < entry.version or read.operation in _NO_DATA:
+                        continue
+                    if retention is None or read.timestamp < entry.timestamp - timedelta(
+                        milliseconds=retention
+                    ):
+                        return (
+                            f"version {entry.version} ({entry.operation}) may have deleted the "
+                            f"files of version {read.version}"
+                        )
         return None
 
     # ---------------------------------------------------------------------- execution
@@ -913,11 +925,17 @@ class SparkEngine:
         compact: bool = True,
         checkpoint: bool = True,
         vacuum_hours: float | None = None,
+        log_hours: float | None = None,
+        log_from_version: int | None = None,
     ) -> MaintenanceResult:
         self._require(table)
         ident = self._ident(table)
         removed = added = 0
         checkpoint_version: int | None = None
+        vacuumed = expired = None
+        local_dir = self._local_dir(table)
+        if log_hours is not None and log_hours < 0:
+            raise LakeError(f"log_hours must be >= 0 (got {log_hours})")
         with self._errors("maintain", table):
             if compact:
                 rows = self._sql(f"OPTIMIZE {ident}").collect()
@@ -925,16 +943,53 @@ class SparkEngine:
                 if isinstance(report, Mapping):
                     removed = _int(report, "numFilesRemoved")
                     added = _int(report, "numFilesAdded")
-            if checkpoint:
-                checkpoint_version = self._checkpoint(table)
             if vacuum_hours is not None:
                 if vacuum_hours < 0:
                     raise LakeError(f"vacuum_hours must be >= 0 (got {vacuum_hours})")
                 hours = math.ceil(vacuum_hours)
                 conf = {RETENTION_CHECK_CONF: "false"} if hours < 168 else {}
+                before = _data_files(local_dir) if local_dir is not None else None
                 with self._session_conf(conf):
                     self._sql(f"VACUUM {ident} RETAIN {hours} HOURS")
-        return MaintenanceResult(table, removed, added, checkpoint_version, None)
+                if before is not None and local_dir is not None:
+                    vacuumed = max(0, before - _data_files(local_dir))
+            if checkpoint:
+                checkpoint_version = self._checkpoint(table)
+                if log_hours is not None:
+                    expired = self._expire_log(table, local_dir, log_hours, log_from_version)
+        return MaintenanceResult(table, removed, added, checkpoint_version, vacuumed, expired)
+
+    def _local_dir(self, table: TableRef) -> Path | None:
+        """The table's directory when it is on this machine's disk (location mode)."""
+        if self.location is None:
+            return None
+        path = self.path(table)
+        if path.startswith("file:"):
+            path = path.removeprefix("file:")
+        return Path(path) if "://" not in path else None
+
+    def _expire_log(
+        self, table: TableRef, local_dir: Path | None, log_hours: float, keep: int | None
+    ) -> int | None:
+        """Log cleanup with a retention of its own, where the log is on this machine's disk;
+        elsewhere Delta Spark cleans up after checkpoints per delta.logRetentionDuration."""
+        if local_dir is None:
+            _log.warning(
+                "%s: log cleanup after %.1f h is only done for tables on a local disk; Delta "
+                "Spark removes this table's log entries after delta.logRetentionDuration",
+                table,
+                log_hours,
+            )
+            return None
+        try:
+            # delta-rs' package: the spark extra may not have it.
+            from pipelines.engines.deltalog import expire_log
+        except ImportError as exc:
+            _log.warning("%s: no log cleanup (%s)", table, exc)
+            return None
+        return expire_log(
+            local_dir / "_delta_log", older_than=time.time() - log_hours * 3600, keep_version=keep
+        )
 
     def _checkpoint(self, table: TableRef) -> int | None:
         """Write a log checkpoint of the latest version now (Delta Spark also writes one
@@ -1035,6 +1090,33 @@ def _same_location(listed: str, path: str) -> bool:
         return text.rstrip("/")
 
     return plain(listed) == plain(path)
+
+
+# Operations whose commits add no rows to a change data feed.
+_NO_DATA = frozenset(
+    {"OPTIMIZE", "VACUUM START", "VACUUM END", "CREATE TABLE", "SET TBLPROPERTIES"}
+)
+
+
+def _vacuum_retention_ms(parameters: Mapping[str, str]) -> float | None:
+    """The retention a VACUUM's history entry ran with (``None``: not recorded)."""
+    for key in ("specifiedRetentionMillis", "defaultRetentionMillis"):
+        value = parameters.get(key)
+        if value is not None:
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _data_files(directory: Path) -> int:
+    """Data files (Parquet, change data and deletion vectors too) under a table directory."""
+    count = 0
+    for _root, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if d != "_delta_log"]
+        count += sum(1 for f in files if not f.startswith((".", "_")) and f.endswith(".parquet"))
+    return count
 
 
 def _tables_under(location: str, prefix: str) -> list[TableRef]:

@@ -63,6 +63,35 @@ def test_run_continuous_stops_after_its_duration_with_a_last_pass(
     assert "/data/AccountChangeEvent: " in out and "events/s" in out and "last replay id" in out
 
 
+def test_a_continuous_run_maintains_every_table_on_its_schedule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = write_conf(tmp_path, events=200, platform_events=0, engine="local")
+    settings = ["maintenance.every_seconds=1", "maintenance.vacuum_retention_hours=0"]
+    settings += ["maintenance.log_retention_hours=0"]
+    args = ["-q", "run", "--conf", str(conf), "--continuous", "--interval", "0.5", "--for", "3"]
+    code = cli.main([*args, *(f"--set={s}" for s in settings)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lake = tmp_path / "lake"
+    bronze = DeltaTable(str(lake / "bronze" / "account_change_event"))
+    # Maintenance ran: the log no longer starts at version 0 (its history with it).
+    log = lake / "bronze" / "account_change_event" / "_delta_log"
+    assert not (log / f"{0:020d}.json").exists() and (log / "_last_checkpoint").exists()
+    # Landing went on beside it (in its child process): every event once, and silver read
+    # every one of them (nothing it had yet to read was removed).
+    landed = bronze.to_pyarrow_table(columns=["event_id", "batch_id", "batch_seq"])
+    events = landed["event_id"].to_pylist()
+    assert len(events) == len(set(events)) > 0
+    silver = DeltaTable(str(lake / "silver" / "account")).to_pyarrow_table(
+        columns=["_cdc_bronze_batch_id", "_cdc_bronze_batch_seq"]
+    )
+    read = [c.to_pylist() for c in silver.columns]
+    assert set(zip(*read, strict=True)) == set(
+        zip(landed["batch_id"].to_pylist(), landed["batch_seq"].to_pylist(), strict=True)
+    )
+
+
 def test_run_with_an_unknown_object_names_the_configured_ones(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,0 +1,132 @@
+"""Maintenance with 0 h retention on real Delta tables, on both engines: old files and log
+entries go, the bronze versions silver has not read yet stay, and silver reads them; and
+``sfcdc maintain`` on a local lake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipelines import cli
+from pipelines.engines import LakeEngine, TableRef, Txn
+from pipelines.engines.deltalog import log_entries
+from pipelines.engines.local import LocalEngine
+from pipelines.maintenance import describe, maintain_tables
+from pipelines.silver.job import run_silver
+from pipelines.spec import Conf, MaintenanceSpec, PipelineSpec
+from tests.conftest import EngineFactory
+from tests.spark.silver.lake import ACCOUNT, ACCOUNT_SILVER, land, register, silver, table_dir
+from tests.unit.silver.support import ACCOUNT_V1, bronze_batch, change_event
+
+BRONZE = TableRef("bronze", ACCOUNT.tables.bronze)
+ZERO = MaintenanceSpec(vacuum_retention_hours=0, log_retention_hours=0)
+
+
+def _events(batches: range) -> list[list[tuple[str, bytes]]]:
+    return [
+        [(ACCOUNT_V1.schema_id, change_event(ACCOUNT_V1, "CREATE", [f"001{i:03d}"]))]
+        for i in batches
+    ]
+
+
+def _land(engine: LakeEngine, batches: range) -> None:
+    for i, events in zip(batches, _events(batches), strict=True):
+        land(engine, ACCOUNT, events, batch_id=i)
+
+
+def _land_elsewhere(engine: LakeEngine, batch: int) -> None:
+    """A second writer of the table (its own transaction), which last saw the log long ago."""
+    (events,) = _events(range(batch, batch + 1))
+    rows = bronze_batch(events, batch_id=batch, topic=ACCOUNT.topic)
+    engine.append(BRONZE, rows, txn=Txn("tests.other-writer", batch))
+
+
+def _data_files(directory: Path) -> int:
+    return sum(1 for p in directory.rglob("*.parquet") if "_delta_log" not in p.parts)
+
+
+def test_maintain_removes_old_files_and_log_entries_but_not_what_silver_has_yet_to_read(
+    engine: LakeEngine, make_engine: EngineFactory, lake: Path
+) -> None:
+    conf = Conf(PipelineSpec(maintenance=ZERO), (ACCOUNT,), Path("conf"))
+    bronze_dir = table_dir(lake, BRONZE)
+    other = make_engine(lake)
+    register(engine, ACCOUNT_V1)
+    _land(engine, range(2))
+    _land_elsewhere(other, 2)
+    run_silver(engine, conf)
+
+    # Silver has read everything: no old file is needed, so 0 h it is. Its next read starts
+    # at the compaction this run commits, so no log entry can go yet.
+    files = _data_files(bronze_dir)
+    done = {d.table: d for d in maintain_tables(engine, conf)}
+    assert set(done) >= {BRONZE, ACCOUNT_SILVER, TableRef("bronze", "sfcdc_schemas")}
+    first = done[BRONZE]
+    assert first.retention.need is None
+    assert (first.retention.vacuum_hours, first.retention.log_hours) == (0, 0)
+    assert first.result is not None and first.result.files_removed == files == 3
+    assert first.result.vacuumed_files == files and _data_files(bronze_dir) == 1
+    assert first.result.log_entries_removed == 0
+
+    _land(engine, range(3, 5))
+    run_silver(engine, conf)
+    entries = log_entries(bronze_dir / "_delta_log")
+    (second,) = maintain_tables(engine, conf, tables=[BRONZE])
+    assert second.result is not None and second.result.vacuumed_files == 3
+    removed = second.result.log_entries_removed
+    assert removed is not None and removed > 0
+    assert log_entries(bronze_dir / "_delta_log") < entries
+
+    # Three more batches, one by the writer whose last commit's log entry is gone; silver
+    # has not read them: their files and log entries must survive.
+    _land(engine, range(5, 7))
+    _land_elsewhere(other, 7)
+    processed = engine.txn_version(ACCOUNT_SILVER, "sfcdc.silver:Account")
+    assert processed is not None
+    (third,) = maintain_tables(engine, conf, tables=[BRONZE])
+    need = third.retention.need
+    assert need is not None and need.version == processed + 1
+    assert third.retention.vacuum_hours > 0 and third.retention.log_hours > 0
+    assert f"silver.account (sfcdc.silver:Account) needs version {processed + 1}" in describe(third)
+    assert third.result is not None and third.result.vacuumed_files == 0
+    assert third.result.log_entries_removed == 0
+
+    result = run_silver(engine, conf)
+    (account,) = result.objects
+    assert (account.after_version, account.events) == (processed, 3)
+    assert [r["Id"] for r in silver(engine, ACCOUNT)] == [f"001{i:03d}" for i in range(8)]
+
+
+def test_the_maintain_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lake = tmp_path / "lake"
+    conf = tmp_path / "conf"
+    (conf / "objects").mkdir(parents=True)
+    (conf / "pipeline.yml").write_text(
+        f"lake:\n  engine: local\n  location: {lake}\n"
+        "maintenance:\n  vacuum_retention_hours: 0\n  log_retention_hours: 0\n"
+    )
+    (conf / "objects" / "account.yml").write_text("object: Account\nkind: change_events\n")
+    engine = LocalEngine(location=lake)
+    register(engine, ACCOUNT_V1)
+    _land(engine, range(2))
+    bronze_dir = table_dir(lake, BRONZE)
+
+    assert cli.main(["-q", "maintain", "--conf", str(conf), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "bronze.account_change_event: dry run, would use retention 0 h (files), 0 h (log)" in out
+    assert _data_files(bronze_dir) == 2
+
+    assert cli.main(["-q", "maintain", "--conf", str(conf), "--objects", "Account"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (line,) = [x for x in lines if x.startswith("bronze.account_change_event:")]
+    assert line.startswith(
+        "bronze.account_change_event: compacted 2 files into 1, vacuumed 2 files, removed "
+    )
+    assert line.endswith("retention 0 h (files), 0 h (log): configured (no consumer is behind)")
+    assert "removed 0 log entries" not in line
+    assert any(x.startswith("bronze.sfcdc_schemas: compacted") for x in lines)
+    assert _data_files(bronze_dir) == 1
+
+    assert cli.main(["-q", "maintain", "--conf", str(conf), "--objects", "Nope"]) == 2
+    assert "--objects: no object 'Nope'" in capsys.readouterr().err
