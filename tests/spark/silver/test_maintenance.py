@@ -60,9 +60,9 @@ def test_maintain_removes_old_files_and_log_entries_but_not_what_silver_has_yet_
     # Silver has read everything: no old file is needed, so 0 h it is. Its next read starts
     # at the compaction this run commits, so no log entry can go yet.
     files = _data_files(bronze_dir)
-    done = {d.table: d for d in maintain_tables(engine, conf)}
-    assert set(done) >= {BRONZE, ACCOUNT_SILVER, TableRef("bronze", "sfcdc_schemas")}
-    first = done[BRONZE]
+    # Bronze alone (every table of the lake is the maintain command's test, on the local engine:
+    # each Spark VACUUM costs seconds).
+    (first,) = maintain_tables(engine, conf, tables=[BRONZE])
     assert first.retention.need is None
     assert (first.retention.vacuum_hours, first.retention.log_hours) == (0, 0)
     assert first.result is not None and first.result.files_removed == files == 3
