@@ -332,6 +332,17 @@ class DirectAppender:
             state.applied, state.version = None, None
             raise LakeError(f"append to {table} ({root}) failed: {exc}") from exc
 
+    def _checkpointed(self, table: TableRef, txns: Sequence[Txn]) -> bool:
+        """Whether the table's state records every one of ``txns`` (so a checkpoint at the
+        version just written was made from that commit)."""
+        if not txns:
+            return False
+        dt = self._open(table)
+        recorded = [dt.transaction_version(t.app_id) for t in txns]
+        return all(
+            r is not None and int(r) == t.version for r, t in zip(recorded, txns, strict=True)
+        )
+
     def _put(self, table: TableRef, state: _State, actions: str, txns: Sequence[Txn]) -> int:
         """Write ``actions`` as the table's next version; its number."""
         log = self._path_of(table) / "_delta_log"
@@ -340,7 +351,10 @@ class DirectAppender:
         for _attempt in range(_COMMIT_ATTEMPTS):
             path = log / f"{version:020d}.json"
             if _put_if_absent(path, actions):
-                if version > _last_checkpoint(log):
+                last = _last_checkpoint(log)
+                if version > last or (version == last and self._checkpointed(table, txns)):
+                    # (A checkpoint at this very version may have been made from this commit
+                    # by maintenance on another thread: its transactions say so.)
                     return version
                 # A hole, not a free version: it was taken, then its entry expired after a
                 # checkpoint past it (expire_log). Readers start at that checkpoint and would
