@@ -58,8 +58,7 @@ from pipelines.silver.job import SilverResult, run_silver
 from pipelines.spec import Conf
 from pipelines.streaming_pipeline import (
     StreamingPassResult,
-    land_streams,
-    landing_streams_beside,
+    land_topics_and_streams,
     push_topic_provisioner,
     run_streaming_pass,
 )
@@ -686,29 +685,22 @@ class Pipeline:
                 landing.stop(reason)
             if ready is not None:
                 ready.set()
-            beside = (
-                landing_streams_beside(
+            try:
+                result, channels = land_topics_and_streams(
                     conf,
-                    engine=self._landing_engine,
+                    lambda: landing.run(once=once, duration=duration),
+                    streams=self._streams,
+                    once=once,
+                    engine=engine,
+                    make_engine=self._landing_engine,
                     tokens=source.tokens,
                     ca_file=source.ca_file,
+                    ops=ops,
                     logger=self._log,
+                    streams_after=lambda: self._stop_reason is None,
                 )
-                if self._streams and not once
-                else contextlib.nullcontext()
-            )
-            try:
-                with beside:
-                    result = landing.run(once=once, duration=duration)
-                if once and self._streams and self._stop_reason is None:
-                    self._streaming_landing = land_streams(
-                        conf,
-                        engine=engine,
-                        tokens=source.tokens,
-                        ca_file=source.ca_file,
-                        once=True,
-                        ops=ops,
-                    )
+                if channels is not None:
+                    self._streaming_landing = channels
                 return result
             except ReplayIdError as exc:
                 raise ReplayIdError(

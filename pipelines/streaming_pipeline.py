@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ingest.auth import TokenManager
 from ingest.client import TlsSettings
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "StreamingPassResult",
     "land_streams",
+    "land_topics_and_streams",
     "landing_streams_beside",
     "push_topic_provisioner",
     "run_streaming_pass",
@@ -151,6 +152,43 @@ def landing_streams_beside(
         thread.join()
     if failure:
         raise failure[0]
+
+
+_Result = TypeVar("_Result")
+
+
+def land_topics_and_streams(
+    conf: Conf,
+    land_topics: Callable[[], _Result],
+    *,
+    streams: bool,
+    once: bool,
+    engine: LakeEngine,
+    make_engine: Callable[[], LakeEngine],
+    tokens: TokenManager,
+    ca_file: Path | str | None,
+    ops: OpsRecorder,
+    logger: logging.Logger | None = None,
+    streams_after: Callable[[], bool] = lambda: True,
+) -> tuple[_Result, LandingResult | None]:
+    """Run ``land_topics`` (the Pub/Sub landing) and, with ``streams``, land the channels
+    too: beside it in a thread (:func:`landing_streams_beside`, on an engine ``make_engine``
+    makes), or once it is done with ``once`` (on ``engine``, recording through ``ops``) unless
+    ``streams_after`` says no. Returns both results (``None`` when the channels did not
+    land after the topics)."""
+    beside: contextlib.AbstractContextManager[None] = (
+        landing_streams_beside(
+            conf, engine=make_engine, tokens=tokens, ca_file=ca_file, logger=logger
+        )
+        if streams and not once
+        else contextlib.nullcontext()
+    )
+    with beside:
+        result = land_topics()
+    if not (streams and once and streams_after()):
+        return result, None
+    channels = land_streams(conf, engine=engine, tokens=tokens, ca_file=ca_file, once=True, ops=ops)
+    return result, channels
 
 
 def run_streaming_pass(

@@ -50,8 +50,7 @@ from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
 from pipelines.spec import Conf, TopicSpec
 from pipelines.streaming_pipeline import (
-    land_streams,
-    landing_streams_beside,
+    land_topics_and_streams,
     push_topic_provisioner,
 )
 
@@ -298,29 +297,19 @@ def land(
             ops=ops,
         )
         finish = started(landing) if started is not None else None
-        beside = (
-            landing_streams_beside(
-                conf,
-                engine=lambda: engine_for(conf.pipeline.lake, environ=environ),
-                tokens=source.tokens,
-                ca_file=source.ca_file,
-            )
-            if streams and not once
-            else contextlib.nullcontext()
-        )
         with _stop_on_signals(landing), _serving_metrics(conf, landing):
             try:
-                with beside:
-                    result = landing.run(once=once, duration=seconds)
-                if streams and once:
-                    land_streams(
-                        conf,
-                        engine=engine,
-                        tokens=source.tokens,
-                        ca_file=source.ca_file,
-                        once=True,
-                        ops=ops,
-                    )
+                result, _channels = land_topics_and_streams(
+                    conf,
+                    lambda: landing.run(once=once, duration=seconds),
+                    streams=streams,
+                    once=once,
+                    engine=engine,
+                    make_engine=lambda: engine_for(conf.pipeline.lake, environ=environ),
+                    tokens=source.tokens,
+                    ca_file=source.ca_file,
+                    ops=ops,
+                )
                 return result
             except ReplayIdError as exc:
                 raise ReplayIdError(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -45,10 +45,12 @@ from pipelines.spec import Conf, HealthSpec
 __all__ = [
     "LayerHealth",
     "ObjectStatus",
+    "Progress",
     "Status",
     "TopicStatus",
     "format_status",
-    "object_health",
+    "object_status",
+    "read_progress",
     "read_status",
     "register",
 ]
@@ -222,69 +224,28 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
     open_resync = resync.filter(pc.is_null(resync["resolved_at"])).to_pylist() if resync else []
     objects = []
     for spec in conf.topics():
-        bronze_version = engine.version(TableRef("bronze", spec.bronze_table))
+        bronze = TableRef("bronze", spec.bronze_table)
+        quarantined = next(t.quarantined for t in topics if t.topic == spec.topic)
         for obj in spec.objects:
-            silver = TableRef("silver", obj.tables.silver)
-            silver_version = engine.version(silver)
-            processed = (
-                engine.txn_version(silver, silver_job.app_id(obj))
-                if silver_version is not None
-                else None
-            )
-            gold_name = applied = gold_version = None
-            if obj.kind == "change_events":
-                gold = gold_job.gold_table(obj)
-                gold_name = str(gold)
-                gold_version = engine.version(gold)
-                applied = (
-                    engine.txn_version(gold, gold_job.app_id(obj))
-                    if gold_version is not None
-                    else None
-                )
-            mine = [r for r in open_resync if r["object"] == obj.api_name]
-            whole = sum(
-                1 for r in mine if r["record_id"] is None or r["reason"] in OBJECT_LEVEL_REASONS
-            )
-            records = len({r["record_id"] for r in mine if r["record_id"]})
-            quarantined = next(t.quarantined for t in topics if t.topic == spec.topic)
-            chain = [
-                ("bronze", str(TableRef("bronze", spec.bronze_table))),
-                ("silver", str(silver)),
-            ]
-            caught_up = [True, _lag(bronze_version, processed) == 0]
-            if gold_name is not None:
-                chain.append(("gold", gold_name))
-                caught_up.append(_lag(silver_version, applied) == 0)
-            health = object_health(
-                summary,
-                now=now,
-                window=window,
-                chain=chain,
-                caught_up=caught_up,
-                spec=obj.health,
-                topic=spec.topic,
-                obj=obj.api_name,
-                quarantined=quarantined,
-                resync_records=records,
-                resync_whole=whole,
-                failed=topic_failures.get(spec.topic),
+            gold = gold_job.gold_table(obj) if obj.kind == "change_events" else None
+            progress = read_progress(
+                engine,
+                bronze,
+                (TableRef("silver", obj.tables.silver), silver_job.app_id(obj)),
+                (gold, gold_job.app_id(obj)) if gold is not None else None,
             )
             objects.append(
-                ObjectStatus(
-                    object=obj.api_name,
+                object_status(
+                    summary,
+                    progress,
+                    name=obj.api_name,
                     topic=spec.topic,
-                    silver_table=str(silver),
-                    silver_version=silver_version,
-                    bronze_processed=processed,
-                    bronze_lag=_lag(bronze_version, processed),
-                    gold_table=gold_name,
-                    gold_version=gold_version,
-                    silver_applied=applied,
-                    silver_lag=_lag(silver_version, applied) if gold_name else None,
-                    resync_records=records,
-                    resync_full_object=whole,
+                    now=now,
+                    window=window,
+                    spec=obj.health,
+                    open_resync=open_resync,
                     quarantined=quarantined,
-                    **health,
+                    failed=topic_failures.get(spec.topic),
                 )
             )
     more_topics, more_objects = stream_status(
@@ -308,7 +269,114 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
     )
 
 
-def object_health(
+@dataclass(frozen=True)
+class Progress:
+    """How far each table of an object is and how far its consumer read it: bronze, silver
+    (``processed``: the last bronze version silver read) and gold (``applied``: the last
+    silver version gold read; ``gold`` is ``None`` for an object without gold)."""
+
+    bronze: TableRef
+    bronze_version: int | None
+    silver: TableRef
+    silver_version: int | None
+    processed: int | None
+    gold: TableRef | None = None
+    gold_version: int | None = None
+    applied: int | None = None
+
+    @property
+    def bronze_lag(self) -> int | None:
+        return _lag(self.bronze_version, self.processed)
+
+    @property
+    def silver_lag(self) -> int | None:
+        return _lag(self.silver_version, self.applied) if self.gold is not None else None
+
+
+def read_progress(
+    engine: LakeEngine,
+    bronze: TableRef,
+    silver: tuple[TableRef, str],
+    gold: tuple[TableRef, str] | None,
+) -> Progress:
+    """The :class:`Progress` of an object whose silver and gold are ``(table, app id of the
+    Delta transaction that records the version it read)``."""
+
+    def read(table: TableRef, app_id: str) -> tuple[int | None, int | None]:
+        version = engine.version(table)
+        return version, engine.txn_version(table, app_id) if version is not None else None
+
+    silver_version, processed = read(*silver)
+    gold_version, applied = read(*gold) if gold is not None else (None, None)
+    return Progress(
+        bronze,
+        engine.version(bronze),
+        silver[0],
+        silver_version,
+        processed,
+        gold[0] if gold is not None else None,
+        gold_version,
+        applied,
+    )
+
+
+def object_status(
+    summary: Summary,
+    progress: Progress,
+    *,
+    name: str,
+    topic: str,
+    now: datetime,
+    window: float,
+    spec: HealthSpec,
+    open_resync: Sequence[Mapping[str, Any]],
+    quarantined: int,
+    failed: str | None = None,
+) -> ObjectStatus:
+    """The :class:`ObjectStatus` of the object ``name`` (its rows in the re-sync table are
+    those whose ``object`` is ``name``), judged against ``spec`` with the commits table's
+    ``summary``. ``failed``: why its source cannot be subscribed (FAIL)."""
+    mine = [r for r in open_resync if r["object"] == name]
+    records = len({r["record_id"] for r in mine if r["record_id"]})
+    whole = sum(1 for r in mine if r["record_id"] is None or r["reason"] in OBJECT_LEVEL_REASONS)
+    chain = [("bronze", str(progress.bronze)), ("silver", str(progress.silver))]
+    caught_up = [True, progress.bronze_lag == 0]
+    if progress.gold is not None:
+        chain.append(("gold", str(progress.gold)))
+        caught_up.append(progress.silver_lag == 0)
+    health = _health(
+        summary,
+        now=now,
+        window=window,
+        chain=chain,
+        caught_up=caught_up,
+        spec=spec,
+        topic=topic,
+        obj=name,
+        quarantined=quarantined,
+        resync_records=records,
+        resync_whole=whole,
+        failed=failed,
+    )
+    return ObjectStatus(
+        object=name,
+        topic=topic,
+        silver_table=str(progress.silver),
+        silver_version=progress.silver_version,
+        bronze_processed=progress.processed,
+        bronze_lag=progress.bronze_lag,
+        gold_table=str(progress.gold) if progress.gold is not None else None,
+        gold_version=progress.gold_version,
+        silver_applied=progress.applied,
+        silver_lag=progress.silver_lag,
+        resync_records=records,
+        resync_full_object=whole,
+        quarantined=quarantined,
+        **health,
+    )
+
+
+def _health(
     summary: Summary,
     *,
     now: datetime,
@@ -325,7 +393,7 @@ def object_health(
 ) -> dict[str, Any]:
     """The health fields of an :class:`ObjectStatus` whose tables are ``chain`` (``(layer,
     table)``, bronze first; ``caught_up`` as :func:`~pipelines.ops.health.layer_lags` takes
-    it), judged against ``spec``. ``failed``: why its source cannot be subscribed (FAIL)."""
+    it), judged against ``spec``."""
     lags = layer_lags(summary, now=now, tables=chain, caught_up=caught_up)
     verdict, error = judge(
         summary,

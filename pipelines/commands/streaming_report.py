@@ -12,7 +12,6 @@ import pyarrow.compute as pc
 
 from pipelines.bronze.streaming_tables import replay_number
 from pipelines.engines import TableRef
-from pipelines.gold.resync import OBJECT_LEVEL_REASONS
 from pipelines.silver.streaming_job import silver_app_id
 from pipelines.spec import Conf
 from pipelines.spec_streaming import StreamingObjectSpec
@@ -67,12 +66,6 @@ def describe_streams(conf: Conf) -> list[str]:
     return lines
 
 
-def _lag(current: int | None, processed: int | None) -> int | None:
-    if current is None:
-        return None
-    return max(0, current - (processed if processed is not None else 0))
-
-
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat(timespec="milliseconds")
 
@@ -90,7 +83,7 @@ def stream_status(
     """``sfcdc status`` entries of the enabled channels: one topic (the bronze side, keyed
     ``streaming:<channel>``, replay ids as numbers) and one object (silver and gold) each,
     judged against ``defaults.health`` with the commits table's ``summary``."""
-    from pipelines.commands.status import ObjectStatus, TopicStatus, object_health
+    from pipelines.commands.status import TopicStatus, object_status, read_progress
     from pipelines.gold.job import GOLD_APP_PREFIX
 
     topics: list[TopicStatus] = []
@@ -125,60 +118,25 @@ def stream_status(
                 quarantined=quarantined,
             )
         )
-        silver = TableRef("silver", spec.tables.silver)
-        silver_version = engine.version(silver)
-        processed = (
-            engine.txn_version(silver, silver_app_id(spec)) if silver_version is not None else None
-        )
-        gold_name = gold_version = applied = None
-        if spec.has_gold:
-            gold = TableRef("gold", spec.tables.gold)
-            gold_name = str(gold)
-            gold_version = engine.version(gold)
-            applied = (
-                engine.txn_version(gold, f"{GOLD_APP_PREFIX}{spec.key}")
-                if gold_version is not None
-                else None
-            )
-        mine = [r for r in open_resync if r["object"] == spec.key]
-        records = len({r["record_id"] for r in mine if r["record_id"]})
-        whole = sum(
-            1 for r in mine if r["record_id"] is None or r["reason"] in OBJECT_LEVEL_REASONS
-        )
-        chain = [("bronze", str(bronze)), ("silver", str(silver))]
-        caught_up = [True, _lag(bronze_version, processed) == 0]
-        if gold_name is not None:
-            chain.append(("gold", gold_name))
-            caught_up.append(_lag(silver_version, applied) == 0)
-        health = object_health(
-            summary,
-            now=now,
-            window=conf.pipeline.ops.rate_window_seconds,
-            chain=chain,
-            caught_up=caught_up,
-            spec=conf.pipeline.defaults.health,
-            topic=spec.key,
-            obj=spec.key,
-            quarantined=quarantined,
-            resync_records=records,
-            resync_whole=whole,
+        progress = read_progress(
+            engine,
+            bronze,
+            (TableRef("silver", spec.tables.silver), silver_app_id(spec)),
+            (TableRef("gold", spec.tables.gold), f"{GOLD_APP_PREFIX}{spec.key}")
+            if spec.has_gold
+            else None,
         )
         objects.append(
-            ObjectStatus(
-                object=spec.key,
+            object_status(
+                summary,
+                progress,
+                name=spec.key,
                 topic=spec.channel,
-                silver_table=str(silver),
-                silver_version=silver_version,
-                bronze_processed=processed,
-                bronze_lag=_lag(bronze_version, processed),
-                gold_table=gold_name,
-                gold_version=gold_version,
-                silver_applied=applied,
-                silver_lag=_lag(silver_version, applied) if gold_name else None,
-                resync_records=records,
-                resync_full_object=whole,
+                now=now,
+                window=conf.pipeline.ops.rate_window_seconds,
+                spec=conf.pipeline.defaults.health,
+                open_resync=open_resync,
                 quarantined=quarantined,
-                **health,
             )
         )
     return topics, objects

@@ -20,6 +20,7 @@ from tests.streaming_helpers import change_event
 
 __all__ = [
     "ACCOUNT_QUERY",
+    "ACCTS",
     "CREATED",
     "account",
     "checkpoints",
@@ -31,6 +32,14 @@ __all__ = [
 
 ACCOUNT_QUERY = "SELECT Id, Name, Industry, NumberOfEmployees FROM Account"
 CREATED = "2025-01-01T00:00:00.000Z"
+# The object file of a managed PushTopic channel on Account.
+ACCTS = f"""\
+kind: streaming_api
+channel: /topic/Accts
+pushtopic:
+  manage: create_or_update
+  query: {ACCOUNT_QUERY}
+"""
 
 
 @pytest.fixture

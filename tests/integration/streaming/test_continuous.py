@@ -17,17 +17,10 @@ from pipelines.engines.local import LocalEngine
 from pipelines.ops.table import OPS_TABLE
 from pipelines.run import LandingProcess, Pipeline
 from pipelines.spec import load_conf
-from tests.integration.streaming.lake import ACCOUNT_QUERY, account, write_conf
+from tests.integration.streaming.lake import ACCTS, account, write_conf
 
 pytestmark = [pytest.mark.streaming_api, pytest.mark.integration]
 
-ACCTS = f"""\
-kind: streaming_api
-channel: /topic/Accts
-pushtopic:
-  manage: create_or_update
-  query: {ACCOUNT_QUERY}
-"""
 CDC = "object: Account\nkind: change_events\n"
 IDS = [f"0010000000000{n:02d}AAA" for n in range(1, 6)]
 

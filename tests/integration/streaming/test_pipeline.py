@@ -33,7 +33,7 @@ from pipelines.ops.table import OPS_TABLE
 from pipelines.spec import Conf, load_conf
 from pipelines.streaming_pipeline import land_streams, run_streaming_pass
 from tests.integration.streaming.lake import (
-    ACCOUNT_QUERY,
+    ACCTS,
     CREATED,
     account,
     checkpoints,
@@ -47,13 +47,6 @@ pytestmark = [pytest.mark.streaming_api, pytest.mark.integration]
 
 A = "001000000000001AAA"
 B = "001000000000002AAA"
-ACCTS = f"""\
-kind: streaming_api
-channel: /topic/Accts
-pushtopic:
-  manage: create_or_update
-  query: {ACCOUNT_QUERY}
-"""
 HARD = ACCTS.replace("/topic/Accts", "/topic/AcctsHard") + "gold: {deletes: hard}\n"
 NEWS = "kind: streaming_api\nchannel: /u/News\n"
 OBJECTS = {"accts": ACCTS, "accts_hard": HARD, "news": NEWS}
