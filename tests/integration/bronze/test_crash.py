@@ -2,7 +2,7 @@
 at random points while the emulator (in this process) keeps producing generated events on
 several topics, restarted each time, and finally drained; every topic's bronze table then holds
 exactly the emulator's events, in order, once. On the spark engine each run starts its own
-Spark driver with delta-spark (a JVM start per run), so it is killed fewer times."""
+Spark driver with delta-spark (a JVM start per run), so it is killed fewer times (five)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240
 
 ROOT = Path(__file__).resolve().parents[3]
 # Kills per engine: each spark-engine run starts a JVM first, which takes seconds.
-KILLS = {"local": 20, "spark": 10}
+KILLS = {"local": 20, "spark": 5}
 # Pause between the producer's bursts and events per bronze batch: a spark-engine commit takes
 # far longer than a local one, so its producer is slower and its batches bigger (the backlog a
 # run leaves must drain in minutes).
