@@ -98,6 +98,12 @@ NATIVE_READER_FEATURES = frozenset(
     {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "checkpointProtection"}
 )
 _MIN_SAFE_VACUUM_HOURS = 168.0
+# Compaction packs small files into files of about this size and leaves larger ones alone, so
+# one compaction rewrites (and holds in memory) at most about this much, however large the
+# table grows. delta-rs' default (100 MiB) rewrites a whole table of up to that size each
+# time, and a silver table compacted every few hundred commits then costs more memory and
+# time every time.
+COMPACT_TARGET_BYTES = 16 * 1024**2
 # Rows per batch handed to a layer function (what Spark's Arrow batches hold here too).
 BATCH_ROWS = 20_000
 _CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
@@ -732,7 +738,7 @@ class LocalEngine:
         with self._errors("maintain", table):
             dt = DeltaTable(str(path))
             if compact:
-                report = dt.optimize.compact()
+                report = dt.optimize.compact(target_size=COMPACT_TARGET_BYTES)
                 removed = int(report.get("numFilesRemoved", 0))
                 added = int(report.get("numFilesAdded", 0))
             if vacuum_hours is not None:

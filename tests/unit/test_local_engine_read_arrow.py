@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
 from ingest.errors import LakeError
 from pipelines.engines import LocalEngine, TableRef, Txn, WriteLayout
@@ -132,3 +133,28 @@ def test_write_layout_shapes_the_parquet_files(tmp_path: Path) -> None:
     assert engine.read_arrow(table).num_rows == 250
     with pytest.raises(ValueError, match="row_group_rows must be >= 1"):
         WriteLayout(row_group_rows=0)
+
+
+def test_compaction_packs_small_files_and_leaves_files_past_the_target_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipelines.engines import local
+
+    engine = LocalEngine(None, location=tmp_path / "lake")
+    table = TableRef("silver", "account")
+    large = pa.table({"Id": [f"001{i:015d}" for i in range(20_000)]})
+    engine.append(table, large)
+    for start in range(3):
+        engine.append(table, pa.table({"Id": [f"003{start:015d}"]}))
+    directory = tmp_path / "lake" / "silver" / "account"
+    files = {p.name: p.stat().st_size for p in directory.glob("*.parquet")}
+    (big,) = [name for name, size in files.items() if size > 10_000]
+    monkeypatch.setattr(local, "COMPACT_TARGET_BYTES", 10_000)
+
+    result = engine.maintain(table)
+
+    # The three small files became one; the large one was not rewritten.
+    assert (result.files_removed, result.files_added) == (3, 1)
+    active = {Path(f).name for f in DeltaTable(str(directory)).file_uris()}
+    assert big in active and len(active) == 2
+    assert engine.read_arrow(table).num_rows == 20_003
