@@ -67,7 +67,16 @@ if TYPE_CHECKING:
     from pipelines.engines import LakeEngine
     from pipelines.ops.metrics import PipelineMetrics
 
-__all__ = ["LandingProcess", "PassResult", "Pipeline", "RunResult", "progress_lines"]
+__all__ = [
+    "KEPT_PASSES",
+    "LandingProcess",
+    "PassLog",
+    "PassResult",
+    "PassTotals",
+    "Pipeline",
+    "RunResult",
+    "progress_lines",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -102,8 +111,48 @@ class PassResult:
 
 
 @dataclass(frozen=True)
+class PassTotals:
+    """Sums over every pass of a run."""
+
+    count: int = 0
+    silver_rows: int = 0
+    quarantined: int = 0
+    merged: Mapping[str, int] = field(default_factory=dict)
+
+    def plus(self, p: PassResult) -> PassTotals:
+        merged = dict(self.merged)
+        for name, n in p.merged.items():
+            merged[name] = merged.get(name, 0) + n
+        return PassTotals(
+            self.count + 1,
+            self.silver_rows + p.silver_rows,
+            self.quarantined + p.silver.quarantined,
+            merged,
+        )
+
+
+# Passes a run's result keeps (older ones are in its totals only): a continuous run of weeks
+# makes hundreds of thousands of passes.
+KEPT_PASSES = 100
+
+
+class PassLog:
+    """The latest :data:`KEPT_PASSES` passes of a run, and totals over all of them."""
+
+    def __init__(self) -> None:
+        self.recent: collections.deque[PassResult] = collections.deque(maxlen=KEPT_PASSES)
+        self.totals = PassTotals()
+
+    def append(self, p: PassResult) -> PassResult:
+        self.recent.append(p)
+        self.totals = self.totals.plus(p)
+        return p
+
+
+@dataclass(frozen=True)
 class RunResult:
-    """What a run did: the landing, every silver/gold pass in order, and why it stopped."""
+    """What a run did: the landing, its silver/gold passes in order (the latest
+    :data:`KEPT_PASSES` of them; ``totals`` sums every pass), and why it stopped."""
 
     landing: LandingResult
     passes: tuple[PassResult, ...]
@@ -111,22 +160,31 @@ class RunResult:
     stopped: str
     # The Streaming API channels' landing (run_once only; None without any).
     streaming: LandingResult | None = None
+    totals: PassTotals | None = None
+
+    def _totals(self) -> PassTotals:
+        if self.totals is not None:
+            return self.totals
+        totals = PassTotals()
+        for p in self.passes:
+            totals = totals.plus(p)
+        return totals
+
+    @property
+    def pass_count(self) -> int:
+        return self._totals().count
 
     @property
     def silver_rows(self) -> int:
-        return sum(p.silver_rows for p in self.passes)
+        return self._totals().silver_rows
 
     @property
     def quarantined(self) -> int:
-        return sum(p.silver.quarantined for p in self.passes)
+        return self._totals().quarantined
 
     def merged(self) -> dict[str, int]:
         """Gold rows inserted, updated or deleted per object, over every pass."""
-        out: dict[str, int] = {}
-        for p in self.passes:
-            for name, n in p.merged.items():
-                out[name] = out.get(name, 0) + n
-        return out
+        return dict(self._totals().merged)
 
 
 def progress_lines(
@@ -501,7 +559,7 @@ class Pipeline:
 
         thread = threading.Thread(target=land, name="sfcdc-landing", daemon=True)
         thread.start()
-        passes: list[PassResult] = []
+        passes = PassLog()
         ready.wait()
         previous: LandingResult | None = None
         mark = self._monotonic()
@@ -519,7 +577,7 @@ class Pipeline:
                 landing = self._landing
                 if landing is not None:
                     snapshot = landing.snapshot()
-                    for line in progress_lines(snapshot, previous, now - mark, passes[-1]):
+                    for line in progress_lines(snapshot, previous, now - mark, passes.recent[-1]):
                         self._report(line)
                     previous = snapshot
                 mark = now
@@ -537,7 +595,13 @@ class Pipeline:
         # The landing committed its open batches when it stopped: fold them in too.
         passes.append(self.run_pass())
         stopped = self._stop_reason or result.stopped
-        return RunResult(result, tuple(passes), self._monotonic() - started, stopped)
+        return RunResult(
+            result,
+            tuple(passes.recent),
+            self._monotonic() - started,
+            stopped,
+            totals=passes.totals,
+        )
 
     def _run_with_child(
         self, spec: LandingProcess, interval: float, duration: float | None
@@ -558,7 +622,7 @@ class Pipeline:
             stopping = self._stop_reason is not None
         if stopping:
             child.stop()
-        passes: list[PassResult] = []
+        passes = PassLog()
         previous: LandingResult | None = None
         try:
             mark = next_pass = self._monotonic()
@@ -571,7 +635,7 @@ class Pipeline:
                 now = self._monotonic()
                 snapshot = child.snapshot()
                 if snapshot is not None:
-                    for line in progress_lines(snapshot, previous, now - mark, passes[-1]):
+                    for line in progress_lines(snapshot, previous, now - mark, passes.recent[-1]):
                         self._report(line)
                     previous = snapshot
                     mark = now
@@ -591,7 +655,13 @@ class Pipeline:
         # The landing committed its open batches when it stopped: fold them in too.
         passes.append(self.run_pass())
         stopped = self._stop_reason or landing.stopped
-        return RunResult(landing, tuple(passes), self._monotonic() - started, stopped)
+        return RunResult(
+            landing,
+            tuple(passes.recent),
+            self._monotonic() - started,
+            stopped,
+            totals=passes.totals,
+        )
 
     def run_pass(self) -> PassResult:
         """One silver pass, then one gold pass, over what bronze holds now."""

@@ -132,14 +132,14 @@ def summary(result: RunResult) -> list[str]:
             f"replay id {t.last_replay_id or 'none'}"
         )
     passes = [p for p in result.passes if p.silver.topics or p.gold.objects]
-    if len(result.passes) == 1:
+    if result.pass_count == 1:
         for line in silver_summary(result.passes[0].silver):
             lines.append(f"  silver {line}")
         for line in gold_summary(result.passes[0].gold):
             lines.append(f"  gold {line}")
     elif passes:
         lines.append(
-            f"  {len(result.passes)} silver/gold passes: {result.silver_rows} silver rows, "
+            f"  {result.pass_count} silver/gold passes: {result.silver_rows} silver rows, "
             f"{result.quarantined} quarantined"
         )
         for name, n in sorted(result.merged().items()):

@@ -8,12 +8,16 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
+
+from pipelines import run as run_module
 from pipelines.bronze import LandingResult, TopicResult
 from pipelines.commands.demo import write_conf
+from pipelines.commands.run import summary
 from pipelines.commands.sql import Result, format_rows
 from pipelines.commands.status import LayerHealth, ObjectStatus, Status, TopicStatus, format_status
 from pipelines.commands.validate import describe
-from pipelines.run import progress_lines
+from pipelines.run import PassLog, PassResult, RunResult, progress_lines
 from pipelines.spec import load_conf
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -174,3 +178,37 @@ def test_status_text() -> None:
         "  Account: silver.account v2 (bronze up to v3, lag 1); gold.account v5 (silver up to "
         "v1, lag 1); re-sync pending: 4 records, 1 whole-object"
     )
+
+
+def _pass(rows: int, merged: int) -> PassResult:
+    from pipelines.engines import MergeMetrics, TableRef
+    from pipelines.gold import job as gold
+    from pipelines.silver import job as silver
+
+    bronze, table = TableRef("bronze", "account_change_event"), TableRef("silver", "account")
+    decoded = silver.ObjectResult("Account", table, bronze, 0, 1, events=rows, rows=rows)
+    topic = silver.TopicResult("/data/AccountChangeEvent", bronze, 0, 1, rows, 1, (decoded,))
+    merge = MergeMetrics(TableRef("gold", "account"), merged, 0, 0, rows, 2, False, 0.1)
+    folded = gold.ObjectResult(
+        "Account", merge.table, table, 0, 1, rows, rows, rows, 0, merge, 0, 0, 0, 0, False, 0.1
+    )
+    return PassResult(silver.SilverResult((topic,)), gold.GoldResult((folded,)), 0.5)
+
+
+def test_a_long_run_keeps_its_latest_passes_and_totals_over_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(run_module, "KEPT_PASSES", 3)
+    log = PassLog()
+    for n in range(1, 11):
+        log.append(_pass(rows=n, merged=2 * n))
+    landing = LandingResult((), 60.0, "stopped")
+    result = RunResult(landing, tuple(log.recent), 60.0, "stopped", totals=log.totals)
+
+    assert [p.silver_rows for p in result.passes] == [8, 9, 10]
+    assert (result.pass_count, result.silver_rows, result.quarantined) == (10, 55, 10)
+    assert result.merged() == {"Account": 110}
+    assert summary(result)[1:] == [
+        "  10 silver/gold passes: 55 silver rows, 10 quarantined",
+        "  gold Account: 110 rows inserted, updated or deleted",
+    ]
