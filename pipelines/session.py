@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DELTA_SESSION_CONF",
+    "JAVA_OPTIONS_ENV",
     "LOCAL_SESSION_CONF",
     "engine_for",
     "local_session",
@@ -68,6 +69,12 @@ DELTA_SESSION_CONF: Mapping[str, str] = {
 _JVM_OPTIONS = "-Darrow.enable_unsafe_memory_access=true -Darrow.enable_null_check_for_get=false"
 
 
+# More options for the JVM of a local session (its driver), from the environment: for
+# example ``-XX:TieredStopAtLevel=1``, which starts short runs (tests, one-off commands) a
+# quarter faster on a small machine and makes long ones slower.
+JAVA_OPTIONS_ENV = "SFCDC_SPARK_JAVA_OPTIONS"
+
+
 def spark_dirs(root: str | Path) -> tuple[Path, Path]:
     """``(warehouse, derby home)`` of a session working for the lake at ``root``."""
     base = Path(root).expanduser().absolute() / ".spark"
@@ -107,7 +114,9 @@ def local_session(
     settings: dict[str, str] = {
         **LOCAL_SESSION_CONF,
         "spark.sql.warehouse.dir": str(warehouse),
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={derby} {_JVM_OPTIONS}",
+        "spark.driver.extraJavaOptions": " ".join(
+            [f"-Dderby.system.home={derby}", _JVM_OPTIONS, os.environ.get(JAVA_OPTIONS_ENV, "")]
+        ).strip(),
         **_python_workers(),
     }
     if delta:
