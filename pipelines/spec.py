@@ -821,6 +821,16 @@ class GoldSpec:
         ),
     )
     scd2: Scd2Spec = field(default_factory=Scd2Spec, metadata=meta("SCD2 history table."))
+    max_rows_per_commit: int = field(
+        default=1_000_000,
+        metadata=meta(
+            "Silver rows folded per gold commit: a larger backlog is folded in several "
+            "commits, each recording the silver version it reached, so a run's memory follows "
+            "this value and not the backlog. A silver version is never split (a larger one is "
+            "folded alone), so any value is safe; a small one only costs more commits.",
+            minimum=1,
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1695,7 +1705,11 @@ def _load_stream(data: Any, defaults: DefaultsSpec, ctx: Problems) -> StreamingO
         "batching": defaults.batching,
         "silver": defaults.silver,
         # The order of a channel's changes is the channel's own (see StreamingGoldSpec).
-        "gold": StreamingGoldSpec(deletes=defaults.gold.deletes, scd2=defaults.gold.scd2),
+        "gold": StreamingGoldSpec(
+            deletes=defaults.gold.deletes,
+            scd2=defaults.gold.scd2,
+            max_rows_per_commit=defaults.gold.max_rows_per_commit,
+        ),
     }
     spec = parse_model(StreamingObjectSpec, data, "", ctx, inherited)
     return None if spec is INVALID else spec

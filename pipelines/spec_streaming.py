@@ -261,6 +261,13 @@ class StreamingGoldSpec:
         ),
     )
     scd2: Scd2Spec = field(default_factory=Scd2Spec, metadata=meta("SCD2 history table."))
+    max_rows_per_commit: int = field(
+        default=1_000_000,
+        metadata=meta(
+            "Silver rows folded per gold commit (as `gold.max_rows_per_commit` of an object).",
+            minimum=1,
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -397,7 +404,10 @@ class StreamingObjectSpec:
     )
     gold: StreamingGoldSpec = field(
         default_factory=StreamingGoldSpec,
-        metadata=meta("Overrides of defaults.gold (deletes, scd2).", inherits="defaults.gold"),
+        metadata=meta(
+            "Overrides of defaults.gold (deletes, scd2, max_rows_per_commit).",
+            inherits="defaults.gold",
+        ),
     )
     tables: StreamingTablesSpec = field(
         default_factory=StreamingTablesSpec, metadata=meta("Table names.")

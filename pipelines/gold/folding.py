@@ -169,13 +169,18 @@ class StateRows:
 
 
 class Wildcards:
-    """Silver rows -> its wildcard changes (``_cdc_is_wildcard``)."""
+    """Silver rows -> its wildcard changes (``_cdc_is_wildcard``) as rows of ``schema``
+    (silver's latest: rows read up to an earlier version may lack its newest columns)."""
+
+    def __init__(self, schema: T.StructType) -> None:
+        self.schema = schema
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        target = spark_schema_to_arrow(self.schema)
         for batch in batches:
             rows = batch.filter(pc.fill_null(batch.column(_WILDCARD), False))
             if rows.num_rows:
-                yield rows
+                yield from fit_to_schema(pa.Table.from_batches([rows]), target).to_batches()
 
 
 # ----------------------------------------------------------------------------- folding

@@ -4,30 +4,40 @@ For every configured change event object, :func:`run_gold`
 
 1. finds how far the gold table got: the version of its Delta app transaction
    ``sfcdc.gold:<object>`` is the last silver version it applied;
-2. reads only the silver rows appended after that version (``engine.read_appends``) and,
-   from the gold table (and the tombstone table, with hard deletes), the rows of the records
-   they touch (every row when the batch has a wildcard change);
+2. reads only the silver rows appended after that version (``engine.read_appends``), as many
+   silver versions at a time as ``gold.max_rows_per_commit`` allows (sizes from silver's
+   history, planned by :mod:`pipelines.chunking` as the silver job plans its steps; one
+   version is never split), so a backlog is folded in several steps whose memory follows that
+   setting, not the backlog; and, from the gold table (and the tombstone table, with hard
+   deletes), the rows of the records a step touches (every row when the step has a wildcard
+   change);
 3. folds them (:func:`fold_rows`): one complete row per record, computed by the pure
    functions of :mod:`pipelines.gold.folding` wherever the engine runs them (in this process
    for the local engine, on executors for the spark engine);
 4. writes, in this order: the re-sync table (new rows, and rows a full image resolved), the
    tombstones (hard deletes), the SCD2 history, and last the gold table with
    ``engine.merge(on=["Id"], update_condition=<newer order key>,
-   delete_condition=<hard delete>)`` under the txn ``(sfcdc.gold:<object>, silver version)``.
+   delete_condition=<hard delete>)`` under the txn ``(sfcdc.gold:<object>, silver version)``,
+   the last silver version of the step; then the next step starts from there.
 
-Exactly once. The gold MERGE is last and records the silver version it reached: a run that
-dies before it leaves the range unapplied, and the next run folds it again. That is safe
-because every write is idempotent: the re-sync table is keyed by a stable id, the tombstone
-and history MERGEs carry their own txns, and the fold ignores any change a record already
-reflects (order keys) while a tombstone newer than its gold row wins. A retried run with
-nothing new in silver reads nothing and writes nothing.
+Exactly once. Each step is complete on its own, and its gold MERGE is last and records the
+silver version it reached: a run that dies before it leaves the step's range unapplied, and
+the next run folds it again (steps committed before it stay done). That is safe because every
+write is idempotent: the re-sync table is keyed by a stable id, the tombstone and history
+MERGEs carry their own txns (the step's silver version), and the fold ignores any change a
+record already reflects (order keys) while a tombstone newer than its gold row wins. Steps
+fold a backlog as successive runs would have folded it as it arrived: the same tables as one
+step whenever silver's versions hold the changes in their order (a change delivered a version
+after a newer change of its record is ignored by a later step, as by a later run). A retried
+run with nothing new in silver reads nothing and writes nothing.
 
 Replay gaps (``replay_gap`` rows of the bronze checkpoint table: events lost because a
 rejected replay id was skipped by policy) are recorded in the re-sync table as whole-object
 re-syncs of every object on the topic.
 
-Each gold MERGE is reported to ``on_commit`` (the commits table, :mod:`pipelines.ops`) with the
-newest Salesforce commit time among the changes it folded; a run reports its progress
+Each gold MERGE (one per step) is reported to ``on_commit`` (the commits table,
+:mod:`pipelines.ops`) with the newest Salesforce commit time among the changes it folded; a
+run's :class:`ObjectResult` sums its steps, and a run reports its progress
 (:mod:`pipelines.progress`) in objects.
 
 One gold run per lake at a time: runs do not coordinate with each other.
@@ -36,6 +46,7 @@ One gold run per lake at a time: runs do not coordinate with each other.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +59,7 @@ from pyspark.sql import types as T
 
 from ingest.errors import ConcurrentWriteError, ConfigError, LakeError
 from ingest.schema import HEADER_FIELD
+from pipelines.chunking import plan_chunks, version_sizes
 from pipelines.engines import LakeEngine, MergeMetrics, Rows, TableRef, Txn
 from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
 from pipelines.engines.base import concurrent_write
@@ -313,7 +325,7 @@ def batch_wildcards(
     """The wildcard changes (record id ``001*``) of a batch of silver rows of ``schema``,
     collected for :func:`fold_rows` (Salesforce sends few: lossy field type conversions)."""
     rows: list[dict[str, Any]] = engine.to_arrow(
-        engine.map_batches(changes, Wildcards(), schema)
+        engine.map_batches(changes, Wildcards(schema), schema)
     ).to_pylist()
     return rows
 
@@ -405,6 +417,35 @@ def _replay_gaps(
     return [r for r in rows if r["resync_id"] not in known]
 
 
+@dataclass(frozen=True)
+class _Chunk:
+    """What one gold step (one MERGE) did."""
+
+    start: int
+    end: int
+    changes: int
+    counts: Mapping[str, int]
+    merge: MergeMetrics
+    resync_rows: int
+    tombstones: int
+    versions: int
+
+
+def _merged(merges: Sequence[MergeMetrics]) -> MergeMetrics:
+    """The MERGEs of a run's steps as one: their rows summed, the last one's version."""
+    last = merges[-1]
+    return MergeMetrics(
+        last.table,
+        inserted=sum(m.inserted for m in merges),
+        updated=sum(m.updated for m in merges),
+        deleted=sum(m.deleted for m in merges),
+        source_rows=sum(m.source_rows for m in merges),
+        version=last.version,
+        skipped=all(m.skipped for m in merges),
+        duration_s=sum(m.duration_s for m in merges),
+    )
+
+
 class _ObjectRun:
     def __init__(
         self,
@@ -435,6 +476,7 @@ class _ObjectRun:
         self.clock = clock
         self.started = clock()
         self._mark = self.started
+        self._since = self.started
 
     def _step(self, name: str) -> None:
         """Debug timing of a step of the run (``-vv``): a small batch's pass is dominated by
@@ -482,17 +524,7 @@ class _ObjectRun:
                 f"; {written} replay gap re-sync rows" if written else "",
             )
             return self._result(after, resync_rows=written)
-        changes = engine.read_appends(self.silver, after_version=after)
-        start, end = changes.start_version, changes.end_version
-        self._step("read appends")
-        if start is None or end is None:
-            return self._result(after, resync_rows=self._write_resync(None))
-        if changes.full_read:
-            _log.warning(
-                "gold: %s could not be read incrementally; folding all of it (changes gold "
-                "already reflects are ignored)",
-                self.silver,
-            )
+        assert current is not None
         schema = engine.schema(self.silver)
         assert schema is not None
         plan = self._plan()
@@ -505,7 +537,88 @@ class _ObjectRun:
             )
         body = body_fields(schema)
         engine.ensure_table(self.gold, gold_schema(body))
+        ends = self._chunks(after, current)
         self._step("plan")
+        steps: list[_Chunk] = []
+        reached = after
+        for end in ends:
+            step = self._chunk(reached, end, schema, plan, body)
+            if step is not None:
+                steps.append(step)
+            reached = end
+        if not steps:
+            return self._result(after, resync_rows=self._write_resync(None))
+        result = self._result(
+            after,
+            silver_version=reached,
+            changes=sum(s.changes for s in steps),
+            records=sum(s.counts["records"] for s in steps),
+            applied=sum(s.counts["applied"] for s in steps),
+            ignored=sum(s.counts["ignored"] for s in steps),
+            merge=_merged([s.merge for s in steps]),
+            resync_rows=sum(s.resync_rows for s in steps),
+            resolved=sum(s.counts["resolved"] for s in steps),
+            tombstones=sum(s.tombstones for s in steps),
+            versions=sum(s.versions for s in steps),
+            skipped=False,
+        )
+        if len(steps) > 1:
+            _log.info(
+                "gold: %s <- %s versions %s..%s in %d commits of at most %d silver rows: %d "
+                "changes (%.1f s)",
+                self.gold,
+                self.silver,
+                steps[0].start,
+                reached,
+                len(steps),
+                obj.gold.max_rows_per_commit,
+                result.changes,
+                result.duration_s,
+            )
+        return result
+
+    def _chunks(self, after: int | None, current: int) -> list[int]:
+        """The silver versions to stop at, after ``after`` up to ``current``: each step folds
+        at most ``gold.max_rows_per_commit`` silver rows (sizes from silver's history; one
+        version is never split)."""
+        first = 0 if after is None else after + 1
+        if current <= first:
+            # One version (or none: read_appends tells why), nothing to split.
+            return [current]
+        history = self.engine.history(self.silver, limit=current - first + 1)
+        ends = plan_chunks(
+            version_sizes(history),
+            after,
+            current,
+            max_rows=self.obj.gold.max_rows_per_commit,
+            # Silver's history records rows, not payload bytes: rows are the bound.
+            max_bytes=sys.maxsize,
+        )
+        return ends or [current]
+
+    def _chunk(
+        self,
+        after: int | None,
+        end: int,
+        schema: T.StructType,
+        plan: FoldPlan,
+        body: Sequence[Any],
+    ) -> _Chunk | None:
+        """One complete gold step: the silver rows after ``after`` up to ``end`` folded and
+        written, the gold MERGE recording ``end``."""
+        engine, obj = self.engine, self.obj
+        changes = engine.read_appends(self.silver, after_version=after, until_version=end)
+        start = changes.start_version
+        self._step("read appends")
+        if start is None:
+            return None
+        if changes.full_read:
+            _log.warning(
+                "gold: %s could not be read incrementally; folding all of it up to version %d "
+                "(changes gold already reflects are ignored)",
+                self.silver,
+                end,
+            )
         rows = engine.persist(changes.rows)
         held = [rows]
         try:
@@ -515,14 +628,11 @@ class _ObjectRun:
             counts = _counts(engine.to_arrow(engine.map_batches(folded, FoldCounts(), _COUNTS)))
             self._step("fold")
             written = self._write_resync(folded)
+            # Recorded with the first step's re-sync rows: later steps need not repeat them.
+            self.replay_gaps = []
             self._step("re-sync")
-            end_version = end
-            tombstoned = (
-                self._write_tombstones(folded, plan, end_version) if counts["tombstones"] else 0
-            )
-            versions = (
-                self._write_history(folded, plan, body, end_version) if counts["versions"] else 0
-            )
+            tombstoned = self._write_tombstones(folded, plan, end) if counts["tombstones"] else 0
+            versions = self._write_history(folded, plan, body, end) if counts["versions"] else 0
             self._step("tombstones and history")
             gold_rows = engine.map_batches(
                 folded, GoldPart(gold_schema(body).names), gold_schema(body)
@@ -531,25 +641,24 @@ class _ObjectRun:
             if self.on_commit is not None:
                 column = CHANGE_EVENT_TIME if CHANGE_EVENT_TIME in schema.names else None
                 newest = newest_time(engine, rows, column)
-            merge = self._merge_gold(gold_rows, plan, end_version, start)
+            merge = self._merge_gold(gold_rows, plan, end, start)
             self._step("merge")
         finally:
             for kept in held:
                 engine.release(kept)
-        result = self._result(
-            after,
-            silver_version=end,
+        step = _Chunk(
+            start=start,
+            end=end,
             changes=counts["changes"] + len(wildcards),
-            records=counts["records"],
-            applied=counts["applied"],
-            ignored=counts["ignored"],
+            counts=counts,
             merge=merge,
             resync_rows=written,
-            resolved=counts["resolved"],
             tombstones=tombstoned,
             versions=versions,
-            skipped=False,
         )
+        # The run's first step also carries its planning.
+        seconds = self.clock() - self._since
+        self._since = self.clock()
         if self.on_commit is not None and not merge.skipped:
             self.on_commit(
                 CommitRecord(
@@ -560,11 +669,11 @@ class _ObjectRun:
                     object=obj.api_name,
                     table=str(self.gold),
                     version=merge.version,
-                    events=result.changes,
+                    events=step.changes,
                     rows=merge.inserted + merge.updated + merge.deleted,
                     resync_rows=written,
                     newest_commit_at=newest,
-                    duration_seconds=result.duration_s,
+                    duration_seconds=seconds,
                 )
             )
         _log.info(
@@ -575,19 +684,19 @@ class _ObjectRun:
             self.silver,
             start,
             end,
-            result.changes,
-            result.records,
-            result.applied,
-            result.ignored,
+            step.changes,
+            counts["records"],
+            counts["applied"],
+            counts["ignored"],
             merge.inserted,
             merge.updated,
             merge.deleted,
             written,
             tombstoned,
             versions,
-            result.duration_s,
+            seconds,
         )
-        return result
+        return step
 
     def _fold(
         self,

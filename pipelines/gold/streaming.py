@@ -57,7 +57,12 @@ def gold_object(spec: StreamingObjectSpec) -> ObjectSpec:
         topic=spec.key,
         enabled=spec.enabled,
         silver=spec.silver,
-        gold=GoldSpec(deletes=spec.gold.deletes, sequence_by=sequence, scd2=spec.gold.scd2),
+        gold=GoldSpec(
+            deletes=spec.gold.deletes,
+            sequence_by=sequence,
+            scd2=spec.gold.scd2,
+            max_rows_per_commit=spec.gold.max_rows_per_commit,
+        ),
         tables=TablesSpec(
             bronze=spec.tables.bronze, silver=spec.tables.silver, gold=spec.tables.gold
         ),

@@ -57,7 +57,8 @@ from pipelines.bronze.tables import (
     SCHEMA_REGISTRY_TABLE,
     bronze_tables,
 )
-from pipelines.engines import HistoryEntry, LakeEngine, Rows, TableRef, Txn
+from pipelines.chunking import plan_chunks, rows_between, version_sizes
+from pipelines.engines import LakeEngine, Rows, TableRef, Txn
 from pipelines.engines.arrow import same_type, spark_schema_to_arrow
 from pipelines.ops.newest import newest_time, time_column
 from pipelines.ops.table import CommitRecord
@@ -88,12 +89,10 @@ __all__ = [
     "SilverResult",
     "TopicResult",
     "app_id",
-    "plan_chunks",
     "read_registry",
     "read_schema_failures",
     "run_silver",
     "silver_layout",
-    "version_sizes",
 ]
 
 _log = logging.getLogger(__name__)
@@ -106,8 +105,6 @@ SCHEMA_FAILURES = TableRef("bronze", SCHEMA_FAILURES_TABLE)
 _META_BRONZE_TABLE = "sfcdc.silver.bronze_table"
 _META_VERSIONS = "sfcdc.silver.bronze_versions"
 _META_MAX_BATCH = "sfcdc.silver.bronze_max_batch_id"
-# How the two Delta implementations name the rows a write added, in DESCRIBE HISTORY.
-_ADDED_ROWS_METRICS = ("num_added_rows", "numOutputRows")
 
 
 def app_id(obj: ObjectSpec) -> str:
@@ -367,65 +364,6 @@ def run_silver(
     return SilverResult(tuple(results))
 
 
-def _added_rows(entry: HistoryEntry) -> int:
-    for key in _ADDED_ROWS_METRICS:
-        value = entry.metrics.get(key)
-        if value is not None and str(value).isdigit():
-            return int(value)
-    return 0
-
-
-def version_sizes(
-    history: Iterable[HistoryEntry], checkpoints: Iterable[Mapping[str, Any]] = ()
-) -> dict[int, tuple[int, int]]:
-    """``(rows, payload bytes)`` each bronze version added: rows from the table's history,
-    bytes from landing's checkpoint rows (``bronze_version``, ``event_count``,
-    ``payload_bytes``); a version landing did not record has 0 bytes."""
-    sizes = {entry.version: (_added_rows(entry), 0) for entry in history}
-    for row in checkpoints:
-        version = row.get("bronze_version")
-        if version is None:
-            continue
-        rows, _ = sizes.get(version, (0, 0))
-        sizes[version] = (
-            max(rows, int(row.get("event_count") or 0)),
-            int(row.get("payload_bytes") or 0),
-        )
-    return sizes
-
-
-def plan_chunks(
-    sizes: Mapping[int, tuple[int, int]],
-    after: int | None,
-    current: int,
-    *,
-    max_rows: int,
-    max_bytes: int,
-) -> list[int]:
-    """The bronze versions to stop at, after ``after`` and up to ``current``, so that each
-    step reads at most ``max_rows`` rows and ``max_bytes`` payload bytes (one version is
-    never split; versions missing from ``sizes`` count as empty)."""
-    if after is not None and after >= current:
-        return []
-    ends: list[int] = []
-    rows = size = 0
-    for version in range(0 if after is None else after + 1, current + 1):
-        n, b = sizes.get(version, (0, 0))
-        if (rows or size) and (rows + n > max_rows or size + b > max_bytes):
-            ends.append(version - 1)
-            rows = size = 0
-        rows += n
-        size += b
-    ends.append(current)
-    return ends
-
-
-def _rows_between(sizes: Mapping[int, tuple[int, int]], after: int | None, end: int) -> int:
-    """Rows the bronze versions after ``after`` up to ``end`` added."""
-    start = 0 if after is None else after + 1
-    return sum(sizes.get(v, (0, 0))[0] for v in range(start, end + 1))
-
-
 @dataclass
 class _Progress:
     events: int = 0
@@ -492,11 +430,11 @@ class _Group:
             sizes, after, current, max_rows=self.max_rows, max_bytes=self.max_bytes
         )
         with progress(
-            total=_rows_between(sizes, after, current), unit="events", label=f"silver {self.bronze}"
+            total=rows_between(sizes, after, current), unit="events", label=f"silver {self.bronze}"
         ) as bar:
             for end in chunks:
                 self._chunk(after, end)
-                bar.advance(_rows_between(sizes, after, end))
+                bar.advance(rows_between(sizes, after, end))
                 after = end
         if start == after:
             _log.info("silver: %s has nothing new after version %s", self.bronze, start)

@@ -35,16 +35,12 @@ from pyspark.sql import types as T
 from ingest.errors import ConfigError
 from pipelines.bronze.streaming_setup import DescribeEntry, read_describes
 from pipelines.bronze.tables import CHECKPOINT_TABLE
+from pipelines.chunking import plan_chunks, version_sizes
 from pipelines.engines import LakeEngine, TableRef, Txn
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.ops.newest import newest_time
 from pipelines.ops.table import CommitRecord
-from pipelines.silver.job import (
-    QUARANTINE_TABLE,
-    maintain_on_schedule,
-    plan_chunks,
-    version_sizes,
-)
+from pipelines.silver.job import QUARANTINE_TABLE, maintain_on_schedule
 from pipelines.silver.quarantine import QUARANTINE_SCHEMA, AfterBatch, QuarantinePart, SilverPart
 from pipelines.silver.streaming import STREAM_BRONZE_COLUMNS, StreamingRows, StreamPlan, stream_plan
 from pipelines.spec import Conf

@@ -1,6 +1,8 @@
 """The gold job builds the same tables whether it folds silver's changes as they arrive, a
-small batch per pass, or all of them at once, as one large batch (a lake that fell behind):
-gold, tombstones, SCD2 history and re-sync rows alike, on either engine."""
+small batch per pass, or all of them at once, as one large batch (a lake that fell behind),
+or a backlog in several steps of at most ``gold.max_rows_per_commit`` rows: gold, tombstones,
+SCD2 history and re-sync rows alike, on either engine. A run that dies between two steps
+resumes at the next one."""
 
 from __future__ import annotations
 
@@ -9,12 +11,20 @@ from typing import Any
 
 import pytest
 
+from ingest.errors import LakeError
 from pipelines.engines import LakeEngine, TableRef
-from pipelines.gold.job import history_table, tombstone_table
+from pipelines.engines.local import LocalEngine
+from pipelines.gold import job
+from pipelines.gold.job import app_id, history_table, tombstone_table
 from pipelines.gold.resync import RESYNC_TABLE
 from pipelines.silver.columns import FieldLayout
 from tests.spark.gold.conftest import Silver, account_schema_json
-from tests.spark.gold.lakes import GOLD, RATING, Lake, LakeFactory, register
+from tests.spark.gold.lakes import GOLD, RATING, SILVER, Lake, LakeFactory, register
+
+# The silver commits of _batches hold 3, 8, 3 and 1 rows: at most 11 rows per step folds a
+# backlog of all four in two steps, up to the second commit and up to the fourth.
+CHUNKED = "max_rows_per_commit: 11"
+HARD_SCD2 = "deletes: hard, scd2: {enabled: true, track: [Phone]}"
 
 
 def _batches() -> list[Silver]:
@@ -63,14 +73,38 @@ def _versions(env: Lake) -> dict[str, int | None]:
     return {str(t): env.engine.version(t) for t in tables}
 
 
+def _gold_commits(env: Lake) -> list[int]:
+    """The silver versions the gold MERGEs recorded, oldest first."""
+    gold_app = app_id(env.conf.objects[0])
+    entries = env.engine.history(GOLD, limit=50)
+    return sorted(e.txn.version for e in entries if e.txn is not None and e.txn.app_id == gold_app)
+
+
+def _step_ends(env: Lake) -> list[int]:
+    """The silver versions a backlog of _batches is folded up to, in CHUNKED steps."""
+    entries = env.engine.history(SILVER, limit=50)
+    appends = sorted(e.version for e in entries if e.txn is not None)
+    return [appends[1], appends[3]]
+
+
+def _local_lake(root: Path, gold: str, batches: list[Silver]) -> Lake:
+    """A local lake whose silver table holds ``batches``, gold not run yet."""
+    env = Lake(lambda location, **o: LocalEngine(location=location, **o), "local", root, gold)
+    register(env.engine, account_schema_json(), account_schema_json(extra=[RATING]))
+    for batch in batches:
+        env.land(batch)
+    return env
+
+
 @pytest.mark.parametrize(
     "gold",
     [
         "",
-        # Hard deletes and SCD2 history together: one Spark run less than one each.
-        "gold: {deletes: hard, scd2: {enabled: true, track: [Phone]}}\n",
+        # Hard deletes and SCD2 history together: one Spark run less than one each; the
+        # backlog in two steps.
+        f"gold: {{{HARD_SCD2}, {CHUNKED}}}\n",
     ],
-    ids=["soft", "hard-scd2"],
+    ids=["soft", "hard-scd2-chunked"],
 )
 def test_small_batches_and_one_large_batch_build_the_same_tables(
     lake: LakeFactory, tmp_path: Path, gold: str
@@ -90,6 +124,10 @@ def test_small_batches_and_one_large_batch_build_the_same_tables(
         large.land(batch)
     (result,) = large.gold().objects
     assert (result.changes, result.skipped) == (sum(len(b.rows) for b in batches), False)
+    silver_version = large.engine.version(SILVER)
+    steps = _step_ends(large) if CHUNKED in gold else [silver_version]
+    assert _gold_commits(large) == steps and result.silver_version == silver_version
+    assert large.engine.txn_version(GOLD, app_id(large.conf.objects[0])) == silver_version
     tables = _tables(small)
     assert _tables(large) == tables
     for env in (small, large):
@@ -102,3 +140,35 @@ def test_small_batches_and_one_large_batch_build_the_same_tables(
     assert gold_rows["001B"]["Phone"] == "all"
     resync = {(r["record_id"], r["change_type"]): r for r in tables[str(RESYNC_TABLE)]}
     assert resync[("001B", "GAP_DELETE")]["resolved_by"] is not None
+
+
+def test_a_run_that_dies_between_two_steps_resumes_at_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The local engine only: the steps are the engine-independent part.
+    batches = _batches()
+    once = _local_lake(tmp_path / "once", f"gold: {{{HARD_SCD2}}}\n", batches)
+    once.gold()
+    assert len(_gold_commits(once)) == 1
+    env = _local_lake(tmp_path / "steps", f"gold: {{{HARD_SCD2}, {CHUNKED}}}\n", batches)
+    merge_gold = job._ObjectRun._merge_gold
+    merges: list[int] = []
+
+    def dies_at_the_second(self: Any, source: Any, plan: Any, version: int, start: int) -> Any:
+        merges.append(version)
+        if len(merges) == 2:
+            raise LakeError("killed")
+        return merge_gold(self, source, plan, version, start)
+
+    monkeypatch.setattr(job._ObjectRun, "_merge_gold", dies_at_the_second)
+    with pytest.raises(LakeError, match="killed"):
+        env.gold()
+    first, last = _step_ends(env)
+    assert _gold_commits(env) == [first]
+    monkeypatch.setattr(job._ObjectRun, "_merge_gold", merge_gold)
+    (result,) = env.gold().objects
+    # The second run folds the second step only; the first one's writes stay as they were.
+    assert (result.after_version, result.silver_version) == (first, last)
+    assert result.changes == sum(len(b.rows) for b in batches[2:])
+    assert _gold_commits(env) == [first, last] and last == env.engine.version(SILVER)
+    assert _tables(env) == _tables(once)

@@ -11,6 +11,7 @@ import pytest
 
 from ingest.errors import ConfigError
 from pipelines.bronze.tables import SCHEMA_REGISTRY_SCHEMA
+from pipelines.chunking import plan_chunks, version_sizes
 from pipelines.commands.silver import summary
 from pipelines.engines import HistoryEntry, LocalEngine, TableRef
 from pipelines.silver.job import (
@@ -18,11 +19,9 @@ from pipelines.silver.job import (
     ObjectResult,
     SilverResult,
     TopicResult,
-    plan_chunks,
     read_registry,
     run_silver,
     silver_layout,
-    version_sizes,
 )
 from pipelines.spec import Conf, ObjectSpec, PipelineSpec, TablesSpec
 from tests.unit.silver.support import ACCOUNT_V1, ACCOUNT_V2, ORDER_SHIPPED
