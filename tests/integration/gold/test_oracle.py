@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[3]
 EVENTS = {"local": 100_000, "spark": 15_000}
 # Events appended per second (None: as fast as the emulator takes them). A spark-engine ingest
 # starts a JVM before it lands, so its producer is paced to still be producing at the kills.
-RATES: dict[str, float | None] = {"local": None, "spark": 100.0}
+RATES: dict[str, float | None] = {"local": None, "spark": 150.0}
 KILLS = 4
 SEED = 20260611
 OBJECTS = {
