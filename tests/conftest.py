@@ -21,18 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pipelines.session import JAVA_OPTIONS_ENV
-
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from pipelines.engines import LakeEngine
-
-
-# Test sessions, and the spark-engine commands tests run in subprocesses, live seconds to
-# minutes on a shared 2-core machine: the JVM's quick compiler alone starts them and runs their
-# small jobs faster than with the optimizing one competing for the cores.
-os.environ.setdefault(JAVA_OPTIONS_ENV, "-XX:TieredStopAtLevel=1")
 
 
 @pytest.fixture(scope="session")
