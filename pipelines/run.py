@@ -148,6 +148,10 @@ class PassLog:
         self.totals = self.totals.plus(p)
         return p
 
+    def result(self, landing: LandingResult, seconds: float, stopped: str) -> RunResult:
+        """The :class:`RunResult` of a run whose passes these were."""
+        return RunResult(landing, tuple(self.recent), seconds, stopped, totals=self.totals)
+
 
 @dataclass(frozen=True)
 class RunResult:
@@ -595,13 +599,7 @@ class Pipeline:
         # The landing committed its open batches when it stopped: fold them in too.
         passes.append(self.run_pass())
         stopped = self._stop_reason or result.stopped
-        return RunResult(
-            result,
-            tuple(passes.recent),
-            self._monotonic() - started,
-            stopped,
-            totals=passes.totals,
-        )
+        return passes.result(result, self._monotonic() - started, stopped)
 
     def _run_with_child(
         self, spec: LandingProcess, interval: float, duration: float | None
@@ -655,13 +653,7 @@ class Pipeline:
         # The landing committed its open batches when it stopped: fold them in too.
         passes.append(self.run_pass())
         stopped = self._stop_reason or landing.stopped
-        return RunResult(
-            landing,
-            tuple(passes.recent),
-            self._monotonic() - started,
-            stopped,
-            totals=passes.totals,
-        )
+        return passes.result(landing, self._monotonic() - started, stopped)
 
     def run_pass(self) -> PassResult:
         """One silver pass, then one gold pass, over what bronze holds now."""

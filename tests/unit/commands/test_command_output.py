@@ -17,7 +17,7 @@ from pipelines.commands.run import summary
 from pipelines.commands.sql import Result, format_rows
 from pipelines.commands.status import LayerHealth, ObjectStatus, Status, TopicStatus, format_status
 from pipelines.commands.validate import describe
-from pipelines.run import PassLog, PassResult, RunResult, progress_lines
+from pipelines.run import PassLog, PassResult, progress_lines
 from pipelines.spec import load_conf
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -203,7 +203,7 @@ def test_a_long_run_keeps_its_latest_passes_and_totals_over_all(
     for n in range(1, 11):
         log.append(_pass(rows=n, merged=2 * n))
     landing = LandingResult((), 60.0, "stopped")
-    result = RunResult(landing, tuple(log.recent), 60.0, "stopped", totals=log.totals)
+    result = log.result(landing, 60.0, "stopped")
 
     assert [p.silver_rows for p in result.passes] == [8, 9, 10]
     assert (result.pass_count, result.silver_rows, result.quarantined) == (10, 55, 10)
