@@ -36,13 +36,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,10 +182,34 @@ def _produce(
     return finish
 
 
+@contextmanager
+def scratch(prefix: str, keep: Path | None) -> Iterator[Path]:
+    """A directory for one run's lake, removed afterwards unless it is kept (--keep DIR).
+
+    A continuous run's tables keep every version until VACUUM's retention has passed, so a
+    half-hour run leaves gigabytes behind.
+    """
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir=keep))
+    try:
+        yield work
+    finally:
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes of the files under path."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
 def run_phase(
     phase: Phase, rate: float, warmup: float, keep: Path | None, verbose: int = 0
 ) -> Figures:
-    work = Path(tempfile.mkdtemp(prefix=f"sfcdc-fresh-{phase.name}-", dir=keep))
+    with scratch(f"sfcdc-fresh-{phase.name}-", keep) as work:
+        return _measure(phase, rate, warmup, work, verbose)
+
+
+def _measure(phase: Phase, rate: float, warmup: float, work: Path, verbose: int) -> Figures:
     catalogue = default_catalogue()
     emulator = Emulator(
         catalogue, EmulatorConfig(keepalive_interval=1.0, idle_timeout=3600.0)

@@ -40,7 +40,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
@@ -57,7 +56,14 @@ for path in (ROOT, Path(__file__).resolve().parent):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from freshness import OBJECTS, _commits, _percentile, _produce  # noqa: E402
+from freshness import (  # noqa: E402
+    OBJECTS,
+    _commits,
+    _percentile,
+    _produce,
+    disk_usage,
+    scratch,
+)
 
 from ingest.emulator.catalogue import default_catalogue  # noqa: E402
 from ingest.emulator.server import Emulator, EmulatorConfig  # noqa: E402
@@ -306,7 +312,13 @@ def main() -> int:
     expire_every = args.expire_every or min(180.0, seconds / 2)
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="sfcdc-soak-", dir=args.keep))
+    with scratch("sfcdc-soak-", args.keep) as work:
+        return _soak(args, work, seconds, warmup, expire_every)
+
+
+def _soak(
+    args: argparse.Namespace, work: Path, seconds: float, warmup: float, expire_every: float
+) -> int:
     catalogue = default_catalogue()
     emulator = Emulator(
         catalogue, EmulatorConfig(keepalive_interval=1.0, idle_timeout=3600.0)
@@ -410,7 +422,8 @@ def main() -> int:
         f"events/s ({generated} generated, {args.mix} mix), streams cut every "
         f"{args.cut_every} events, "
         f"{expirations} token expirations; {os.cpu_count()} cores, load "
-        f"{os.getloadavg()[0]:.1f}; run exit code {code}; lake {lake}"
+        f"{os.getloadavg()[0]:.1f}; run exit code {code}; lake {disk_usage(lake) / 2**30:.1f} "
+        f"GiB on disk ({lake if args.keep else 'removed at exit; --keep DIR keeps it'})"
     )
     print("events per object: published / bronze events (rows) / silver events / gold")
     equal = True
