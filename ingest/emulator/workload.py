@@ -591,6 +591,17 @@ class Workload:
     def mix(self) -> WorkloadMix:
         return self._mix
 
+    @mix.setter
+    def mix(self, mix: WorkloadMix) -> None:
+        """Generate the next transactions with another mix (a soak first creates a population
+        of records, then only changes them, so its tables stop growing)."""
+        if not isinstance(mix, WorkloadMix):
+            raise TypeError(f"mix must be a WorkloadMix (got {type(mix).__name__})")
+        self._mix = mix
+        self._entity_weights = self._resolve_entity_weights(list(self._plans))
+        self._entity_choice = _Choice(self._entity_weights)
+        self._kind_choices.clear()
+
     @property
     def org_id(self) -> str:
         """The org's 18-char id (``00D``)."""

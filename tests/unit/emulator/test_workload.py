@@ -510,6 +510,22 @@ def test_a_catalogue_with_one_object_only() -> None:
     assert {e.topic for e in only_events.events(20)} == {"/event/Order_Shipped__e"}
 
 
+def test_the_mix_can_change_between_transactions() -> None:
+    none = dict.fromkeys(WorkloadMix().weights(), 0.0)
+    workload = Workload(default_catalogue(), seed=9, mix=WorkloadMix(**{**none, "create": 1.0}))
+    list(workload.events(200))
+    assert {c.change_type for c in workload.log} == {"CREATE"}
+    population = {e: len(workload.truth.records(e)) for e in workload.truth.entities}
+    workload.mix = WorkloadMix(**{**none, "update": 1.0, "entity_weights": {"Contact": 1.0}})
+    list(workload.events(200))
+    later = workload.log[200:]
+    assert len(later) == 200 and {c.change_type for c in later} == {"UPDATE"}
+    assert {c.entity for c in later} == {"Contact"}
+    assert {e: len(workload.truth.records(e)) for e in workload.truth.entities} == population
+    with pytest.raises(TypeError, match="mix must be a WorkloadMix"):
+        workload.mix = {"update": 1.0}  # type: ignore[assignment]
+
+
 DIGEST = """
 import hashlib, sys
 from ingest.emulator.catalogue import default_catalogue
