@@ -21,13 +21,17 @@ Printed at the end:
   show whether it drifts over the run (measured from the Delta logs as freshness.py does).
 
     python benchmarks/soak.py [--minutes 2] [--rate 1000] [--cut-every 3000]
-                              [--expire-every 180] [--windows 4] [--mix steady] [--keep DIR]
+                              [--expire-every 180] [--windows 4] [--mix fixed]
+                              [--records 20000] [--keep DIR]
 
 ``--mix growing`` (the default) is the emulator's realistic mix, in which about one event in
 six creates a record: at 1,000 events/s the gold tables grow by hundreds of thousands of rows
 over half an hour, so gold's freshness and the run's memory follow the size of gold (a MERGE
 rewrites the files it touches). ``--mix steady`` makes creates and lead conversions ten times
-rarer, so the tables approach a steady size and what remains is drift of the pipeline itself.
+rarer; its gold tables still grow by a few thousand records a minute. ``--mix fixed`` creates
+``--records`` records before the run starts and then only changes them (updates, deletes,
+undeletes, platform events; no creates, no lead conversions), so every gold table keeps its
+size and what remains is drift of the pipeline itself.
 
 The default is a short run (2 minutes); the long one is ``--minutes 30`` or more.
 """
@@ -73,7 +77,10 @@ from ingest.emulator.workload import Workload, WorkloadMix  # noqa: E402
 MIXES = {
     "growing": WorkloadMix(),
     "steady": WorkloadMix(create=WorkloadMix.create / 10, lead_conversion=0.3),
+    "fixed": WorkloadMix(create=0.0, lead_conversion=0.0),
 }
+# The population the fixed mix changes, created before the run starts.
+ONLY_CREATES = WorkloadMix(**{**dict.fromkeys(WorkloadMix().weights(), 0.0), "create": 1.0})
 
 SILVER = {api: name for name, (api, _kind, _) in OBJECTS.items()}
 GOLD = {api: name for name, (api, kind, _) in OBJECTS.items() if kind == "change_events"}
@@ -300,8 +307,14 @@ def main() -> int:
         "--mix",
         choices=sorted(MIXES),
         default="growing",
-        help="workload mix: growing (realistic, tables grow fast) or steady (creates ten "
-        "times rarer)",
+        help="workload mix: growing (realistic, tables grow fast), steady (creates ten "
+        "times rarer) or fixed (--records created first, then only changed)",
+    )
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=20_000,
+        help="records the fixed mix creates before the run starts (default 20,000)",
     )
     parser.add_argument("--keep", type=Path, help="keep the lake under this directory")
     args = parser.parse_args()
@@ -326,6 +339,10 @@ def _soak(
     workload = Workload(
         catalogue, seed=17, clock_ms=lambda: int(time.time() * 1000), mix=MIXES[args.mix]
     )
+    if args.mix == "fixed":
+        workload.mix = ONLY_CREATES
+        emulator.append(list(workload.events(args.records)))
+        workload.mix = MIXES["fixed"]
     conf = _write_conf(work, emulator)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log_path = work / "pipeline.log"
