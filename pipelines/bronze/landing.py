@@ -523,7 +523,6 @@ class BronzeLanding:
             raise ValueError(f"duration must be > 0 seconds (got {duration})")
         started = self._started = self._monotonic()
         self._once = once
-        self._deadline = started + duration if duration is not None else None
         # Refused at once, naming the holder, when another landing has one of the topics.
         self._leases.acquire()
         try:
@@ -531,6 +530,9 @@ class BronzeLanding:
         except BaseException:
             self._leases.release()
             raise
+        # The duration is time spent landing: it starts once the tables are ready, not while
+        # the engine starts (a Spark driver can take a minute on a busy machine).
+        self._deadline = self._monotonic() + duration if duration is not None else None
         interval = self._ingest.progress_interval_seconds
         self._next_progress = started + interval
         for t in self._topics.values():

@@ -92,7 +92,7 @@ def register(subparsers: Any) -> None:
         dest="seconds",
         type=_positive_seconds,
         metavar="SECONDS",
-        help="run for this long, then stop cleanly",
+        help="land for this long (counted once the tables are ready), then stop cleanly",
     )
     parser.add_argument(
         "--objects",

@@ -86,7 +86,8 @@ def register(subparsers: Any) -> None:
         dest="seconds",
         type=_positive_seconds,
         metavar="SECONDS",
-        help="continuous mode: stop cleanly after this long",
+        help="continuous mode: land for this long (counted once the tables are ready), "
+        "then stop cleanly",
     )
     parser.add_argument(
         "--objects",

@@ -51,7 +51,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240
 ROOT = Path(__file__).resolve().parents[3]
 EVENTS = {"local": 100_000, "spark": 15_000}
 # Events appended per second (None: as fast as the emulator takes them). A spark-engine ingest
-# starts a JVM before it lands, so its producer is paced to still be producing at the kills.
+# starts a JVM before it lands, so its producer is paced, and it goes on past its events until
+# the kills are over, however long the JVM starts take on a busy machine.
 RATES: dict[str, float | None] = {"local": None, "spark": 150.0}
 KILLS = 4
 SEED = 20260611
@@ -126,7 +127,8 @@ def _kill_while_landing(conf: Path, log: Path, rng: random.Random) -> None:
 class Producer(threading.Thread):
     """The org's users: transactions appended to the bus while ingest runs and is killed;
     Account's schema changes half way (its v2 moves every field after RecordTypeId one bitmap
-    position up and adds a field)."""
+    position up and adds a field). A paced producer appends at least ``events``, and goes on
+    until :attr:`kills_over` is set."""
 
     def __init__(
         self, emulator: Emulator, workload: Workload, events: int, rate: float | None
@@ -137,13 +139,16 @@ class Producer(threading.Thread):
         self.events = events
         self.rate = rate
         self.produced = 0
+        self.kills_over = threading.Event()
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
             changed = False
             started = time.monotonic()
-            while self.produced < self.events:
+            while self.produced < self.events or (
+                self.rate is not None and self.events and not self.kills_over.is_set()
+            ):
                 if not changed and self.produced >= self.events // 2:
                     self.workload.change_schema("Account")
                     changed = True
@@ -229,6 +234,7 @@ def test_gold_equals_the_ground_truth(engine_name: str, make_engine: Any, tmp_pa
             if kill == 1:
                 # Gold is built incrementally: part of the stream now, the rest later.
                 _silver_and_gold(engine, conf)
+        producer.kills_over.set()
         producer.join(timeout=300)
         assert producer.error is None, producer.error
         assert not producer.is_alive()
@@ -237,6 +243,7 @@ def test_gold_equals_the_ground_truth(engine_name: str, make_engine: Any, tmp_pa
         assert drain.wait(timeout=600) == 0, _tail(log)
     finally:
         producer.events = 0
+        producer.kills_over.set()
         emulator.close()
     assert producer.produced >= events
     # The kills hit a landing that had events to land, not an idle one.
