@@ -28,7 +28,9 @@ def test_a_second_ingest_is_refused_at_once_naming_the_first(
         emulator,
         engine=lake_kind,
         objects={"order": ORDER_OBJECT},
-        ingest={"lease_seconds": 30},
+        # Long enough that a loaded machine never lets the first landing's lease expire
+        # between renewals; the takeover below is by the holder's process being gone.
+        ingest={"lease_seconds": 300},
     )
     fill(emulator, 50, ORDERS)
     log = tmp_path / "first.log"
