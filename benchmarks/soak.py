@@ -464,6 +464,10 @@ def _soak(
 
     print("memory (RSS, MB): run process + landing child")
     after = [s for s in memory.samples if s[0] >= warmup] or memory.samples
+    if memory.samples:
+        # The whole curve, warm-up included: growth that levels off vs growth that goes on.
+        points = [memory.samples[round(i * (len(memory.samples) - 1) / 9)] for i in range(10)]
+        print("  over the run: " + "  ".join(f"{t:.0f}s {r:.0f}" for t, r, _c in points))
     if after:
         first, middle, last = after[0], after[len(after) // 2], after[-1]
         for label, (t, run_mb, child_mb) in (
