@@ -112,3 +112,61 @@ def lake_kind(engine_name: str, request: pytest.FixtureRequest) -> str:
     if engine_name == "spark":
         request.getfixturevalue("spark")
     return engine_name
+
+
+# ----------------------------------------------------------------- balancing the workers
+
+# Rough cost of one test by marker, in tens of seconds: a slow spark-engine test kills and
+# restarts Spark drivers for minutes, another spark-engine test runs Delta jobs on a JVM, a
+# unit test takes milliseconds.
+_COST = (
+    (("slow", "spark_engine"), 50.0),
+    (("slow",), 8.0),
+    (("spark_engine",), 6.0),
+    (("spark",), 2.0),
+    (("integration",), 0.5),
+)
+
+
+def _cost(item: pytest.Item) -> float:
+    marked = {m.name for m in item.iter_markers()}
+    return next((c for names, c in _COST if marked.issuperset(names)), 0.01)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist's ``worksteal`` each of n workers first gets a contiguous nth of
+    the collection and steals from the end of the others' queues when idle. So that no worker
+    ends the run alone on a long test that came late in its queue, the modules (kept whole:
+    module fixtures are set up once) are dealt out by cost, heaviest first, one deal per
+    worker, and each worker's share ends with cheap modules, which are what gets stolen.
+    Without xdist the order stays as collected."""
+    workerinput = getattr(config, "workerinput", None)
+    workers = int(workerinput["workercount"]) if workerinput else 1
+    if workers < 2 or len(items) < 2 * workers:
+        return
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    costs = {name: sum(_cost(i) for i in group) for name, group in modules.items()}
+    cheap_limit = 1.0
+    heavy = sorted((n for n in modules if costs[n] > cheap_limit), key=lambda n: -costs[n])
+    cheap = [n for n in modules if costs[n] <= cheap_limit]
+    deals: list[list[str]] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
+    for name in heavy:
+        i = loads.index(min(loads))
+        deals[i].append(name)
+        loads[i] += costs[name]
+    # worksteal hands worker k the next len(rest) // (workers - k) items: fill each deal with
+    # cheap modules up to that boundary, so it never starts on the next deal's heavy ones.
+    remaining = len(items)
+    queue = list(cheap)
+    for k, deal in enumerate(deals):
+        share = remaining // (workers - k)
+        count = sum(len(modules[n]) for n in deal)
+        while queue and (count < share or k == workers - 1):
+            name = queue.pop(0)
+            deal.append(name)
+            count += len(modules[name])
+        remaining -= count
+    items[:] = [item for deal in deals for name in deal for item in modules[name]]
