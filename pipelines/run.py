@@ -52,6 +52,7 @@ from pipelines.commands.conf_options import METRICS_PORT_KEY
 from pipelines.connect import connect, secret_resolver
 from pipelines.gold.job import GoldResult, run_gold
 from pipelines.maintenance import describe, maintain_tables
+from pipelines.memory import release_unused_memory
 from pipelines.ops.recorder import OpsRecorder, recorder_for
 from pipelines.session import engine_for
 from pipelines.silver.job import SilverResult, run_silver
@@ -669,6 +670,9 @@ class Pipeline:
         if self._streams:
             streaming = run_streaming_pass(engine, self.conf, on_commit=ops.record)
         ops.flush_if_due()
+        # What the pass allocated is free again: give it back rather than keep the largest
+        # pass's worth for the rest of the run.
+        release_unused_memory()
         return PassResult(silver, gold, self._monotonic() - started, streaming)
 
     def _maintain_if_due(self) -> None:

@@ -89,6 +89,7 @@ from pipelines.bronze.tables import (
     ensure_tables,
 )
 from pipelines.engines.base import CommitResult, TableRef, Txn
+from pipelines.memory import release_unused_memory
 from pipelines.ops.durations import Durations
 from pipelines.ops.table import CommitRecord, utc
 from pipelines.progress import Progress, progress
@@ -103,6 +104,8 @@ __all__ = ["BronzeLanding", "LandingResult", "TopicResult"]
 _log = logging.getLogger(__name__)
 
 _TICK = 0.05  # how often ages, progress and stop requests are checked (seconds)
+# How often the free memory of the batches landed since is handed back (seconds).
+_RELEASE_EVERY = 30.0
 _WAIT = 0.1  # poll interval of waits that must notice a failed committer
 _MICROS = 1_000_000
 _REMEMBERED_POSITIONS = 10_000
@@ -487,6 +490,7 @@ class BronzeLanding:
         self._once = False
         self._next_tick = 0.0
         self._next_progress = 0.0
+        self._next_release = 0.0
         self._checkpoint_commits = 0
         self._started = self._monotonic()
         self._ran = False
@@ -897,6 +901,9 @@ class BronzeLanding:
         if now >= self._next_progress:
             self._progress(now)
             self._next_progress = now + self._ingest.progress_interval_seconds
+        if now >= self._next_release:
+            release_unused_memory()
+            self._next_release = now + _RELEASE_EVERY
         ops = self._ops
         if ops is not None and ops.due():
             self._maintainer.request_call("commit records", ops.flush)
