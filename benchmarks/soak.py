@@ -17,14 +17,18 @@ Printed at the end:
   whole run, and after the warm-up each window's median and peak (a pass holds hundreds of MB
   for seconds, so single samples mostly say where in a pass they fell), with the growth of both
   from the first window to the last (should stay under 10 %);
-- per table: active Delta files and log entries (JSON commits, checkpoints), which compaction
-  and log checkpoints should keep bounded;
+- per table: active Delta files, data files on disk and log entries (JSON commits,
+  checkpoints), which compaction, checkpoints and the run's scheduled maintenance (VACUUM and
+  log cleanup; every ``--maintain-every`` seconds with a retention of ``--retention-minutes``,
+  short so that a soak of minutes shows it) should keep bounded;
 - p95 freshness (commit timestamp -> visible) of bronze, silver and gold per time window, to
-  show whether it drifts over the run (measured from the Delta logs as freshness.py does).
+  show whether it drifts over the run (measured from the Delta logs as freshness.py does, but
+  read while the run goes on, since maintenance deletes the early log entries and files).
 
     python benchmarks/soak.py [--minutes 2] [--rate 1000] [--cut-every 3000]
                               [--expire-every 180] [--windows 4] [--mix fixed]
-                              [--records 20000] [--keep DIR]
+                              [--records 20000] [--maintain-every 300]
+                              [--retention-minutes 5] [--keep DIR]
 
 ``--mix growing`` (the default) is the emulator's realistic mix, in which about one event in
 six creates a record: at 1,000 events/s the gold tables grow by hundreds of thousands of rows
@@ -41,6 +45,7 @@ The default is a short run (2 minutes); the long one is ``--minutes 30`` or more
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -52,6 +57,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -64,7 +70,6 @@ for path in (ROOT, Path(__file__).resolve().parent):
 
 from freshness import (  # noqa: E402
     OBJECTS,
-    _commits,
     _percentile,
     _produce,
     disk_usage,
@@ -188,7 +193,7 @@ def _faults(emulator: Emulator, expire_every: float, stop: threading.Event) -> C
     return finish
 
 
-def _write_conf(root: Path, emulator: Emulator) -> Path:
+def _write_conf(root: Path, emulator: Emulator, maintain_every: float, retention: float) -> Path:
     conf = root / "conf"
     (conf / "objects").mkdir(parents=True)
     grpc_port = emulator.grpc_target.rsplit(":", 1)[1]
@@ -208,6 +213,10 @@ def _write_conf(root: Path, emulator: Emulator) -> Path:
         "  replay: {start: earliest}\n"
         "  batching:\n"
         "    max_age_seconds: 0.2\n"
+        "maintenance:\n"
+        f"  every_seconds: {maintain_every:g}\n"
+        f"  vacuum_retention_hours: {retention / 60:.6g}\n"
+        f"  log_retention_hours: {retention / 60:.6g}\n"
         "ingest:\n"
         "  progress_interval_seconds: 30\n"
         "  retry: {max_attempts: 30, initial_backoff_seconds: 0.05, max_backoff_seconds: 1}\n"
@@ -217,18 +226,88 @@ def _write_conf(root: Path, emulator: Emulator) -> Path:
     return conf
 
 
-def _visible_marks(table: Path, column: str) -> list[tuple[float, float]]:
-    """(watermark: newest commit timestamp visible, commit time) per version of ``table``."""
-    marks: list[tuple[float, float]] = []
-    high = float("-inf")
-    for stamp, files in _commits(table):
+class LogWatcher:
+    """Follows the Delta logs of bronze, silver and gold while the run goes on, and keeps what
+    the freshness figures need: when each event id first became visible in bronze, and per
+    silver and gold table the newest commit timestamp visible after each commit.
+
+    Read as the commits happen, not at the end: the run's maintenance deletes log entries and
+    VACUUMs files (the soak configures a short retention so that storage stays bounded), so
+    after the run the early commits are no longer there to read."""
+
+    def __init__(self, lake: Path) -> None:
+        self.lake = lake
+        self.seen: dict[str, float] = {}
+        self.marks: dict[str, list[tuple[float, float]]] = {}
+        # key -> (table path, column read from each added file, next version to read)
+        self._tables: dict[str, list[object]] = {}
+        self._high: dict[str, float] = {}
+        for api, table in BRONZE.items():
+            self._tables[f"bronze:{api}"] = [lake / "bronze" / table, "event_id", 0]
+        for api, table in SILVER.items():
+            if api in GOLD:
+                self._tables[f"silver:{api}"] = [
+                    lake / "silver" / table,
+                    "_cdc_commit_timestamp",
+                    0,
+                ]
+        for api, table in GOLD.items():
+            self._tables[f"gold:{api}"] = [lake / "gold" / table, "_cdc_last_commit_ts", 0]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="soak-log-watcher", daemon=True)
+
+    def start(self) -> LogWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop following, after reading every commit made so far."""
+        self._stop.set()
+        self._thread.join()
+        self.poll()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            self.poll()
+
+    def poll(self) -> None:
+        for key, entry in self._tables.items():
+            path, column, version = entry
+            assert isinstance(path, Path) and isinstance(column, str) and isinstance(version, int)
+            while True:
+                commit = path / "_delta_log" / f"{version:020d}.json"
+                try:
+                    text = commit.read_text()
+                except FileNotFoundError:
+                    break
+                self._read(key, path, column, commit, text)
+                version += 1
+            entry[2] = version
+
+    def _read(self, key: str, path: Path, column: str, commit: Path, text: str) -> None:
+        stamp = None
+        files = []
+        for line in text.splitlines():
+            action = json.loads(line)
+            if "commitInfo" in action and "timestamp" in action["commitInfo"]:
+                stamp = action["commitInfo"]["timestamp"] / 1000.0
+            add = action.get("add")
+            if add and add.get("dataChange", True):
+                files.append(path / unquote(add["path"]))
+        if stamp is None:
+            stamp = commit.stat().st_mtime
+        high = self._high.get(key, float("-inf"))
         for file in files:
             values = pq.read_table(file, columns=[column])[0]
-            if values.null_count < len(values):
+            if key.startswith("bronze:"):
+                for event_id in values.to_pylist():
+                    self.seen.setdefault(event_id, stamp)
+            elif values.null_count < len(values):
                 scale = _PER_SECOND[values.type.unit]
                 high = max(high, pc.max(values.cast(pa.int64())).as_py() / scale)
-        marks.append((high, stamp))
-    return marks
+        if not key.startswith("bronze:"):
+            self._high[key] = high
+            self.marks.setdefault(key, []).append((high, stamp))
 
 
 def _freshness_by_window(
@@ -261,15 +340,22 @@ def _freshness_by_window(
     return out
 
 
-def _delta_stats(table: Path) -> tuple[int, int, int]:
-    """(active data files, JSON log entries, checkpoints) of a Delta table."""
+def _delta_stats(table: Path) -> tuple[int, int, int, int]:
+    """(active data files, data files on disk, JSON log entries, checkpoints) of a Delta
+    table."""
     from deltalake import DeltaTable
 
     log = table / "_delta_log"
     if not log.is_dir():
-        return 0, 0, 0
+        return 0, 0, 0, 0
     files = len(DeltaTable(str(table)).file_uris())
-    return files, len(list(log.glob("*.json"))), len(list(log.glob("*.checkpoint*.parquet")))
+    on_disk = sum(1 for f in table.rglob("*.parquet") if log not in f.parents)
+    return (
+        files,
+        on_disk,
+        len(list(log.glob("*.json"))),
+        len(list(log.glob("*.checkpoint*.parquet"))),
+    )
 
 
 def _gold_check(lake: Path) -> dict[str, tuple[int, int, int]]:
@@ -356,6 +442,18 @@ def main() -> int:
         default=20_000,
         help="records the fixed mix creates before the run starts (default 20,000)",
     )
+    parser.add_argument(
+        "--maintain-every",
+        type=float,
+        default=300.0,
+        help="the run maintains every table this often, in seconds (300; 0: never)",
+    )
+    parser.add_argument(
+        "--retention-minutes",
+        type=float,
+        default=5.0,
+        help="VACUUM and log retention of that maintenance, in minutes (5)",
+    )
     parser.add_argument("--keep", type=Path, help="keep the lake under this directory")
     args = parser.parse_args()
     # The in-process emulator's own warnings (its REST view of records) are not the run's.
@@ -383,7 +481,7 @@ def _soak(
         workload.mix = ONLY_CREATES
         emulator.append(list(workload.events(args.records)))
         workload.mix = MIXES["fixed"]
-    conf = _write_conf(work, emulator)
+    conf = _write_conf(work, emulator, args.maintain_every, args.retention_minutes)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log_path = work / "pipeline.log"
     log = log_path.open("w")
@@ -408,6 +506,7 @@ def _soak(
             f"every {args.cut_every} events, tokens expired every {expire_every:g} s",
             flush=True,
         )
+        watcher = LogWatcher(work / "lake").start()
         emulator.faults.cut_streams(args.cut_every, repeat=True)
         started = time.time()
         sampler = threading.Thread(
@@ -427,6 +526,7 @@ def _soak(
         sampler.join()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=900)
+        watcher.stop()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -443,20 +543,13 @@ def _soak(
 
     bronze_rows: Counter[str] = Counter()
     bronze_ids: dict[str, set[str]] = defaultdict(set)
-    seen: dict[str, float] = {}
     for api, table in BRONZE.items():
-        for stamp, files in _commits(lake / "bronze" / table):
-            for file in files:
-                ids = pq.read_table(file, columns=["event_id"])[0].to_pylist()
-                for event_id in ids:
-                    seen.setdefault(event_id, stamp)
         from deltalake import DeltaTable
 
         current = DeltaTable(str(lake / "bronze" / table)).to_pyarrow_table(columns=["event_id"])
         bronze_rows[api] = current.num_rows
         bronze_ids[api] = set(current.column("event_id").to_pylist())
     silver_ids: dict[str, int] = {}
-    marks: dict[str, list[tuple[float, float]]] = {}
     for api, table in SILVER.items():
         path = lake / "silver" / table
         if not path.is_dir():
@@ -466,11 +559,6 @@ def _soak(
 
         ids = DeltaTable(str(path)).to_pyarrow_table(columns=["_cdc_event_id"])
         silver_ids[api] = len(set(ids.column("_cdc_event_id").to_pylist()))
-        column = "_cdc_commit_timestamp" if api in GOLD else "_cdc_received_at"
-        if api in GOLD:
-            marks[f"silver:{api}"] = _visible_marks(path, column)
-    for api, table in GOLD.items():
-        marks[f"gold:{api}"] = _visible_marks(lake / "gold" / table, "_cdc_last_commit_ts")
     gold = _gold_check(lake)
 
     print()
@@ -504,18 +592,24 @@ def _soak(
 
     _print_memory(memory, warmup, args.windows)
 
-    print("Delta tables: active files / JSON log entries / checkpoints")
+    print(
+        "Delta tables: active data files / data files on disk / JSON log entries / "
+        f"checkpoints (maintenance every {args.maintain_every:g} s, retention "
+        f"{args.retention_minutes:g} min)"
+    )
     for layer in ("bronze", "silver", "gold"):
         base = lake / layer
         if not base.is_dir():
             continue
         for table in sorted(p for p in base.iterdir() if (p / "_delta_log").is_dir()):
-            files, entries, checkpoints = _delta_stats(table)
-            print(f"  {layer}.{table.name:<28} {files:>6} {entries:>7} {checkpoints:>4}")
+            files, on_disk, entries, checkpoints = _delta_stats(table)
+            print(
+                f"  {layer}.{table.name:<28} {files:>6} {on_disk:>6} {entries:>7} {checkpoints:>4}"
+            )
 
     start = started + warmup
     end = started + produced_for
-    windows = _freshness_by_window(events, seen, marks, start, end, args.windows)
+    windows = _freshness_by_window(events, watcher.seen, watcher.marks, start, end, args.windows)
     width = (end - start) / args.windows
     print(f"p95 freshness (s) per window of {width:.0f} s after a {warmup:g} s warm-up:")
     print("  window      " + "".join(f"{layer:>10}" for layer in ("bronze", "silver", "gold")))
