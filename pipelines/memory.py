@@ -8,6 +8,12 @@ gigabyte at a time; glibc's malloc keeps them in one arena per thread that used 
 long run's resident memory climbs for its first minutes and stays at the highest level any
 pass needed. :func:`release_unused_memory`, called between passes, asks both to return what
 they do not use. It costs milliseconds, and nothing when there is nothing to return.
+
+The local engine's delta-rs has an allocator of its own, jemalloc, which returns freed pages
+only while the thread that freed them keeps allocating; delta-rs's worker threads sit idle
+between passes holding theirs. :func:`configure_allocators`, called before delta-rs is
+loaded, has it purge freed pages after a second from a background thread (unless
+``_RJEM_MALLOC_CONF`` already says otherwise: the operator's setting wins).
 """
 
 from __future__ import annotations
@@ -16,11 +22,26 @@ import ctypes
 import ctypes.util
 import functools
 import logging
+import os
 from collections.abc import Callable
 
-__all__ = ["release_unused_memory"]
+import pyarrow as pa
+
+__all__ = ["JEMALLOC_CONF", "configure_allocators", "release_unused_memory"]
 
 _log = logging.getLogger(__name__)
+# delta-rs's jemalloc reads its options from this variable (its symbols carry the _rjem_
+# prefix) when it starts, the first time delta-rs allocates.
+_JEMALLOC_ENV = "_RJEM_MALLOC_CONF"
+# Purge freed pages after a second, from a background thread, and skip the "muzzy" stage
+# (pages kept mapped but marked reclaimable, which still count as resident until reclaimed).
+JEMALLOC_CONF = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0"
+
+
+def configure_allocators() -> None:
+    """Set delta-rs's allocator options, unless the environment sets them; effective only
+    before delta-rs is first loaded in this process (its children inherit them too)."""
+    os.environ.setdefault(_JEMALLOC_ENV, JEMALLOC_CONF)
 
 
 @functools.cache
@@ -40,12 +61,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 def release_unused_memory() -> None:
     """Return the free memory Arrow's pool and the C heap hold to the operating system."""
-    try:
-        import pyarrow as pa
-
-        pa.default_memory_pool().release_unused()
-    except ImportError:  # pragma: no cover - pyarrow is a dependency
-        pass
+    pa.default_memory_pool().release_unused()
     trim = _malloc_trim()
     if trim is not None:
         trim(0)

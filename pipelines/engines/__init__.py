@@ -16,7 +16,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from ingest.errors import LakeError
-from pipelines.engines.base import (
+from pipelines.memory import configure_allocators
+
+# Before any engine module loads delta-rs (pipelines.memory says why).
+configure_allocators()
+
+from pipelines.engines.base import (  # noqa: E402
     CommitResult,
     HistoryEntry,
     LakeEngine,
@@ -28,8 +33,8 @@ from pipelines.engines.base import (
     Txn,
     WriteLayout,
 )
-from pipelines.engines.spark import SparkEngine
-from pipelines.spec import LakeSpec
+from pipelines.engines.spark import SparkEngine  # noqa: E402
+from pipelines.spec import LakeSpec  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

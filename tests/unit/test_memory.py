@@ -76,3 +76,47 @@ def test_freed_memory_is_returned_on_request(blocks: str, pool: str) -> None:
     # Freed, the 300 MiB stay resident for reuse; released, at least 200 MiB of them go.
     assert figures["freed"] - figures["peak"] > -50, figures
     assert figures["freed"] - figures["released"] >= 200, figures
+
+
+# Records the jemalloc options in force when delta-rs is first imported, through the
+# import system itself: the options only count if they are set by then.
+LOADING = textwrap.dedent(
+    """
+    import importlib.abc, json, os, sys
+
+    seen = {}
+
+    class Watch(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "deltalake" and name not in seen:
+                seen[name] = os.environ.get("_RJEM_MALLOC_CONF")
+            return None
+
+    sys.meta_path.insert(0, Watch())
+    import pipelines.engines.local  # the local engine loads delta-rs
+
+    print(json.dumps(seen))
+    """
+)
+
+
+@pytest.mark.parametrize("preset", [None, "narenas:2"])
+def test_delta_rs_allocator_is_configured_before_it_loads(preset: str | None) -> None:
+    from pipelines.memory import JEMALLOC_CONF
+
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    env["PYTHONPATH"] = str(ROOT)
+    if preset is not None:
+        env["_RJEM_MALLOC_CONF"] = preset
+    out = subprocess.run(
+        [sys.executable, "-c", LOADING],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    # An operator's own setting wins; without one, freed pages are purged in the background.
+    assert seen == {"deltalake": preset or JEMALLOC_CONF}
