@@ -80,6 +80,7 @@ from pipelines.engines.base import (
     txn_applied,
 )
 from pipelines.engines.deltalog import DirectAppender, StaleTable, expire_log
+from pipelines.engines.rewrite_lock import rewrite_lock
 from pipelines.engines.sql import quote_identifier
 from pipelines.spec import LakeSpec, SchemasSpec, is_identifier
 
@@ -209,6 +210,13 @@ class LocalEngine:
             )
         with self._errors(f"open version {version} of", table):
             return DeltaTable(str(self.path(table)), version=version)
+
+    def _rewriting(self, table: TableRef, action: str) -> contextlib.AbstractContextManager[None]:
+        """The table's rewrite lock (:mod:`pipelines.engines.rewrite_lock`): held by every
+        commit that removes files, since delta-rs lets two such commits of one file through."""
+        return rewrite_lock(
+            self.location, f"{table.layer}.{self.physical_name(table)}", action=action
+        )
 
     @contextlib.contextmanager
     def _errors(self, action: str, table: TableRef) -> Iterator[None]:
@@ -438,7 +446,8 @@ class LocalEngine:
         if dt is None:
             self.ensure_table(table, arrow_schema_to_spark(normalize_arrow(arrow).schema))
             dt = self._require(table)
-        with self._errors("overwrite", table):
+        with self._rewriting(table, "overwrite"), self._errors("overwrite", table):
+            dt.update_incremental()  # every file of the latest version goes (see merge)
             if replace_schema:
                 arrow = normalize_arrow(arrow)
                 write_deltalake(
@@ -494,9 +503,12 @@ class LocalEngine:
         arrow, _grows = conform_to_schema(
             arrow, target, evolve=evolve_schema, table_name=str(table), fill_missing=False
         )
-        before = dt.version()
         predicate = " AND ".join(f"target.{_dq(k)} = source.{_dq(k)}" for k in keys)
-        with self._errors("merge into", table):
+        with self._rewriting(table, "merge"), self._errors("merge into", table):
+            # The latest version, read under the lock: merged into an older one, delta-rs
+            # would let this commit remove files a compaction has already replaced.
+            dt.update_incremental()
+            before = dt.version()
             merger = dt.merge(
                 arrow,
                 predicate,
@@ -738,7 +750,9 @@ class LocalEngine:
         with self._errors("maintain", table):
             dt = DeltaTable(str(path))
             if compact:
-                report = dt.optimize.compact(target_size=COMPACT_TARGET_BYTES)
+                with self._rewriting(table, "compaction"):
+                    dt.update_incremental()
+                    report = dt.optimize.compact(target_size=COMPACT_TARGET_BYTES)
                 removed = int(report.get("numFilesRemoved", 0))
                 added = int(report.get("numFilesAdded", 0))
             if vacuum_hours is not None:
