@@ -153,13 +153,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     cheap = [n for n in modules if costs[n] <= cheap_limit]
     deals: list[list[str]] = [[] for _ in range(workers)]
     loads = [0.0] * workers
-    # The slow spark-engine tests start a JVM per driver they kill; two at once slow each
-    # other down by a third or more, so one worker runs all of them, one after another.
-    restarting = [n for n in heavy if any(_cost(i) == _COST[0][1] for i in modules[n])]
-    for name in restarting:
-        deals[0].append(name)
-        loads[0] += costs[name]
-        heavy.remove(name)
     for name in heavy:
         i = loads.index(min(loads))
         deals[i].append(name)
