@@ -21,6 +21,21 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
+def _run_fresh(script: str, env: dict[str, str], *args: str) -> dict:
+    """Run ``script`` in a fresh interpreter with ``env``; the JSON its last line prints."""
+    out = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 SCRIPT = textwrap.dedent(
     """
     import json, sys
@@ -61,17 +76,7 @@ SCRIPT = textwrap.dedent(
     ("blocks", "pool"), [("arrow", "mimalloc"), ("arrow", "system"), ("python", "mimalloc")]
 )
 def test_freed_memory_is_returned_on_request(blocks: str, pool: str) -> None:
-    env = {**os.environ, "ARROW_DEFAULT_MEMORY_POOL": pool, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, blocks],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    figures = _run_fresh(SCRIPT, {**os.environ, "ARROW_DEFAULT_MEMORY_POOL": pool}, blocks)
     assert figures["pool"] == pool
     # Freed, the 300 MiB stay resident for reuse; released, at least 200 MiB of them go.
     assert figures["freed"] - figures["peak"] > -50, figures
@@ -105,18 +110,8 @@ def test_delta_rs_allocator_is_configured_before_it_loads(preset: str | None) ->
     from pipelines.memory import JEMALLOC_CONF
 
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
-    env["PYTHONPATH"] = str(ROOT)
     if preset is not None:
         env["_RJEM_MALLOC_CONF"] = preset
-    out = subprocess.run(
-        [sys.executable, "-c", LOADING],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    seen = _run_fresh(LOADING, env)
     # An operator's own setting wins; without one, freed pages are purged in the background.
     assert seen == {"deltalake": preset or JEMALLOC_CONF}
