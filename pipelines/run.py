@@ -9,8 +9,9 @@
   silver and gold as micro-batches every ``interval`` seconds; :meth:`Pipeline.stop` (from a
   signal handler or another thread) ends it cleanly: the landing commits its open batches,
   then one last silver and gold pass picks them up. Every ``maintenance.every_seconds`` of
-  the run, after a pass, every table is maintained as ``sfcdc maintain`` does
-  (:mod:`pipelines.maintenance`; a failure is logged and retried at the next slot).
+  the run, every table is maintained as ``sfcdc maintain`` does (:mod:`pipelines.maintenance`),
+  one table after each pass, so that no pass waits for all of them (a table whose maintenance
+  fails is logged and tried again in the next round).
 
 Continuous landing runs in a thread of this process, or, given a :class:`LandingProcess`
 (what ``sfcdc run --continuous`` does), as a child process (``sfcdc ingest``): the passes
@@ -51,7 +52,7 @@ from pipelines.bronze import BronzeLanding, LandingResult
 from pipelines.commands.conf_options import METRICS_PORT_KEY
 from pipelines.connect import connect, secret_resolver
 from pipelines.gold.job import GoldResult, run_gold
-from pipelines.maintenance import describe, maintain_tables
+from pipelines.maintenance import describe, maintain_tables, tables_to_maintain
 from pipelines.memory import release_unused_memory
 from pipelines.ops.recorder import OpsRecorder, recorder_for
 from pipelines.session import engine_for
@@ -65,7 +66,7 @@ from pipelines.streaming_pipeline import (
 )
 
 if TYPE_CHECKING:
-    from pipelines.engines import LakeEngine
+    from pipelines.engines import LakeEngine, TableRef
     from pipelines.ops.metrics import PipelineMetrics
 
 __all__ = [
@@ -466,6 +467,7 @@ class Pipeline:
         self._metrics = metrics
         self._pass_ops: OpsRecorder | None = None
         self._next_maintenance: float | None = None
+        self._maintenance_due: collections.deque[TableRef] = collections.deque()
         if metrics is not None:
             metrics.watch_landing(self._snapshot)
 
@@ -676,19 +678,34 @@ class Pipeline:
         return PassResult(silver, gold, self._monotonic() - started, streaming)
 
     def _maintain_if_due(self) -> None:
-        """Maintain every table when ``maintenance.every_seconds`` have passed since the run
-        started or last did so."""
-        due = self._next_maintenance
-        if due is None or self._monotonic() < due:
-            return
+        """Maintain the next table of the current maintenance round, if one is under way or
+        ``maintenance.every_seconds`` have passed since the last round started: one table per
+        call (after each pass), so a round costs each pass at most one table's compaction and
+        VACUUM rather than every table's at once."""
         every = self.conf.pipeline.maintenance.every_seconds
-        self._next_maintenance = self._monotonic() + every
+        if not self._maintenance_due:
+            due = self._next_maintenance
+            if due is None or self._monotonic() < due:
+                return
+            self._next_maintenance = self._monotonic() + every
+            try:
+                tables = tables_to_maintain(self._engine(), self.conf, self.objects)
+            except LakeError as exc:
+                self._log.warning("maintenance failed (next try in %g s): %s", every, exc)
+                return
+            self._log.info("maintenance: %d tables, one after each pass", len(tables))
+            self._maintenance_due.extend(tables)
+            if not tables:
+                return
+        table = self._maintenance_due.popleft()
         try:
-            for item in maintain_tables(self._engine(), self.conf, objects=self.objects):
+            for item in maintain_tables(
+                self._engine(), self.conf, objects=self.objects, tables=[table]
+            ):
                 self._log.info("maintenance: %s", describe(item))
         except LakeError as exc:
-            # Compaction can conflict with the landing's own; the next slot tries again.
-            self._log.warning("maintenance failed (next try in %g s): %s", every, exc)
+            # Compaction can conflict with the landing's own; the next round tries again.
+            self._log.warning("maintenance of %s failed (next try in %g s): %s", table, every, exc)
 
     @staticmethod
     @contextlib.contextmanager

@@ -1036,8 +1036,9 @@ class MaintenanceSpec:
     every_seconds: float = field(
         default=3600.0,
         metadata=meta(
-            "Continuous runs (`sfcdc run --continuous`) maintain every table this often, after "
-            "a silver and gold pass (0: never; `sfcdc maintain` runs it on demand).",
+            "Continuous runs (`sfcdc run --continuous`) maintain every table this often, one "
+            "table after each silver and gold pass (0: never; `sfcdc maintain` runs it on "
+            "demand).",
             minimum=0,
         ),
     )
