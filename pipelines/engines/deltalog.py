@@ -38,8 +38,9 @@ import math
 import os
 import re
 import time
+import urllib.parse
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -503,3 +504,53 @@ def expire_log(log_dir: Path, *, older_than: float, keep_version: int | None = N
     if removed:
         _log.debug("%s: removed %d log entries before version %d", log_dir, removed, cut)
     return removed
+
+
+def unreferenced_since(
+    table_dir: Path, candidates: Iterable[str], *, older_than: float
+) -> list[str]:
+    """Of ``candidates`` (data files relative to ``table_dir`` that the latest version no
+    longer references, as delta-rs' VACUUM lists them), those that neither the version
+    current at ``older_than`` (seconds since the epoch; a commit's time is its log file's
+    modification time, as in :func:`expire_log`) nor any later version references: what a
+    VACUUM with that horizon may delete, to the second (delta-rs' own takes whole hours).
+
+    When the log no longer reaches back to that version, the oldest version it holds stands
+    in for it (no reader can open an older one). Nothing is returned when even that cannot be
+    read: a VACUUM that cannot tell keeps every file."""
+    log_dir = table_dir / "_delta_log"
+    commits: dict[int, Path] = {}
+    before: list[int] = []
+    for entry in os.scandir(log_dir):
+        match = _LOG_FILE.match(entry.name)
+        if match is None or entry.name.startswith(".") or match.group(2) is not None:
+            continue
+        if match.group(3) != "json":
+            continue
+        version = int(match.group(1))
+        commits[version] = Path(entry.path)
+        if entry.stat().st_mtime < older_than:
+            before.append(version)
+    if not commits:
+        return []
+    anchor = max(before) if before else min(commits)
+    try:
+        adds = pa.table(DeltaTable(str(table_dir), version=anchor).get_add_actions())
+        # The log holds paths as URIs; VACUUM lists them as they are on disk.
+        keep = {urllib.parse.unquote(p) for p in adds.column("path").to_pylist()}
+        for version in sorted(v for v in commits if v > anchor):
+            with commits[version].open(encoding="utf-8") as actions:
+                for line in actions:
+                    add = json.loads(line).get("add") if line.strip() else None
+                    if add is not None:
+                        keep.add(urllib.parse.unquote(add["path"]))
+    except (DeltaError, OSError, ValueError) as exc:
+        _log.warning(
+            "%s: cannot read version %d to tell which files VACUUM may delete; keeping them "
+            "all (%s)",
+            table_dir,
+            anchor,
+            exc,
+        )
+        return []
+    return [c for c in candidates if c not in keep]

@@ -950,6 +950,8 @@ class SparkEngine:
                 conf = {RETENTION_CHECK_CONF: "false"} if hours < 168 else {}
                 before = _data_files(local_dir) if local_dir is not None else None
                 with self._session_conf(conf):
+                    # Delta rounds RETAIN's hours to a whole number (0.4 would delete every
+                    # unreferenced file): round up instead.
                     self._sql(f"VACUUM {ident} RETAIN {hours} HOURS")
                 if before is not None and local_dir is not None:
                     vacuumed = max(0, before - _data_files(local_dir))
