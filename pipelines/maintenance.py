@@ -58,6 +58,10 @@ _log = logging.getLogger(__name__)
 # compacts, checkpoints and vacuums, all while time passes.
 SAFETY_MARGIN_HOURS = 0.25
 _BOOKKEEPING_PREFIX = "sfcdc_"
+# Reading a consumer's commit beside a busy writer: how often, and how many more entries than
+# the last read showed (commits that may land during the next read).
+_HISTORY_ATTEMPTS = 5
+_HISTORY_SLACK = 32
 
 
 @dataclass(frozen=True)
@@ -235,14 +239,7 @@ def _need(
     if oldest is None or latest is None:
         return None
     consumer, version = oldest
-    committed_at = next(
-        (
-            e.timestamp
-            for e in engine.history(table, limit=latest - version + 1)
-            if e.version == version
-        ),
-        None,
-    )
+    committed_at = _commit_time(engine, table, version, latest)
     if committed_at is None:
         _log.warning(
             "%s: the commit of version %d, which %s still needs, is not in the log; keeping "
@@ -252,6 +249,21 @@ def _need(
             consumer,
         )
     return Need(consumer, version, committed_at)
+
+
+def _commit_time(engine: LakeEngine, table: TableRef, version: int, latest: int) -> datetime | None:
+    """When ``version`` of ``table`` was committed (``None``: its log entry is gone). The
+    history's newest entries are read, as many as lead back to it; a writer that commits
+    meanwhile (bronze's landing, several times a second) pushes it out of them, so they are
+    read again, reaching further back, until they hold it or start before it."""
+    limit = latest - version + 1
+    for _ in range(_HISTORY_ATTEMPTS):
+        entries = engine.history(table, limit=limit)
+        found = next((e.timestamp for e in entries if e.version == version), None)
+        if found is not None or not entries or min(e.version for e in entries) <= version:
+            return found
+        limit = max(e.version for e in entries) - version + 1 + _HISTORY_SLACK
+    return None
 
 
 def maintain_tables(

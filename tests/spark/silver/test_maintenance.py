@@ -130,3 +130,41 @@ def test_the_maintain_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
     assert cli.main(["-q", "maintain", "--conf", str(conf), "--objects", "Nope"]) == 2
     assert "--objects: no object 'Nope'" in capsys.readouterr().err
+
+
+class _LandingMeanwhile(LocalEngine):
+    """A local engine beside which the landing commits to bronze: right after each lookup of
+    bronze's latest version (as bronze's landing does several times a second)."""
+
+    def __init__(self, location: Path) -> None:
+        super().__init__(location=location)
+        self.batches = iter(range(100, 200))
+        self.landing = False
+
+    def version(self, table: TableRef) -> int | None:
+        latest = super().version(table)
+        if table == BRONZE and self.landing:
+            self.landing = False  # the landing's own appends look the version up too
+            _land(self, range(next(self.batches), next(self.batches)))
+            self.landing = True
+        return latest
+
+
+def test_the_commit_a_consumer_needs_is_found_while_the_landing_commits(lake: Path) -> None:
+    conf = Conf(PipelineSpec(maintenance=ZERO), (ACCOUNT,), Path("conf"))
+    engine = _LandingMeanwhile(lake)
+    register(engine, ACCOUNT_V1)
+    _land(engine, range(2))
+    run_silver(engine, conf)
+    _land(engine, range(2, 4))
+    processed = engine.txn_version(ACCOUNT_SILVER, "sfcdc.silver:Account")
+    assert processed is not None
+    engine.landing = True
+    (item,) = maintain_tables(engine, conf, tables=[BRONZE])
+    # The needed version's commit time is read although newer commits keep arriving: the
+    # retention is its age plus the margin, not "keep everything".
+    need = item.retention.need
+    assert need is not None and need.version == processed + 1
+    assert need.committed_at is not None, describe(item)
+    assert item.retention.vacuum_hours < 1 and item.result is not None
+    assert item.result.vacuumed_files is not None
