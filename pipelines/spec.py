@@ -107,6 +107,7 @@ __all__ = [
     "load_conf",
     "load_object",
     "load_pipeline",
+    "pipeline_from_overrides",
     "parse_byte_size",
     "parse_override",
     "parse_topic",
@@ -1723,6 +1724,22 @@ def load_pipeline(path: Path) -> PipelineSpec:
     if ctx.problems or spec is None:
         raise ConfigError(f"{path} is invalid", ctx.problems)
     resolved: PipelineSpec = resolve_paths(spec, path.resolve().parent.parent)
+    return resolved
+
+
+def pipeline_from_overrides(
+    overrides: Sequence[tuple[str, Any]], *, base: Path, shown: str
+) -> PipelineSpec:
+    """A ``pipeline.yml`` made only of ``overrides`` (key path, value) pairs, as
+    :func:`parse_override` reads them, over the defaults; relative paths are resolved against
+    ``base``. ``shown`` names where the keys came from in messages. For callers that receive
+    the settings as flat key/value options instead of a file (the Spark data source)."""
+    ctx = Problems(shown)
+    data = _apply_overrides({}, overrides, ctx)
+    spec = parse_model(PipelineSpec, data, "", ctx)
+    if ctx.problems or spec is INVALID:
+        raise ConfigError(f"{shown} are invalid", ctx.problems)
+    resolved: PipelineSpec = resolve_paths(spec, base)
     return resolved
 
 

@@ -1,0 +1,129 @@
+"""What a read returns: the raw bronze columns, or silver's decoded columns.
+
+``raw`` rows are bronze's: replay id (bytes, never a number), event id, schema id, Avro
+payload, topic and receive time. ``silver`` rows are what silver's step makes of them
+(:class:`~pipelines.silver.decode.SilverRows`, the same function the silver job runs): each
+event decoded with its own writer schema, one row per record id, bitmaps expanded, dates and
+times converted, undecodable events kept with ``_cdc_error`` set.
+
+A query's columns are fixed when it starts, from the topic's current schema. An event written
+with a newer schema whose fields are not among them raises :class:`SchemaChangedError`: the
+query stops, and started again it reads the new columns (a Delta sink takes them with
+``mergeSchema``). Older versions' fields that the current schema dropped are not columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from ingest.client import SchemaCache
+from ingest.schema import EventSchema, parse_event_schema
+from pipelines.engines.arrow import spark_schema_to_arrow
+from pipelines.silver.columns import build_layout
+from pipelines.silver.decode import DecodePlan, SilverRows
+from pipelines.silver.shape import shaped_struct
+from pipelines.spark_source.errors import SchemaChangedError
+from pipelines.spark_source.feed import Events
+
+__all__ = ["RAW_SCHEMA", "SilverDecoding", "raw_batch", "silver_decoding"]
+
+RAW_SCHEMA = T.StructType(
+    [
+        T.StructField("replay_id", T.BinaryType(), False),
+        T.StructField("event_id", T.StringType(), False),
+        T.StructField("schema_id", T.StringType(), False),
+        T.StructField("payload", T.BinaryType(), False),
+        T.StructField("topic", T.StringType(), False),
+        T.StructField("received_at", T.TimestampType(), False),
+    ]
+)
+_RAW_ARROW = spark_schema_to_arrow(RAW_SCHEMA)
+
+
+def raw_batch(topic: str, events: Events) -> pa.RecordBatch:
+    """``events`` of ``topic`` as one batch of :data:`RAW_SCHEMA`."""
+    n = len(events)
+    received = pa.array([int(t * 1_000_000) for t in events.received_at], pa.int64())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(events.replay_ids, pa.binary()),
+            pa.array(events.event_ids, pa.string()),
+            pa.array(events.schema_ids, pa.string()),
+            pa.array(events.payloads, pa.binary()),
+            pa.array([topic] * n, pa.string()),
+            received.cast(pa.timestamp("us", tz="UTC")),
+        ],
+        schema=_RAW_ARROW,
+    )
+
+
+@dataclass(frozen=True)
+class SilverDecoding:
+    """How one object's events become silver rows: its entity and the writer schemas (id ->
+    JSON) the columns were built from, which travel to every process that reads."""
+
+    entity: str
+    schemas: Mapping[str, str]
+
+    def _layout_schemas(self) -> list[EventSchema]:
+        return [parse_event_schema(text, expected_id=sid) for sid, text in self.schemas.items()]
+
+    def struct(self) -> T.StructType:
+        """The rows' Spark schema: the silver table's columns, then the error columns."""
+        return shaped_struct(build_layout(self.entity, self._layout_schemas()))
+
+    def batches(self, events: Events, cache: SchemaCache) -> Iterator[pa.RecordBatch]:
+        """``events`` decoded, each with its own writer schema (fetched once per id)."""
+        if not len(events):
+            return
+        layout = build_layout(self.entity, self._layout_schemas())
+        columns = {f.name for f in layout.fields}
+        writer: dict[str, str] = dict(self.schemas)
+        for schema_id in sorted(set(events.schema_ids) - set(writer)):
+            schema = cache.schema(schema_id)
+            if schema.entity_name != self.entity:
+                continue  # decoded as an error row (wrong entity / unknown schema)
+            new = [
+                f.name
+                for f in schema.fields
+                if f.name not in columns and f.name != "ChangeEventHeader"
+            ]
+            if new:
+                raise SchemaChangedError(
+                    f"{self.entity}: events are now written with schema {schema_id}, which "
+                    f"adds fields {new} that this query's columns do not hold (they were "
+                    f"fixed at its start from schema(s) {sorted(self.schemas)}). Start the "
+                    "query again to read them (a Delta sink needs "
+                    ".option('mergeSchema', 'true') to add the columns); nothing after the "
+                    "last committed micro-batch is lost."
+                )
+            writer[schema_id] = schema.json
+        n = len(events)
+        bronze = pa.RecordBatch.from_arrays(
+            [
+                pa.array([0] * n, pa.int64()),
+                pa.array(range(n), pa.int32()),
+                pa.array(events.event_ids, pa.string()),
+                pa.array(events.replay_ids, pa.binary()),
+                pa.array(events.schema_ids, pa.string()),
+                pa.array(events.payloads, pa.binary()),
+            ],
+            names=["batch_id", "batch_seq", "event_id", "replay_id", "schema_id", "payload"],
+        )
+        yield from SilverRows(DecodePlan(layout, writer, "GetSchema"))(iter([bronze]))
+
+
+def silver_decoding(cache: SchemaCache, topic: str) -> SilverDecoding:
+    """The decoding of ``topic``'s events, with columns from its current schema."""
+    info = cache.topic_info(topic, refresh=True)
+    if not info.schema_id:
+        raise ValueError(
+            f"{topic} carries several objects (it has no schema of its own); decode=silver "
+            "reads one object's topic, such as /data/AccountChangeEvent"
+        )
+    schema = cache.schema(info.schema_id)
+    return SilverDecoding(schema.entity_name, {schema.schema_id: schema.json})
