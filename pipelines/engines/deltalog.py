@@ -24,7 +24,8 @@ hand-written part (:func:`expire_log`, used by both engines on tables on a local
 own on every maintenance run, which the appenders here would have to re-read.
 
 Everything else -- creating tables, schema changes, merges, overwrites, reads, the change data
-feed, compaction, checkpoints, VACUUM -- goes through delta-rs' public API. Tests check that
+feed, compaction, checkpoints -- goes through delta-rs' public API, and VACUUM through it as
+far as it reaches (:mod:`pipelines.engines.vacuum` does the rest). Tests check that
 delta-rs and delta-spark read these commits (rows, statistics, transactions, history, change
 data feed).
 """
@@ -38,9 +39,8 @@ import math
 import os
 import re
 import time
-import urllib.parse
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -456,6 +456,22 @@ def log_entries(log_dir: Path) -> int:
     return count
 
 
+def commit_times(log_dir: Path) -> dict[int, float]:
+    """The commits ``log_dir`` holds: version -> the commit file's modification time (seconds
+    since the epoch), which Delta takes for a commit's time when it cleans up."""
+    times: dict[int, float] = {}
+    for entry in os.scandir(log_dir):
+        match = _LOG_FILE.match(entry.name)
+        if (
+            match is not None
+            and not entry.name.startswith(".")
+            and match.group(2) is None
+            and match.group(3) == "json"
+        ):
+            times[int(match.group(1))] = entry.stat().st_mtime
+    return times
+
+
 def expire_log(log_dir: Path, *, older_than: float, keep_version: int | None = None) -> int:
     """Delete the log files of ``log_dir`` no reader of a kept version needs; how many
     commit and checkpoint files went.
@@ -504,53 +520,3 @@ def expire_log(log_dir: Path, *, older_than: float, keep_version: int | None = N
     if removed:
         _log.debug("%s: removed %d log entries before version %d", log_dir, removed, cut)
     return removed
-
-
-def unreferenced_since(
-    table_dir: Path, candidates: Iterable[str], *, older_than: float
-) -> list[str]:
-    """Of ``candidates`` (data files relative to ``table_dir`` that the latest version no
-    longer references, as delta-rs' VACUUM lists them), those that neither the version
-    current at ``older_than`` (seconds since the epoch; a commit's time is its log file's
-    modification time, as in :func:`expire_log`) nor any later version references: what a
-    VACUUM with that horizon may delete, to the second (delta-rs' own takes whole hours).
-
-    When the log no longer reaches back to that version, the oldest version it holds stands
-    in for it (no reader can open an older one). Nothing is returned when even that cannot be
-    read: a VACUUM that cannot tell keeps every file."""
-    log_dir = table_dir / "_delta_log"
-    commits: dict[int, Path] = {}
-    before: list[int] = []
-    for entry in os.scandir(log_dir):
-        match = _LOG_FILE.match(entry.name)
-        if match is None or entry.name.startswith(".") or match.group(2) is not None:
-            continue
-        if match.group(3) != "json":
-            continue
-        version = int(match.group(1))
-        commits[version] = Path(entry.path)
-        if entry.stat().st_mtime < older_than:
-            before.append(version)
-    if not commits:
-        return []
-    anchor = max(before) if before else min(commits)
-    try:
-        adds = pa.table(DeltaTable(str(table_dir), version=anchor).get_add_actions())
-        # The log holds paths as URIs; VACUUM lists them as they are on disk.
-        keep = {urllib.parse.unquote(p) for p in adds.column("path").to_pylist()}
-        for version in sorted(v for v in commits if v > anchor):
-            with commits[version].open(encoding="utf-8") as actions:
-                for line in actions:
-                    add = json.loads(line).get("add") if line.strip() else None
-                    if add is not None:
-                        keep.add(urllib.parse.unquote(add["path"]))
-    except (DeltaError, OSError, ValueError) as exc:
-        _log.warning(
-            "%s: cannot read version %d to tell which files VACUUM may delete; keeping them "
-            "all (%s)",
-            table_dir,
-            anchor,
-            exc,
-        )
-        return []
-    return [c for c in candidates if c not in keep]

@@ -82,10 +82,10 @@ from pipelines.engines.deltalog import (
     DirectAppender,
     StaleTable,
     expire_log,
-    unreferenced_since,
 )
 from pipelines.engines.rewrite_lock import rewrite_lock
 from pipelines.engines.sql import quote_identifier
+from pipelines.engines.vacuum import vacuum
 from pipelines.spec import LakeSpec, SchemasSpec, is_identifier
 
 if TYPE_CHECKING:
@@ -772,7 +772,7 @@ class LocalEngine:
                 # Tombstones only (not full): a file an appender is writing is not in the log
                 # yet, and must not go.
                 options: dict[str, Any] = {"enforce_retention_duration": False, "full": False}
-                vacuumed = self._vacuum(dt, path, vacuum_hours, options)
+                vacuumed = vacuum(dt, path, vacuum_hours, options)
             # The checkpoint last, so it covers vacuum's commits, and the log cleanup after it
             # (vacuum reads the log entries it would delete).
             if checkpoint:
@@ -799,26 +799,6 @@ class LocalEngine:
         )
         self._after_write(table)
         return MaintenanceResult(table, removed, added, checkpoint_version, vacuumed, expired)
-
-    @staticmethod
-    def _vacuum(dt: DeltaTable, path: Path, hours: float, options: Mapping[str, Any]) -> int:
-        """Delete the data files no version of the last ``hours`` references; how many went.
-        delta-rs' VACUUM takes whole hours: it is used as is for a whole number of them, and
-        otherwise lists every unreferenced file for :func:`unreferenced_since` to choose from
-        (so that a retention of minutes means minutes, not an hour)."""
-        if hours == int(hours):
-            # delta-rs lists tombstones it deleted before too: count what was on disk.
-            listed = dt.vacuum(dry_run=True, retention_hours=int(hours), **options)
-            present = [f for f in listed if Path(path, f).exists()]
-            dt.vacuum(dry_run=False, retention_hours=int(hours), **options)
-            return sum(1 for f in present if not Path(path, f).exists())
-        listed = dt.vacuum(dry_run=True, retention_hours=0, **options)
-        deleted = 0
-        for name in unreferenced_since(path, listed, older_than=time.time() - hours * 3600):
-            with contextlib.suppress(FileNotFoundError):
-                Path(path, name).unlink()
-                deleted += 1
-        return deleted
 
     # --------------------------------------------------------------------------- views
 
