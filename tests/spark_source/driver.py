@@ -1,0 +1,66 @@
+"""A Structured Streaming driver the tests start as a subprocess (and SIGKILL): the
+``salesforce`` source into a Delta table through Delta's streaming sink.
+
+``python -m tests.spark_source.driver SETTINGS_JSON`` where the JSON holds ``options`` (the
+source's), ``table``, ``checkpoint``, ``workdir``, and optionally ``until_events`` (stop once
+the table holds that many distinct values of ``id_column``, default ``replay_id``; otherwise
+run until killed) and ``timeout``. It prints
+``STARTED`` once the query runs and ``FAILED <error class>: <message>`` when the query
+fails (exit status 3).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from pipelines.session import local_session
+from pipelines.spark_source import SalesforceSource
+
+
+def main(argv: list[str]) -> int:
+    settings = json.loads(argv[0])
+    spark = local_session(
+        "sfcdc-spark-source-driver",
+        cores=1,
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "1",
+            "spark.driver.memory": "1g",
+        },
+        delta=True,
+        workdir=settings["workdir"],
+    )
+    spark.dataSource.register(SalesforceSource)
+    events = spark.readStream.format("salesforce").options(**settings["options"]).load()
+    query = (
+        events.writeStream.format("delta")
+        .option("checkpointLocation", settings["checkpoint"])
+        .option("mergeSchema", "true")
+        .trigger(processingTime="200 milliseconds")
+        .start(settings["table"])
+    )
+    print("STARTED", flush=True)
+    until = settings.get("until_events")
+    column = settings.get("id_column", "replay_id")
+    deadline = time.monotonic() + float(settings.get("timeout", 120))
+    try:
+        while query.isActive and time.monotonic() < deadline:
+            time.sleep(0.5)
+            if until is None or query.lastProgress is None:
+                continue
+            table = spark.read.format("delta").load(settings["table"])
+            if table.select(column).distinct().count() >= until:
+                break
+        failure = query.exception()
+        if failure is not None:
+            print(f"FAILED {failure}", flush=True)
+            return 3
+    finally:
+        query.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
