@@ -136,6 +136,55 @@ def _sample_memory(pid: int, started: float, stop: threading.Event, memory: Memo
         memory.samples.append((time.time() - started, _rss_mb(pid), child))
 
 
+@dataclass
+class Storage:
+    """Samples of what the lake's tables hold on disk, summed per layer: (seconds since start,
+    {layer: (data and change data files, JSON log entries)})."""
+
+    samples: list[tuple[float, dict[str, tuple[int, int]]]] = field(default_factory=list)
+
+
+def _layer_files(lake: Path) -> dict[str, tuple[int, int]]:
+    counts: dict[str, tuple[int, int]] = {}
+    for layer in ("bronze", "silver", "gold"):
+        files = entries = 0
+        for table in (lake / layer).glob("*/_delta_log"):
+            with os.scandir(table) as log:
+                entries += sum(1 for e in log if e.name.endswith(".json"))
+            for folder, _dirs, names in os.walk(table.parent):
+                if "_delta_log" not in Path(folder).parts:
+                    files += sum(1 for n in names if n.endswith(".parquet"))
+        counts[layer] = (files, entries)
+    return counts
+
+
+def _sample_storage(lake: Path, started: float, stop: threading.Event, storage: Storage) -> None:
+    while not stop.wait(60.0):
+        try:
+            storage.samples.append((time.time() - started, _layer_files(lake)))
+        except OSError:
+            continue  # a file went while it was counted: the next sample counts again
+
+
+def _print_storage(storage: Storage) -> None:
+    """Files on disk over the run: bounded storage levels off once maintenance's retention
+    (and the consumers' margin) has passed, growth without bound does not."""
+    if not storage.samples:
+        return
+    print("storage over the run (Parquet files on disk / JSON log entries, summed per layer)")
+    step = max(1, len(storage.samples) // 10)
+    points = storage.samples[::step]
+    if points[-1] is not storage.samples[-1]:
+        points.append(storage.samples[-1])
+    print(f"  {'at':>6}  " + "".join(f"{layer:>16}" for layer in ("bronze", "silver", "gold")))
+    for at, counts in points:
+        cells = "".join(
+            f"{f'{counts[layer][0]} / {counts[layer][1]}':>16}"
+            for layer in ("bronze", "silver", "gold")
+        )
+        print(f"  {at:5.0f}s  {cells}")
+
+
 def _print_memory(memory: Memory, warmup: float, windows: int) -> None:
     """RSS over the run, and per window after the warm-up its median and peak: a pass
     allocates hundreds of MB for seconds and frees them, so one sample says more about where
@@ -493,6 +542,7 @@ def _soak(
         stderr=subprocess.STDOUT,
     )
     memory = Memory()
+    storage = Storage()
     stop_memory = threading.Event()
     try:
         ready = work / "lake" / "bronze" / "sfcdc_checkpoints" / "_delta_log"
@@ -513,6 +563,12 @@ def _soak(
             target=_sample_memory, args=(proc.pid, started, stop_memory, memory), daemon=True
         )
         sampler.start()
+        counter = threading.Thread(
+            target=_sample_storage,
+            args=(work / "lake", started, stop_memory, storage),
+            daemon=True,
+        )
+        counter.start()
         stop_faults = _faults(emulator, expire_every, threading.Event())
         finish = _produce(emulator, workload, args.rate, threading.Event())
         time.sleep(seconds)
@@ -524,6 +580,7 @@ def _soak(
         time.sleep(5)
         stop_memory.set()
         sampler.join()
+        counter.join()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=900)
         watcher.stop()
@@ -606,6 +663,8 @@ def _soak(
             print(
                 f"  {layer}.{table.name:<28} {files:>6} {on_disk:>6} {entries:>7} {checkpoints:>4}"
             )
+
+    _print_storage(storage)
 
     start = started + warmup
     end = started + produced_for
