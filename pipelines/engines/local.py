@@ -188,13 +188,20 @@ class LocalEngine:
         path = self.path(table)
         cached = self._tables.get(path)
         if cached is not None:
-            try:
-                cached.update_incremental()
-            except (DeltaError, OSError):
-                # The directory was removed or replaced behind our back: start afresh.
-                del self._tables[path]
-            else:
+            moved = _log_moved(path, cached.version())
+            if moved is None:
                 return cached
+            if moved:
+                try:
+                    cached.update_incremental()
+                except (DeltaError, OSError):
+                    del self._tables[path]
+                else:
+                    return cached
+            else:
+                # Its own commit is gone: the log was cleaned up past it, or the table was
+                # removed or replaced behind our back. Start afresh.
+                del self._tables[path]
         if not DeltaTable.is_deltatable(str(path)):
             return None
         with self._errors("open", table):
@@ -871,6 +878,18 @@ class LocalEngine:
             self._schema_of(dt),
             [_data_file(u) for u in dt.file_uris()],
         )
+
+
+def _log_moved(table_dir: Path, version: int) -> bool | None:
+    """Whether the log of ``table_dir`` moved past ``version``: ``None`` when it did not,
+    ``True`` for a later commit, ``False`` when that version's own commit is gone (a log
+    cleanup, or the table removed or replaced). Two file checks, where delta-rs'
+    ``update_incremental`` lists the whole log directory, which holds thousands of entries on
+    a table that commits every second."""
+    log = table_dir / "_delta_log"
+    if not (log / f"{version:020d}.json").exists():
+        return False
+    return True if (log / f"{version + 1:020d}.json").exists() else None
 
 
 def _data_file(uri: str) -> str:
