@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,10 +68,10 @@ class Driver:
     def table(self) -> Path:
         return self.root / "table"
 
-    def settings(self, **more: Any) -> str:
+    def settings(self, options: dict[str, str] | None = None, **more: Any) -> str:
         return json.dumps(
             {
-                "options": self.options,
+                "options": {**self.options, **(options or {})},
                 "table": str(self.table),
                 "checkpoint": str(self.root / "checkpoint"),
                 "workdir": str(self.root / "spark"),
@@ -79,10 +79,10 @@ class Driver:
             }
         )
 
-    def start(self, **more: Any) -> subprocess.Popen[str]:
+    def start(self, options: dict[str, str] | None = None, **more: Any) -> subprocess.Popen[str]:
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.spark_source.driver", self.settings(**more)],
+            [sys.executable, "-m", "tests.spark_source.driver", self.settings(options, **more)],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -109,11 +109,18 @@ class Driver:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
-    def run(self, **more: Any) -> tuple[int, str]:
-        """Run to the end (``until_rows`` reached, the query failed, or ``timeout``)."""
-        proc = self.start(**more)
-        out, _ = proc.communicate(timeout=float(more.get("timeout", 120)) + 60)
-        return proc.returncode, out
+    def wait_for(
+        self, proc: subprocess.Popen[str], done: Callable[[], bool], timeout: float = 150.0
+    ) -> None:
+        """Wait until ``done()`` (checked on the table, not in the driver) or fail when the
+        driver ends first."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            if proc.poll() is not None:
+                raise AssertionError(f"the driver ended with status {proc.returncode}")
+            if time.monotonic() > deadline:
+                raise AssertionError("the query did not land every event in time")
+            time.sleep(0.5)
 
     def close(self) -> None:
         for proc in self.runs:

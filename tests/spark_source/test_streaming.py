@@ -3,8 +3,7 @@ streaming sink) in a driver process of their own, against the emulator over a so
 
 The driver is SIGKILLed at random moments, several times, while events keep being published,
 and restarted from its checkpoint; the table must end with every published event exactly
-once. A schema change mid-stream stops the query with the reason, and the restarted query
-reads both versions, each decoded with its own schema.
+once.
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from tests.spark_source.conftest import ACCOUNT, Org
-from tests.spark_source.oracle import decoded, expected_rows, silver_rows
+from tests.spark_source.conftest import ACCOUNT, ORDERS, Org
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_source, pytest.mark.slow]
 
@@ -51,7 +49,10 @@ def test_a_query_killed_again_and_again_ends_with_every_event_exactly_once(
 ) -> None:
     rng = random.Random(18)
     org.publish(200)
-    driver = driver_for(org.options(startingReplay="earliest", maxEventsPerTrigger="60"))
+    options = org.options(
+        topic=f"{ACCOUNT},{ORDERS}", startingReplay="earliest", maxEventsPerTrigger="60"
+    )
+    driver = driver_for(options)
     replays = 0
     for _ in range(KILLS):
         proc = driver.start(timeout=300)
@@ -64,52 +65,26 @@ def test_a_query_killed_again_and_again_ends_with_every_event_exactly_once(
         time.sleep(rng.uniform(0.0, 1.5))
         driver.kill(proc)
         replays += uncommitted(driver.root / "checkpoint")
-    published = org.replay_ids()
-    code, out = driver.run(until_events=len(published), timeout=120)
-    assert code == 0, out
+    published = org.replay_ids(ACCOUNT) + org.replay_ids(ORDERS)
+    assert org.replay_ids(ORDERS)
+
+    def landed() -> bool:
+        if not DeltaTable.is_deltatable(str(driver.table)):
+            return False
+        return len({r["replay_id"] for r in table_rows(driver.table)}) >= len(published)
+
+    # The last run catches up in larger micro-batches (options may change between runs).
+    final = driver.start({"maxEventsPerTrigger": "2000"}, timeout=300)
+    driver.wait_for(final, landed)
+    driver.kill(final)
     rows = table_rows(driver.table)
     got = Counter(r["replay_id"] for r in rows)
     assert [rid for rid, n in got.items() if n > 1] == [], "no event is landed twice"
     assert set(got) == set(published), "every published event is landed"
-    logged = {e.replay_id: e.event_id for e in org.emulator.log(ACCOUNT)}
-    assert all(logged[r["replay_id"]] == r["event_id"] for r in rows)
+    for topic in (ACCOUNT, ORDERS):
+        logged = {e.replay_id: e.event_id for e in org.emulator.log(topic)}
+        mine = [r for r in rows if r["topic"] == topic]
+        assert {r["replay_id"] for r in mine} == set(logged)
+        assert all(logged[r["replay_id"]] == r["event_id"] for r in mine)
     # Typically every kill leaves one: offsets are written as a micro-batch is planned.
     assert replays >= 1, "some restart read a planned, uncommitted micro-batch again"
-
-
-@pytest.mark.timeout(400)
-def test_a_schema_change_mid_stream_stops_the_query_and_the_restart_reads_both_versions(
-    org: Org, driver_for: Any
-) -> None:
-    org.publish(150)
-    driver = driver_for(org.options(startingReplay="earliest", decode="silver"))
-    before = len(org.replay_ids())
-    first = driver.start(timeout=120)
-    driver.wait_started(first)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if DeltaTable.is_deltatable(str(driver.table)):
-            ids = {r["_cdc_replay_id"] for r in table_rows(driver.table)}
-            if len(ids) >= before:
-                break
-        time.sleep(0.5)
-    org.workload.change_schema("Account")
-    org.publish(150)
-    out, _ = first.communicate(timeout=120)
-    assert first.returncode == 3, out
-    assert "SchemaChangedError" in out and "Tier__c" in out
-
-    code, out = driver.run(
-        until_events=len(org.replay_ids()), id_column="_cdc_replay_id", timeout=120
-    )
-    assert code == 0, out
-    rows = table_rows(driver.table)
-    truth = decoded(org.emulator, ACCOUNT)
-    assert {r["_cdc_replay_id"] for r in rows} == set(org.replay_ids())
-    assert silver_rows(rows) == expected_rows(org.workload, "Account", set(truth))
-    versions = Counter(r["_cdc_schema_id"] for r in rows)
-    assert len(versions) == 2
-    for row in rows:
-        schema_id, record = truth[row["_cdc_event_id"]]
-        assert row["_cdc_schema_id"] == schema_id
-        assert row["Tier__c"] == record.get("Tier__c")

@@ -1,0 +1,110 @@
+"""The source's options, offsets and Spark's automatic discovery, without a JVM."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from pathlib import Path
+
+import pytest
+from pyspark.sql.datasource import DataSource
+
+from ingest.errors import ConfigError
+from ingest.replay import After, Earliest, Latest, ReplayId
+from pipelines.spark_source import SalesforceSource
+from pipelines.spark_source.offsets import BatchOffset, TopicOffset, parse_starting
+from pipelines.spark_source.options import parse_options
+
+pytestmark = pytest.mark.spark_source
+
+EMULATOR = {
+    "connection.emulator.mode": "external",
+    "connection.emulator.grpc_port": "7443",
+    "connection.emulator.http_port": "7444",
+    "topic": "/data/AccountChangeEvent",
+}
+
+
+def test_options_are_case_insensitive_with_defaults_per_read_kind() -> None:
+    stream = parse_options({**EMULATOR, "MAXEVENTSPERTRIGGER": "50"}, streaming=True)
+    assert stream.connection.emulator.grpc_port == 7443
+    assert stream.max_events_per_trigger == 50
+    assert stream.starting["/data/AccountChangeEvent"].position() == Latest()
+    batch = parse_options(EMULATOR, streaming=False)
+    assert batch.starting["/data/AccountChangeEvent"].position() == Earliest()
+    assert (batch.decode, batch.on_corrupted) == ("raw", "fail")
+
+
+def test_unknown_options_are_refused_listing_the_valid_ones() -> None:
+    with pytest.raises(ConfigError, match="unknown option") as info:
+        parse_options({**EMULATOR, "startReplay": "earliest"}, streaming=True)
+    assert "startingreplay" in str(info.value)
+
+
+def test_connection_keys_are_checked_by_the_spec_without_echoing_values() -> None:
+    secret = "s3cr3t-value"
+    options = {
+        **EMULATOR,
+        "connection.source": "salesforce",
+        "connection.salesforce.auth.type": "client_credentials",
+        "connection.salesforce.auth.client_secret": secret,
+    }
+    with pytest.raises(ConfigError) as info:
+        parse_options(options, streaming=True)
+    text = str(info.value) + " ".join(info.value.problems)
+    assert "client_secret" in text
+    assert secret not in text
+
+
+def test_an_in_process_emulator_is_refused() -> None:
+    with pytest.raises(ConfigError, match="external"):
+        parse_options({"topic": "/data/AccountChangeEvent"}, streaming=True)
+
+
+def test_a_pipeline_file_gives_the_connection_and_replay_defaults(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "pipeline.yml").write_text(
+        "connection:\n  source: emulator\n  emulator:\n    mode: external\n"
+        "    grpc_port: 7443\n    http_port: 7444\n"
+        "defaults:\n  replay: {start: earliest, on_corrupted: latest}\n"
+    )
+    options = {"pipeline": str(conf / "pipeline.yml"), "topic": "/event/Order_Shipped__e"}
+    parsed = parse_options(options, streaming=True)
+    assert parsed.connection.emulator.http_port == 7444
+    assert parsed.on_corrupted == "latest"
+    assert parsed.starting["/event/Order_Shipped__e"].position() == Earliest()
+
+
+def test_a_stored_replay_id_starts_after_it_and_bad_text_is_refused() -> None:
+    rid = ReplayId(b"\x00\x00\x00\x00\x00\x00\x13\x88\xff\x01")
+    assert parse_starting(rid.base64()).position() == After(rid)
+    assert parse_starting(f"hex:{rid.hex()}").position() == After(rid)
+    with pytest.raises(ConfigError, match="startingReplay"):
+        parse_options({**EMULATOR, "startingReplay": "yesterday"}, streaming=True)
+
+
+def test_offsets_round_trip_through_json_losslessly() -> None:
+    rid = ReplayId(bytes(range(256))[:10] + b"\xff\xfe")
+    offset = BatchOffset(
+        {
+            "/data/AccountChangeEvent": TopicOffset(after=rid, count=3, last=rid, first=rid),
+            "/event/Order_Shipped__e": TopicOffset(start="latest"),
+        }
+    )
+    text = json.dumps(offset.to_json())
+    assert BatchOffset.from_json(json.loads(text)) == offset
+
+
+def test_spark_discovers_the_source_by_its_module_name() -> None:
+    # What pyspark.sql.worker.lookup_data_sources does when a session first needs a Python
+    # data source: top-level pyspark_* modules with a DefaultSource.
+    found = {}
+    for info in pkgutil.iter_modules():
+        if info.name == "pyspark_salesforce":
+            module = importlib.import_module(info.name)
+            source = module.DefaultSource
+            assert issubclass(source, DataSource)
+            found[source.name()] = source
+    assert found == {"salesforce": SalesforceSource}
