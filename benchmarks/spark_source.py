@@ -1,0 +1,169 @@
+"""The ``salesforce`` Spark source's throughput into a Delta table, beside sfcdc's own bronze
+landing in the same run.
+
+The emulator runs in its own process (``bronze_landing.py --serve``: a backlog of 1 KB
+platform events with random text on one topic). Then, each in a fresh process:
+
+- bronze landing: ``bronze_landing.py --measure landing`` (``BronzeLanding``, local engine),
+  timed until the last event is committed in Delta;
+- spark source: a local Spark session with Delta (all cores) runs
+  ``spark.readStream.format("salesforce")`` (``decode`` raw, ``startingReplay`` earliest)
+  into Delta's streaming sink, timed from ``start()`` until the micro-batches' progress
+  reports every event written (the JVM's start is not counted).
+
+Target: the source reaches >= 50% of landing's events/s.
+
+    python benchmarks/spark_source.py [--events 200000] [--size 1024] [--per-trigger 50000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+LANDING = ROOT / "benchmarks" / "bronze_landing.py"
+TOPIC = "/event/Bench_Event__e"
+TARGET = 0.5
+
+
+def measure_source(info: dict[str, int], events: int, per_trigger: int) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    from pipelines.session import local_session
+    from pipelines.spark_source import SalesforceSource
+
+    with tempfile.TemporaryDirectory(prefix="sfcdc-bench-") as tmp:
+        spark = local_session(
+            "sfcdc-bench-spark-source",
+            conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1"},
+            delta=True,
+            workdir=tmp,
+        )
+        spark.dataSource.register(SalesforceSource)
+        options = {
+            "connection.emulator.mode": "external",
+            "connection.emulator.grpc_port": str(info["grpc_port"]),
+            "connection.emulator.http_port": str(info["http_port"]),
+            "topic": TOPIC,
+            "startingReplay": "earliest",
+            "maxEventsPerTrigger": str(per_trigger),
+        }
+        stream = spark.readStream.format("salesforce").options(**options).load()
+        started = time.perf_counter()
+        query = (
+            stream.writeStream.format("delta")
+            .option("checkpointLocation", str(Path(tmp) / "checkpoint"))
+            .start(str(Path(tmp) / "events"))
+        )
+        written = 0
+        seen: set[int] = set()
+        batches = 0
+        while written < events:
+            if query.exception() is not None:
+                raise SystemExit(f"the query failed: {query.exception()}")
+            for progress in query.recentProgress:
+                if progress["batchId"] not in seen:
+                    seen.add(progress["batchId"])
+                    written += int(progress["numInputRows"])
+                    batches += progress["numInputRows"] > 0
+            time.sleep(0.02)
+        seconds = time.perf_counter() - started
+        # The first micro-batch also creates the table and warms the JVM up (code generation,
+        # the Python workers); the sustained rate is over the micro-batches after it.
+        later = [p for p in query.recentProgress if p["batchId"] > min(seen) and p["numInputRows"]]
+        sustained_events = sum(int(p["numInputRows"]) for p in later)
+        sustained_ms = sum(int(p["durationMs"]["triggerExecution"]) for p in later)
+        query.stop()
+        spark.stop()
+    return {
+        "events": written,
+        "seconds": seconds,
+        "batches": batches,
+        "sustained": sustained_events / max(sustained_ms, 1) * 1000,
+    }
+
+
+def _child(args: list[str]) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable)
+    done = subprocess.run(args, capture_output=True, text=True, check=False, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"{args[1:4]} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=1024, help="payload bytes per event")
+    parser.add_argument("--per-trigger", type=int, default=50_000, help="maxEventsPerTrigger")
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--info", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure_source(json.loads(args.info), args.events, args.per_trigger)))
+        return 0
+
+    server = subprocess.Popen(
+        [
+            *(sys.executable, str(LANDING), "--serve"),
+            *("--events", str(args.events), "--size", str(args.size)),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        info = json.loads(server.stdout.readline())
+        landing = _child(
+            [
+                *(sys.executable, str(LANDING), "--measure", "landing"),
+                *("--info", json.dumps(info), "--events", str(args.events)),
+            ]
+        )
+        source = _child(
+            [
+                *(sys.executable, __file__, "--measure", "--info", json.dumps(info)),
+                *("--events", str(args.events), "--per-trigger", str(args.per_trigger)),
+            ]
+        )
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        server.wait(timeout=60)
+
+    print(
+        f"spark source vs bronze landing: {args.events:,} events of {args.size} B on one "
+        f"topic, emulator in its own process, cores={os.cpu_count()}"
+    )
+    print(f"{'':34}{'events':>11}{'seconds':>9}{'events/s':>11}")
+    rates = {}
+    for label, r in (
+        ("bronze landing (local engine)", landing),
+        (f"spark source -> Delta sink ({source['batches']} batches)", source),
+    ):
+        rates[label] = r["events"] / r["seconds"]
+        print(f"{label:34}{r['events']:>11,.0f}{r['seconds']:>9.2f}{rates[label]:>11,.0f}")
+    landing_rate, source_rate = rates.values()
+    sustained = source["sustained"]
+    print(f"spark source, sustained after its first micro-batch: {sustained:,.0f} events/s")
+    print(f"machine load average during the run: {os.getloadavg()[0]:.1f}")
+    for label, ratio in (
+        ("from start", source_rate / landing_rate),
+        ("sustained", sustained / landing_rate),
+    ):
+        verdict = "meets" if ratio >= TARGET else "MISSES"
+        print(f"source / landing ({label}): {ratio:.2f}; {verdict} the target of {TARGET:.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
