@@ -20,6 +20,7 @@ from ingest.errors import ConfigError
 from pipelines.spark_source.offsets import TopicOffset, parse_starting
 from pipelines.spec import (
     ConnectionSpec,
+    load_conf,
     load_pipeline,
     parse_override,
     pipeline_from_overrides,
@@ -111,11 +112,14 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     replay_start: str | None = None
     on_corrupted: str = "fail"
     if "pipeline" in lowered:
-        if overrides:
-            raise ConfigError(
-                f"{_SHOWN}: give either pipeline (a pipeline.yml) or connection.* options, not both"
-            )
-        pipeline = load_pipeline(Path(lowered["pipeline"]))
+        path = Path(lowered["pipeline"])
+        # connection.* options then override the file's keys, as `--set` does for commands
+        # (a deployment's connection.source, say); the conf directory is loaded as a whole.
+        pipeline = (
+            load_conf(path.parent, overrides=overrides).pipeline
+            if overrides
+            else load_pipeline(path)
+        )
         connection = pipeline.connection
         replay = pipeline.defaults.replay
         replay_start = replay.start if replay.start in ("earliest", "latest") else None

@@ -108,3 +108,20 @@ def test_spark_discovers_the_source_by_its_module_name() -> None:
             assert issubclass(source, DataSource)
             found[source.name()] = source
     assert found == {"salesforce": SalesforceSource}
+
+
+def test_connection_options_override_a_pipeline_file(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    (conf / "objects").mkdir(parents=True)
+    (conf / "pipeline.yml").write_text("connection:\n  source: emulator\n")
+    (conf / "objects" / "account.yml").write_text("object: Account\nkind: change_events\n")
+    options = {
+        "pipeline": str(conf / "pipeline.yml"),
+        "connection.emulator.mode": "external",
+        "connection.emulator.grpc_port": "7443",
+        "connection.emulator.http_port": "7444",
+        "topic": "/data/AccountChangeEvent",
+    }
+    parsed = parse_options(options, streaming=True)
+    assert parsed.connection.emulator.mode == "external"
+    assert parsed.connection.emulator.grpc_port == 7443
