@@ -102,7 +102,7 @@ def _target_job(target: str, key: str) -> dict[str, Any]:
 # What a `lookup` variable resolves to at deploy time (an id of the workspace).
 LOOKED_UP = "0123456789abcdef"
 # Resource sections of the bundle and the file suffix of each (resources/<key>.<kind>.yml).
-KINDS = {"jobs": "job", "dashboards": "dashboard", "alerts": "alert"}
+KINDS = {"jobs": "job", "dashboards": "dashboard", "alerts": "alert", "pipelines": "pipeline"}
 
 
 def _variables(target: str) -> dict[str, str]:
