@@ -107,10 +107,10 @@ __all__ = [
     "load_conf",
     "load_object",
     "load_pipeline",
-    "pipeline_from_overrides",
     "parse_byte_size",
     "parse_override",
     "parse_topic",
+    "pipeline_from_overrides",
     "snake_case",
 ]
 
