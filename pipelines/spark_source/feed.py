@@ -89,6 +89,7 @@ class Feed:
         self._buffer_events = buffer_events
         self._queues: dict[str, deque[_Entry]] = {t: deque() for t in starts}
         self._buffered = 0
+        self._turn = 0
         self._cond = threading.Condition()
         self._closed = threading.Event()
         self._error: BaseException | None = None
@@ -152,7 +153,12 @@ class Feed:
             taken: dict[str, Events] = {}
             ends: dict[str, TopicOffset] = {}
             budget = max_events
-            for topic, queue in self._queues.items():
+            # Each take starts with the next topic, so a busy topic cannot use up every
+            # micro-batch's budget while a quieter one waits.
+            topics = list(self._queues)
+            self._turn = (self._turn + 1) % len(topics)
+            for topic in topics[self._turn :] + topics[: self._turn]:
+                queue = self._queues[topic]
                 offset = offsets[topic]
                 events = Events()
                 after = offset.after

@@ -1,0 +1,77 @@
+"""A streaming query (shared Spark session, Delta sink, the emulator over a socket) whose
+stored replay id the server rejects: under ``fail`` the query stops naming the position,
+under ``earliest`` it lands every retained event exactly once."""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from pipelines.spark_source import SalesforceSource
+from tests.spark_source.conftest import ACCOUNT, Org
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.spark_source]
+
+
+def start(spark: SparkSession, options: dict[str, str], root: Path) -> StreamingQuery:
+    spark.dataSource.register(SalesforceSource)
+    return (
+        spark.readStream.format("salesforce")
+        .options(**options)
+        .load()
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(root / "checkpoint"))
+        .trigger(processingTime="200 milliseconds")
+        .start(str(root / "table"))
+    )
+
+
+def corrupted(org: Org) -> str:
+    """A stored replay id the server no longer accepts (its events were purged)."""
+    org.publish(120)
+    logged = org.emulator.log(ACCOUNT)
+    gone = logged[2].replay_id
+    org.emulator.faults.purge(through=logged[4].replay_id)
+    return base64.b64encode(gone).decode()
+
+
+@pytest.mark.timeout(300)
+def test_under_fail_the_query_stops_naming_the_rejected_replay_id(
+    spark: SparkSession, org: Org, tmp_path: Path
+) -> None:
+    stored = corrupted(org)
+    query = start(spark, org.options(startingReplay=stored), tmp_path)
+    try:
+        with pytest.raises(StreamingQueryException, match="ReplayIdError") as info:
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert base64.b64decode(stored).hex() in str(info.value)
+
+
+@pytest.mark.timeout(300)
+def test_under_earliest_the_query_lands_every_retained_event_once(
+    spark: SparkSession, org: Org, tmp_path: Path
+) -> None:
+    stored = corrupted(org)
+    retained = [e.replay_id for e in org.emulator.log(ACCOUNT)]
+    query = start(spark, org.options(startingReplay=stored, onCorrupted="earliest"), tmp_path)
+    table = tmp_path / "table"
+    landed: list[bytes] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(landed) < len(retained) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            assert query.exception() is None, query.exception()
+            if DeltaTable.is_deltatable(str(table)):
+                landed = DeltaTable(str(table)).to_pyarrow_table().column("replay_id").to_pylist()
+    finally:
+        query.stop()
+    assert sorted(landed) == sorted(retained)
