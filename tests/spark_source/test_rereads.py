@@ -88,3 +88,34 @@ def test_a_query_that_started_at_latest_reads_its_first_batch_again(
     assert taken[ACCOUNT].replay_ids[0] == org.replay_ids(ACCOUNT)[before]
     again = read_between(source, ACCOUNT, first[ACCOUNT], last[ACCOUNT], on_corrupted="fail")
     assert again.replay_ids == taken[ACCOUNT].replay_ids
+
+
+def test_planning_a_micro_batch_on_a_quiet_topic_returns_soon_and_keepalives_advance_it(
+    org: Org,
+) -> None:
+    from pipelines.spark_source.source import _StreamReader
+
+    org.publish(50)
+    options = parse_options(
+        org.options(startingReplay="latest", maxWaitSeconds="0.3"), streaming=True
+    )
+    reader = _StreamReader(options, None)
+    try:
+        start = reader.initialOffset()
+        waits = []
+        offset = start
+        for _ in range(8):
+            began = time.monotonic()
+            rows, offset = reader.read(offset)
+            waits.append(time.monotonic() - began)
+            assert list(rows) == []
+            if offset != start:
+                break
+    finally:
+        reader.close()
+    # Each call waits about maxWaitSeconds (the first also opens the subscription).
+    assert max(waits[1:]) < 1.5
+    # A keepalive (every 0.5 s here) gave the quiet topic a position: an empty micro-batch
+    # that moves the checkpoint.
+    moved = BatchOffset.from_json(offset).topics[ACCOUNT]
+    assert moved.after is not None and moved.count == 0
