@@ -50,6 +50,7 @@ __all__ = [
     "oldest_needed",
     "retention_for",
     "tables_to_maintain",
+    "tombstone_hours",
 ]
 
 _log = logging.getLogger(__name__)
@@ -302,9 +303,24 @@ def maintain_tables(
                 vacuum_hours=None if keep_all else retention.vacuum_hours,
                 log_hours=None if keep_all else retention.log_hours,
                 log_from_version=retention.log_from,
+                tombstone_hours=None
+                if keep_all
+                else tombstone_hours(spec.vacuum_retention_hours, retention.vacuum_hours),
             )
         done.append(TableMaintenance(table, retention, result))
     return done
+
+
+def tombstone_hours(configured: float, used: float) -> float:
+    """How long a table's checkpoints keep the tombstones of removed files, for a VACUUM
+    retention of ``configured`` hours that this round extends to ``used`` for a consumer that
+    is behind: the configured one, doubled as often as it takes to cover ``used``, so that it
+    changes (a commit) only now and then while a consumer catches up."""
+    base = max(configured, 1 / 60)
+    hours = base
+    while hours < used:
+        hours *= 2
+    return hours
 
 
 def describe(item: TableMaintenance) -> str:

@@ -37,6 +37,7 @@ __all__ = [
     "CDF_PROPERTY",
     "DEFAULT_PROPERTIES",
     "LAYERS",
+    "TOMBSTONE_PROPERTY",
     "TXN_APP_ID_KEY",
     "TXN_VERSION_KEY",
     "BatchFunction",
@@ -72,6 +73,8 @@ TXN_VERSION_KEY = "sfcdc.txn.version"
 # Every table the engines create has the change data feed on: read_appends reads it.
 CDF_PROPERTY = "delta.enableChangeDataFeed"
 DEFAULT_PROPERTIES: Mapping[str, str] = {CDF_PROPERTY: "true"}
+# How long checkpoints keep the tombstones of removed files (Delta's default: a week).
+TOMBSTONE_PROPERTY = "delta.deletedFileRetentionDuration"
 
 Rows = Any
 """Rows an engine holds: a ``pyarrow.Table`` in the local engine, a DataFrame in the spark
@@ -429,12 +432,15 @@ class LakeEngine(Protocol):
         vacuum_hours: float | None = None,
         log_hours: float | None = None,
         log_from_version: int | None = None,
+        tombstone_hours: float | None = None,
     ) -> MaintenanceResult:
         """Compact small files, write a log checkpoint and clean up expired log entries, and
         (with ``vacuum_hours``) delete unreferenced files older than that. Log entries expire
         after the table's ``delta.logRetentionDuration``, or (with ``log_hours``) when older
         than that and than the newest checkpoint, and (with ``log_from_version``) when that
-        version and later stay readable. Neither knows what a consumer still needs:
+        version and later stay readable. With ``tombstone_hours``, an engine whose reads do
+        not depend on it keeps the tombstones of removed files in checkpoints only that long
+        (:data:`TOMBSTONE_PROPERTY`). None of them knows what a consumer still needs:
         :mod:`pipelines.maintenance` chooses."""
         ...
 

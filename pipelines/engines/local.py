@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -60,6 +61,7 @@ from pipelines.engines.base import (
     CDF_PROPERTY,
     DEFAULT_PROPERTIES,
     LAYERS,
+    TOMBSTONE_PROPERTY,
     BatchFunction,
     CommitResult,
     Condition,
@@ -749,6 +751,7 @@ class LocalEngine:
         vacuum_hours: float | None = None,
         log_hours: float | None = None,
         log_from_version: int | None = None,
+        tombstone_hours: float | None = None,
     ) -> MaintenanceResult:
         # A table of its own: maintenance may run on a thread beside this engine's appends.
         path = self.path(table)
@@ -776,10 +779,11 @@ class LocalEngine:
                         table,
                         vacuum_hours,
                     )
-                # Tombstones only (not full): a file an appender is writing is not in the log
-                # yet, and must not go.
-                options: dict[str, Any] = {"enforce_retention_duration": False, "full": False}
-                vacuumed = vacuum(dt, path, vacuum_hours, options)
+                # Files a writer has yet to commit are newer than the table's last commit, and
+                # stay (pipelines.engines.vacuum).
+                vacuumed = vacuum(dt, path, vacuum_hours)
+            if tombstone_hours is not None:
+                _keep_tombstones(table, dt, tombstone_hours)
             # The checkpoint last, so it covers vacuum's commits, and the log cleanup after it
             # (vacuum reads the log entries it would delete).
             if checkpoint:
@@ -878,6 +882,22 @@ class LocalEngine:
             self._schema_of(dt),
             [_data_file(u) for u in dt.file_uris()],
         )
+
+
+def _keep_tombstones(table: TableRef, dt: DeltaTable, hours: float) -> None:
+    """Have the checkpoints of ``table`` keep the tombstones of removed files ``hours``
+    rather than Delta's default week: a bronze table compacted every few minutes otherwise
+    carries tens of thousands of them, which every reader loads. VACUUM here does not need
+    them (:mod:`pipelines.engines.vacuum`), nor do delta-rs' reads of older versions. One
+    commit when the value changes; when a concurrent writer wins it, the next round sets it."""
+    wanted = f"interval {max(1, math.ceil(hours * 3600))} seconds"
+    if dt.metadata().configuration.get(TOMBSTONE_PROPERTY) == wanted:
+        return
+    try:
+        dt.update_incremental()
+        dt.alter.set_table_properties({TOMBSTONE_PROPERTY: wanted})
+    except DeltaError as exc:
+        _log.warning("%s: cannot set %s yet: %s", table, TOMBSTONE_PROPERTY, exc)
 
 
 def _log_moved(table_dir: Path, version: int) -> bool | None:

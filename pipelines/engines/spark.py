@@ -927,7 +927,12 @@ class SparkEngine:
         vacuum_hours: float | None = None,
         log_hours: float | None = None,
         log_from_version: int | None = None,
+        tombstone_hours: float | None = None,
     ) -> MaintenanceResult:
+        # tombstone_hours is not applied: Delta Spark refuses to read a version (or the change
+        # data feed from one) older than delta.deletedFileRetentionDuration, which a consumer
+        # that is behind does, so tables keep Delta's default.
+        del tombstone_hours
         self._require(table)
         ident = self._ident(table)
         removed = added = 0

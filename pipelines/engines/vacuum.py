@@ -1,17 +1,23 @@
-"""VACUUM on the local engine, to the second and with the change data feed's files.
+"""VACUUM on the local engine: to the second, with the change data feed's files, and without
+depending on the tombstones a checkpoint keeps.
 
-delta-rs' VACUUM (without ``full``, so that a file an appender is writing and has not committed
-yet stays) deletes the data files that versions older than a whole number of hours removed.
-It leaves two things undone that a long-running pipeline needs:
+delta-rs' VACUUM falls short of what a long-running pipeline needs in three ways:
 
-- a retention of less than an hour: it takes whole hours, so five minutes would mean one;
-- the change data files (``_change_data/``) that MERGE, UPDATE and DELETE commits write for
-  the change data feed: no version's state references them, so delta-rs never lists them, and
-  a gold table that is merged into every few seconds gathers thousands. Delta Spark's VACUUM
-  deletes them once they are older than the retention.
+- it takes whole hours, so a retention of five minutes would mean one;
+- it never lists the change data files (``_change_data/``) that MERGE, UPDATE and DELETE
+  commits write for the change data feed (no version's state references them), so a gold
+  table merged into every few seconds gathers thousands; Delta Spark's VACUUM deletes them
+  once they are older than the retention;
+- without ``full`` it deletes only files whose ``remove`` tombstone the snapshot still holds,
+  and tombstones stay in every checkpoint for ``delta.deletedFileRetentionDuration`` (a week
+  unless set): a bronze table compacted every few minutes then carries tens of thousands of
+  them, which every reader of the table loads. sfcdc keeps them only as long as its own
+  retention (:mod:`pipelines.maintenance`), so VACUUM must not rely on them.
 
-:func:`vacuum` does both, choosing what to delete from the log itself: a file goes only when
-no version from the one current at the retention's horizon on needs it.
+:func:`vacuum` chooses what to delete from the log itself, as Delta Spark does: any file of
+the table that no version from the one current at the retention's horizon on references and
+that was written before the horizon. A file written after the table's newest commit stays
+whatever the retention: a writer may be about to commit it.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ import time
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -37,28 +42,37 @@ _log = logging.getLogger(__name__)
 CHANGE_DATA_DIR = "_change_data"
 
 
-def vacuum(dt: DeltaTable, table_dir: Path, hours: float, options: Mapping[str, Any]) -> int:
+def vacuum(dt: DeltaTable, table_dir: Path, hours: float) -> int:
     """Delete the data and change data files no version of the last ``hours`` needs; how many
-    went. delta-rs' VACUUM (with ``options``) is used as is for a whole number of hours;
-    otherwise it lists every unreferenced file for :func:`unreferenced_since` to choose from.
-    Change data files are chosen by :func:`expired_change_data` either way."""
+    went. delta-rs lists the files the latest version does not reference,
+    :func:`unreferenced_since` and the files' ages choose among them, and
+    :func:`expired_change_data` chooses the change data files."""
     older_than = time.time() - hours * 3600
-    if hours == int(hours):
-        # delta-rs lists tombstones it deleted before too: count what was on disk.
-        listed = dt.vacuum(dry_run=True, retention_hours=int(hours), **options)
-        present = [f for f in listed if Path(table_dir, f).exists()]
-        dt.vacuum(dry_run=False, retention_hours=int(hours), **options)
-        deleted = sum(1 for f in present if not Path(table_dir, f).exists())
-        doomed: list[str] = []
-    else:
-        listed = dt.vacuum(dry_run=True, retention_hours=0, **options)
-        deleted = 0
-        doomed = unreferenced_since(table_dir, listed, older_than=older_than)
+    listed = dt.vacuum(dry_run=True, retention_hours=0, enforce_retention_duration=False, full=True)
+    doomed = _written_before(
+        table_dir, unreferenced_since(table_dir, listed, older_than=older_than), older_than
+    )
+    deleted = 0
     for name in [*doomed, *expired_change_data(table_dir, older_than=older_than)]:
         with contextlib.suppress(FileNotFoundError):
             Path(table_dir, name).unlink()
             deleted += 1
     return deleted
+
+
+def _written_before(table_dir: Path, names: Iterable[str], older_than: float) -> list[str]:
+    """Of ``names`` (relative to ``table_dir``), those written before ``older_than`` and before
+    the table's newest commit (a later file may be one a writer is about to commit)."""
+    commits = commit_times(table_dir / "_delta_log")
+    if not commits:
+        return []
+    horizon = min(older_than, max(commits.values()))
+    out = []
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            if Path(table_dir, name).stat().st_mtime < horizon:
+                out.append(name)
+    return out
 
 
 def _anchor(commits: Mapping[int, float], older_than: float) -> int:
@@ -123,19 +137,16 @@ def expired_change_data(table_dir: Path, *, older_than: float) -> list[str]:
     root = table_dir / CHANGE_DATA_DIR
     if not root.is_dir():
         return []
-    commits = commit_times(table_dir / "_delta_log")
-    if not commits:
-        return []
-    horizon = min(older_than, max(commits.values()))
-    old: list[str] = []
-    for folder, _, files in os.walk(root):
-        for name in files:
-            path = Path(folder, name)
-            with contextlib.suppress(FileNotFoundError):
-                if not name.startswith(".") and path.stat().st_mtime < horizon:
-                    old.append(path.relative_to(table_dir).as_posix())
+    written = [
+        Path(folder, name).relative_to(table_dir).as_posix()
+        for folder, _, files in os.walk(root)
+        for name in files
+        if not name.startswith(".")
+    ]
+    old = _written_before(table_dir, written, older_than)
     if not old:
         return []
+    commits = commit_times(table_dir / "_delta_log")
     anchor = _anchor(commits, older_than)
     try:
         keep = _named(table_dir, sorted(v for v in commits if v > anchor), "cdc")

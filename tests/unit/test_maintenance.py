@@ -20,6 +20,7 @@ from pipelines.maintenance import (
     log_floor,
     oldest_needed,
     retention_for,
+    tombstone_hours,
 )
 from pipelines.spec import Conf, MaintenanceSpec, ObjectSpec, PipelineSpec
 
@@ -121,3 +122,11 @@ def test_expired_log_entries_go_up_to_a_checkpoint_that_keeps_the_rest_readable(
     # Without a checkpoint nothing can go.
     bare = _log_dir(tmp_path / "bare", 5, [], old=5)
     assert expire_log(bare, older_than=math.inf) == 0
+
+
+def test_tombstones_are_kept_for_the_configured_retention_doubled_to_cover_a_consumer() -> None:
+    assert tombstone_hours(168, 168) == 168
+    assert tombstone_hours(0.5, 0.2) == 0.5
+    assert tombstone_hours(0.5, 0.6) == 1.0
+    assert tombstone_hours(0.5, 3.1) == 4.0
+    assert tombstone_hours(0, 0) == 1 / 60  # at least a minute

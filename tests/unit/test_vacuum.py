@@ -11,12 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from pipelines.engines import TableRef
+from pipelines.engines.arrow import arrow_schema_to_spark
 from pipelines.engines.local import LocalEngine
 from pipelines.engines.vacuum import expired_change_data
+
+TOMBSTONE_RETENTION = "delta.deletedFileRetentionDuration"
 
 GOLD = TableRef("gold", "account")
 
@@ -114,3 +118,64 @@ def test_a_table_without_change_data_has_nothing_to_delete(tmp_path: Path) -> No
     for child in (path / "_change_data").glob("*"):
         child.unlink()
     assert expired_change_data(path, older_than=time.time()) == []
+
+
+BRONZE = TableRef("bronze", "orders")
+
+
+def _append(engine: LocalEngine, n: int) -> None:
+    engine.append(BRONZE, pa.table({"n": pa.array([n], pa.int64())}))
+
+
+def _data_files(path: Path) -> set[str]:
+    return {p.name for p in path.glob("*.parquet")}
+
+
+def test_files_whose_tombstones_left_the_checkpoints_are_still_deleted(tmp_path: Path) -> None:
+    engine = LocalEngine(location=tmp_path / "lake")
+    engine.ensure_table(
+        BRONZE,
+        arrow_schema_to_spark(pa.schema([("n", pa.int64())])),
+        properties={TOMBSTONE_RETENTION: "interval 1 seconds"},
+    )
+    for n in range(4):
+        _append(engine, n)
+    path = engine.path(BRONZE)
+    appended = _data_files(path)
+    engine.maintain(BRONZE, checkpoint=False)  # the four files leave the table
+    time.sleep(1.2)
+    _append(engine, 4)
+    engine.maintain(BRONZE, compact=False, checkpoint=True)
+    # The checkpoint no longer holds the compacted files' tombstones ...
+    (checkpoint,) = (path / "_delta_log").glob("*.checkpoint.parquet")
+    removes = pq.read_table(checkpoint, columns=["remove"]).column("remove")
+    assert removes.null_count == len(removes)
+    for name in appended:
+        _age(path / name, 120)
+    for log in (path / "_delta_log").glob("*.json"):
+        _age(log, 90)
+    # ... and VACUUM still deletes them, as files no version within a minute references.
+    result = engine.maintain(BRONZE, compact=False, checkpoint=False, vacuum_hours=1 / 60)
+    assert result.vacuumed_files == 4
+    assert not appended & _data_files(path)
+    assert sorted(engine.read_arrow(BRONZE)["n"].to_pylist()) == [0, 1, 2, 3, 4]
+
+
+def test_a_file_written_after_the_newest_commit_stays_and_an_old_stray_goes(
+    tmp_path: Path,
+) -> None:
+    engine = LocalEngine(location=tmp_path / "lake")
+    for n in range(2):
+        _append(engine, n)
+    path = engine.path(BRONZE)
+    for log in (path / "_delta_log").glob("*.json"):
+        _age(log, 60)
+    stray = path / "part-00000-left-by-a-crashed-writer-c000.snappy.parquet"
+    stray.write_bytes(b"PAR1")
+    _age(stray, 120)
+    in_flight = path / "part-00000-being-written-c000.snappy.parquet"
+    in_flight.write_bytes(b"PAR1")
+    result = engine.maintain(BRONZE, compact=False, checkpoint=False, vacuum_hours=0)
+    assert result.vacuumed_files == 1
+    assert not stray.exists() and in_flight.exists()
+    assert sorted(engine.read_arrow(BRONZE)["n"].to_pylist()) == [0, 1]
