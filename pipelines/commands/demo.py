@@ -299,9 +299,12 @@ def _demo(
         f"TLS with an OAuth login; lake at {directory / 'lake'}",
         flush=True,
     )
+    # Spark's JVM before the emulator and the client start: launched while their gRPC threads
+    # run, it sometimes exited before answering (JAVA_GATEWAY_EXITED, 3 demos in 8 here).
+    sql_engine = lake_engine(sql=True)
     pipeline = Pipeline(conf, engine=lake_engine)
     result = pipeline.run_once()
-    shell = SqlShell(lake_engine(sql=True))
+    shell = SqlShell(sql_engine)
     lines = summary(result, shell, result.seconds)
     for line in lines:
         print(line)
