@@ -124,7 +124,7 @@ class RecordState:
         records = self.truth.records(entity)
         if record_id not in records:
             self.truth.create(entity, record_id, {}, event_id="")
-        deleted = record_id in self.truth.deleted(entity)
+        deleted = self.truth.is_deleted(entity, record_id)
         if live and deleted:
             self.truth.undelete(entity, record_id, dict(records[record_id]), event_id="")
         elif not live and not deleted:
@@ -134,7 +134,8 @@ class RecordState:
         self, entity: str, record_id: str, operation: Operation, change: ChangeEvent
     ) -> Mapping[str, Any] | None:
         truth = self.truth
-        body = {k: v for k, v in change.values.items() if k in truth.fields(entity)}
+        names = set(truth.fields(entity))
+        body = {k: v for k, v in change.values.items() if k in names}
         if operation in ("created", "undeleted"):
             if record_id in truth.records(entity):
                 self._ensure(entity, record_id, live=False)

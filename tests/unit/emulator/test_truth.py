@@ -62,6 +62,7 @@ def test_delete_keeps_values_undelete_restores_the_given_image() -> None:
     before = dict(truth.record("Widget", rid))
     truth.delete("Widget", rid, event_id="e-d")
     assert truth.deleted("Widget") == {rid} and truth.live("Widget") == frozenset()
+    assert truth.is_deleted("Widget", rid) and not truth.is_deleted("Widget", "a0C0000000000")
     assert dict(truth.record("Widget", rid)) == before
     with pytest.raises(ValueError, match="UPDATE of deleted Widget"):
         truth.update("Widget", rid, {"Count": 4}, event_id="x")
@@ -69,6 +70,7 @@ def test_delete_keeps_values_undelete_restores_the_given_image() -> None:
         truth.delete("Widget", rid, event_id="x")
     truth.undelete("Widget", rid, {**before, "Count": 9}, event_id="e-u")
     assert truth.record("Widget", rid)["Count"] == 9 and not truth.deleted("Widget")
+    assert not truth.is_deleted("Widget", rid)
     with pytest.raises(ValueError, match="not deleted"):
         truth.undelete("Widget", rid, before, event_id="x")
 
