@@ -35,6 +35,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +106,26 @@ def serve(events: int, size: int) -> None:
 
 
 # -- the measured processes --------------------------------------------------------------------
+
+
+@contextmanager
+def backlog_server(events: int, size: int) -> Iterator[tuple[dict[str, int], int]]:
+    """The emulator in a process of its own (``--serve``) holding ``events`` events of
+    ``size`` bytes: yields its ports (``grpc_port``, ``http_port``) and its pid, and stops it
+    on exit."""
+    server = subprocess.Popen(
+        [*(sys.executable, __file__, "--serve"), *("--events", str(events), "--size", str(size))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        yield json.loads(server.stdout.readline()), server.pid
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        server.wait(timeout=60)
 
 
 def _peak_rss_mb() -> float:
@@ -341,25 +363,10 @@ def main() -> int:
         return 0
 
     prepared = time.perf_counter()
-    server = subprocess.Popen(
-        [
-            *(sys.executable, __file__, "--serve"),
-            *("--events", str(args.events), "--size", str(args.size)),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        info = json.loads(server.stdout.readline())
+    with backlog_server(args.events, args.size) as (info, server):
         backlog = time.perf_counter() - prepared
-        ceiling = _child("ceiling", info, args.events, server.pid)
-        landing = _child("landing", info, args.events, server.pid)
-    finally:
-        if server.stdin is not None:
-            server.stdin.close()
-        server.wait(timeout=60)
+        ceiling = _child("ceiling", info, args.events, server)
+        landing = _child("landing", info, args.events, server)
 
     rows = [("client only (ceiling)", ceiling), ("bronze landing", landing)]
     print(

@@ -11,9 +11,13 @@ platform events with random text on one topic). Then, each in a fresh process:
   into Delta's streaming sink, timed from ``start()`` until the micro-batches' progress
   reports every event written (the JVM's start is not counted).
 
-Target: the source reaches >= 50% of landing's events/s.
+Target: the source reaches >= 50% of landing's events/s. Also printed: the mean time per
+micro-batch of each phase Spark reports (``addBatch`` is the write, ``latestOffset`` the
+source's read), and with ``--sink noop`` the rows are made and dropped, which separates the
+source and its hand-off to the JVM from the Delta write.
 
     python benchmarks/spark_source.py [--events 200000] [--size 1024] [--per-trigger 50000]
+        [--sink delta|noop]
 """
 
 from __future__ import annotations
@@ -28,13 +32,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bronze_landing import backlog_server
+
 ROOT = Path(__file__).resolve().parent.parent
 LANDING = ROOT / "benchmarks" / "bronze_landing.py"
 TOPIC = "/event/Bench_Event__e"
 TARGET = 0.5
 
 
-def measure_source(info: dict[str, int], events: int, per_trigger: int) -> dict[str, Any]:
+def measure_source(
+    info: dict[str, int], events: int, per_trigger: int, sink: str
+) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from pipelines.session import local_session
     from pipelines.spark_source import SalesforceSource
@@ -58,7 +66,7 @@ def measure_source(info: dict[str, int], events: int, per_trigger: int) -> dict[
         stream = spark.readStream.format("salesforce").options(**options).load()
         started = time.perf_counter()
         query = (
-            stream.writeStream.format("delta")
+            stream.writeStream.format(sink)
             .option("checkpointLocation", str(Path(tmp) / "checkpoint"))
             .start(str(Path(tmp) / "events"))
         )
@@ -80,6 +88,10 @@ def measure_source(info: dict[str, int], events: int, per_trigger: int) -> dict[
         later = [p for p in query.recentProgress if p["batchId"] > min(seen) and p["numInputRows"]]
         sustained_events = sum(int(p["numInputRows"]) for p in later)
         sustained_ms = sum(int(p["durationMs"]["triggerExecution"]) for p in later)
+        phases: dict[str, int] = {}
+        for p in later:
+            for phase, ms in p["durationMs"].items():
+                phases[phase] = phases.get(phase, 0) + int(ms)
         query.stop()
         spark.stop()
     return {
@@ -87,6 +99,7 @@ def measure_source(info: dict[str, int], events: int, per_trigger: int) -> dict[
         "seconds": seconds,
         "batches": batches,
         "sustained": sustained_events / max(sustained_ms, 1) * 1000,
+        "phases": {k: v / max(len(later), 1) for k, v in phases.items()},
     }
 
 
@@ -104,25 +117,22 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=1024, help="payload bytes per event")
     parser.add_argument("--per-trigger", type=int, default=50_000, help="maxEventsPerTrigger")
+    parser.add_argument(
+        "--sink",
+        choices=("delta", "noop"),
+        default="delta",
+        help="the query's sink: delta (the target's), or noop (the rows are produced and "
+        "dropped: what the source itself reaches through Spark, without the write)",
+    )
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--info", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        print(json.dumps(measure_source(json.loads(args.info), args.events, args.per_trigger)))
+        info = json.loads(args.info)
+        print(json.dumps(measure_source(info, args.events, args.per_trigger, args.sink)))
         return 0
 
-    server = subprocess.Popen(
-        [
-            *(sys.executable, str(LANDING), "--serve"),
-            *("--events", str(args.events), "--size", str(args.size)),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        info = json.loads(server.stdout.readline())
+    with backlog_server(args.events, args.size) as (info, _):
         landing = _child(
             [
                 *(sys.executable, str(LANDING), "--measure", "landing"),
@@ -133,12 +143,9 @@ def main() -> int:
             [
                 *(sys.executable, __file__, "--measure", "--info", json.dumps(info)),
                 *("--events", str(args.events), "--per-trigger", str(args.per_trigger)),
+                *("--sink", args.sink),
             ]
         )
-    finally:
-        if server.stdin is not None:
-            server.stdin.close()
-        server.wait(timeout=60)
 
     print(
         f"spark source vs bronze landing: {args.events:,} events of {args.size} B on one "
@@ -148,13 +155,15 @@ def main() -> int:
     rates = {}
     for label, r in (
         ("bronze landing (local engine)", landing),
-        (f"spark source -> Delta sink ({source['batches']} batches)", source),
+        (f"spark source -> {args.sink} sink ({source['batches']} batches)", source),
     ):
         rates[label] = r["events"] / r["seconds"]
         print(f"{label:34}{r['events']:>11,.0f}{r['seconds']:>9.2f}{rates[label]:>11,.0f}")
     landing_rate, source_rate = rates.values()
     sustained = source["sustained"]
     print(f"spark source, sustained after its first micro-batch: {sustained:,.0f} events/s")
+    shown = sorted(source["phases"].items(), key=lambda kv: -kv[1])
+    print("  ms per micro-batch after the first: " + ", ".join(f"{k} {v:,.0f}" for k, v in shown))
     print(f"machine load average during the run: {os.getloadavg()[0]:.1f}")
     for label, ratio in (
         ("from start", source_rate / landing_rate),
