@@ -10,7 +10,9 @@
 # MAGIC
 # MAGIC Gold is not built here: AUTO CDC cannot express Salesforce's semantics (an UPDATE sets
 # MAGIC only its changedFields, nulledFields become null, diffFields patch text, GAP events need
-# MAGIC a re-sync). sfcdc's own gold MERGE does; see docs/spark-source.md, "Lakeflow".
+# MAGIC a re-sync). sfcdc's own gold MERGE does: in its jobs, or in a Structured Streaming job of
+# MAGIC your own with `pipelines.spark_source.GoldSink` in `foreachBatch` (shipped and tested; see
+# MAGIC docs/spark-source.md, "Gold in a Structured Streaming job").
 
 # COMMAND ----------
 
