@@ -22,6 +22,12 @@ TOPIC = "/event/Order_Event__e"
 SLOW_RETRY = RetryPolicy(max_attempts=50, initial_backoff=5.0, max_backoff=5.0)
 
 
+# The whole backoff every time: full jitter would now and then draw one shorter than the idle
+# calls these tests count, and the loop would resubscribe before they were done.
+def _whole_backoff() -> float:
+    return 1.0
+
+
 def _closed_port_channel() -> grpc.Channel:
     # A port nothing listens on: every stream fails at once with UNAVAILABLE.
     with socket.socket() as s:
@@ -39,7 +45,7 @@ def test_on_idle_runs_during_backoff_and_stops_the_loop() -> None:
         return len(calls) >= 5
 
     with _closed_port_channel() as channel:
-        sub = Subscription(channel, TOPIC, start=Earliest(), retry=SLOW_RETRY)
+        sub = Subscription(channel, TOPIC, start=Earliest(), retry=SLOW_RETRY, rand=_whole_backoff)
         started = time.monotonic()
         items = list(MultiSubscription([sub], on_idle=idle, idle_interval=0.02))
         elapsed = time.monotonic() - started
@@ -57,7 +63,7 @@ def test_a_failing_on_idle_during_backoff_raises_its_own_error() -> None:
         raise Stop("committer failed")
 
     with _closed_port_channel() as channel:
-        sub = Subscription(channel, TOPIC, start=Earliest(), retry=SLOW_RETRY)
+        sub = Subscription(channel, TOPIC, start=Earliest(), retry=SLOW_RETRY, rand=_whole_backoff)
         with pytest.raises(Stop, match="committer failed"):
             for _ in MultiSubscription([sub], on_idle=idle, idle_interval=0.02):
                 pass
