@@ -142,6 +142,12 @@ class WorkloadMix:
     share of long text values of 1,000+ characters, ``long_text_edit_ratio`` how often an
     update prefers a long text field (the source of diffs), ``max_batch`` the records of one
     mass operation.
+    ``live_share`` above 0 holds the population: while fewer than that share of the records
+    created so far are live, a delete becomes an undelete; a gap never creates a record; and a
+    transaction that does not fit changes a live record instead of creating one. With
+    ``create`` and ``lead_conversion`` at 0 the number of records then stays where it is, which
+    deletes would otherwise drain (and the fallback creates refill) within a few hundred
+    thousand events.
     """
 
     create: float = 15.0
@@ -163,6 +169,7 @@ class WorkloadMix:
     long_text_ratio: float = 0.6
     long_text_edit_ratio: float = 0.2
     max_batch: int = 12
+    live_share: float = 0.0
 
     def __post_init__(self) -> None:
         for kind in _KINDS:
@@ -183,6 +190,7 @@ class WorkloadMix:
             "fill_ratio",
             "long_text_ratio",
             "long_text_edit_ratio",
+            "live_share",
         ):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
@@ -647,6 +655,8 @@ class Workload:
         """One unit of work chosen by the mix: a Salesforce transaction (one or more change
         events) or one publish call of platform events. Never empty."""
         kind = self._pick_kind()
+        if kind in ("delete", "mass_delete") and self._below_live_share():
+            kind = "undelete"
         if kind == "platform_event":
             return self.platform_events(self._values.between(1, 5))
         tx = self._begin(bulk=kind in ("mass_update", "mass_delete", "overflow"))
@@ -656,8 +666,14 @@ class Workload:
             # always fits.
             if tx.events:
                 raise RuntimeError(f"transaction kind {kind} failed after emitting events")
-            self._tx_create(tx)
+            if not (self._mix.live_share and self._live_total and self._tx_update(tx)):
+                self._tx_create(tx)
         return tx.events
+
+    def _below_live_share(self) -> bool:
+        """Whether fewer than the mix's ``live_share`` of the records are live."""
+        share = self._mix.live_share
+        return share > 0 and self._live_total < share * (self._live_total + self._dead_total)
 
     def platform_events(self, n: int) -> list[EmittedEvent]:
         """``n`` platform events (one publish call), on the catalogue's platform event topics."""
@@ -1678,7 +1694,7 @@ class Workload:
                 item.body[name] = value
 
     def _tx_gap(self, tx: _Tx) -> bool:
-        gap_type = self._values.pick(_GAP_TYPES)
+        gap_type = self._values.pick(_GAP_TYPES[1:] if self._mix.live_share else _GAP_TYPES)
         count = self._values.between(1, 3)
         if gap_type == "GAP_CREATE":
             entity = self._pick_entity()

@@ -526,6 +526,40 @@ def test_the_mix_can_change_between_transactions() -> None:
         workload.mix = {"update": 1.0}  # type: ignore[assignment]
 
 
+def _population(workload: Workload) -> tuple[set[str], set[str]]:
+    """(every record the ground truth knows, the live ones)."""
+    entities = workload.truth.entities
+    known = {r for e in entities for r in workload.truth.records(e)}
+    return known, {r for e in entities for r in workload.truth.live(e)}
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_live_share_holds_the_population_a_delete_heavy_mix_would_drain(hold: bool) -> None:
+    none = dict.fromkeys(WorkloadMix().weights(), 0.0)
+    workload = Workload(default_catalogue(), seed=21, mix=WorkloadMix(**{**none, "create": 1.0}))
+    list(workload.events(300))
+    created, _ = _population(workload)
+    churn = {"update": 4.0, "delete": 6.0, "mass_delete": 3.0, "undelete": 1.0, "gap": 2.0}
+    workload.mix = WorkloadMix(**{**none, **churn, "live_share": 0.8 if hold else 0.0})
+    first = len(workload.log)
+    list(workload.events(6000))
+    later = workload.log[first:]
+    known, live = _population(workload)
+    kinds = Counter(c.change_type for c in later)
+    if hold:
+        # Nothing is created; deletes go on while undeletes keep four in five records live.
+        assert known == created
+        assert not kinds.keys() & {"CREATE", "GAP_CREATE"}
+        assert kinds["DELETE"] > 100 and kinds["UNDELETE"] > 100
+        # One mass delete (with its cascades) may take the share below the mark at the end.
+        assert len(live) >= 0.7 * len(known)
+    else:
+        # The same churn without the hold: deletes drain the live records and the creates
+        # that stand in for the changes that no longer fit grow the population.
+        assert len(live) < 0.5 * len(created) or len(known) > 1.2 * len(created)
+        assert kinds["CREATE"] > 0
+
+
 DIGEST = """
 import hashlib, sys
 from ingest.emulator.catalogue import default_catalogue
