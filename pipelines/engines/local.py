@@ -111,6 +111,15 @@ _MIN_SAFE_VACUUM_HOURS = 168.0
 # time, and a silver table compacted every few hundred commits then costs more memory and
 # time every time.
 COMPACT_TARGET_BYTES = 16 * 1024**2
+# ... in two tiers. delta-rs rewrites every file smaller than the size it is asked for, and its
+# outputs stay smaller than that size (they compress better than their inputs), so asked for
+# the target every round, a bronze table compacted every hundred commits rewrote its largest
+# unfinished file (up to 16 MiB) every time, which cost more round after round over a run's
+# first quarter hour. Every round therefore packs the files under COMPACT_SMALL_BYTES into
+# files of about that size, and only once COMPACT_TIER_FILES files under the target have
+# gathered does a round pack those into files of the target size.
+COMPACT_SMALL_BYTES = 1024**2
+COMPACT_TIER_FILES = 16
 # Rows per batch handed to a layer function (what Spark's Arrow batches hold here too).
 BATCH_ROWS = 20_000
 _CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
@@ -766,9 +775,7 @@ class LocalEngine:
             if compact:
                 with self._rewriting(table, "compaction"):
                     dt.update_incremental()
-                    report = dt.optimize.compact(target_size=COMPACT_TARGET_BYTES)
-                removed = int(report.get("numFilesRemoved", 0))
-                added = int(report.get("numFilesAdded", 0))
+                    removed, added = _compact(dt)
             if vacuum_hours is not None:
                 if vacuum_hours < 0:
                     raise LakeError(f"vacuum_hours must be >= 0 (got {vacuum_hours})")
@@ -882,6 +889,23 @@ class LocalEngine:
             self._schema_of(dt),
             [_data_file(u) for u in dt.file_uris()],
         )
+
+
+def _compact(dt: DeltaTable) -> tuple[int, int]:
+    """Compact ``dt`` in the two tiers of :data:`COMPACT_SMALL_BYTES` and
+    :data:`COMPACT_TARGET_BYTES`: (files removed, files added)."""
+    removed = added = 0
+    small = min(COMPACT_SMALL_BYTES, COMPACT_TARGET_BYTES)
+    for target in dict.fromkeys((small, COMPACT_TARGET_BYTES)):
+        if target != small:
+            sizes = pa.table(dt.get_add_actions(flatten=True)).column("size_bytes")
+            unfinished = pc.sum(pc.less(sizes, target)).as_py() or 0
+            if unfinished < COMPACT_TIER_FILES:
+                break
+        report = dt.optimize.compact(target_size=target)
+        removed += int(report.get("numFilesRemoved", 0))
+        added += int(report.get("numFilesAdded", 0))
+    return removed, added
 
 
 def _keep_tombstones(table: TableRef, dt: DeltaTable, hours: float) -> None:

@@ -3,6 +3,7 @@ clean interpreter exit after reading) and the Parquet layout of appends."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -158,3 +159,48 @@ def test_compaction_packs_small_files_and_leaves_files_past_the_target_alone(
     active = {Path(f).name for f in DeltaTable(str(directory)).file_uris()}
     assert big in active and len(active) == 2
     assert engine.read_arrow(table).num_rows == 20_003
+
+
+def _blob_rows(start: int, rows: int, size: int) -> pa.Table:
+    """Rows whose Parquet file is about ``rows * size`` bytes (random bytes do not compress)."""
+    return pa.table(
+        {
+            "Id": [f"001{i:015d}" for i in range(start, start + rows)],
+            "blob": pa.array([os.urandom(size) for _ in range(rows)], pa.binary()),
+        }
+    )
+
+
+def test_compaction_packs_toward_the_target_only_once_enough_unfinished_files_gathered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pipelines.engines import local
+
+    monkeypatch.setattr(local, "COMPACT_SMALL_BYTES", 40_000)
+    monkeypatch.setattr(local, "COMPACT_TARGET_BYTES", 400_000)
+    monkeypatch.setattr(local, "COMPACT_TIER_FILES", 4)
+    engine = LocalEngine(None, location=tmp_path / "lake")
+    table = TableRef("bronze", "account_change_event")
+    directory = tmp_path / "lake" / "bronze" / "account_change_event"
+
+    def active() -> set[str]:
+        return {Path(f).name for f in DeltaTable(str(directory)).file_uris()}
+
+    engine.append(table, _blob_rows(0, 150, 1_000))  # unfinished: under the target
+    (partial,) = active()
+    for i in range(5):
+        engine.append(table, _blob_rows(1_000 + i * 3, 3, 1_000))
+
+    # The small files become one; two files under the target are too few to pack further, so
+    # the large unfinished one is not rewritten (delta-rs asked for the target would have).
+    first = engine.maintain(table)
+    assert (first.files_removed, first.files_added) == (5, 1)
+    assert partial in active() and len(active()) == 2
+
+    for i in range(3):
+        engine.append(table, _blob_rows(2_000 + i * 50, 50, 1_000))
+    # Five files under the target now: one round packs them all into one.
+    second = engine.maintain(table)
+    assert (second.files_removed, second.files_added) == (5, 1)
+    assert partial not in active() and len(active()) == 1
+    assert engine.read_arrow(table, columns=["Id"]).num_rows == 150 + 15 + 150
