@@ -23,9 +23,8 @@ columns, like the per-record fold's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -70,16 +69,8 @@ __all__ = ["fold_columnwise", "null_if_empty"]
 # Where a change's value lands: (column, struct child or None).
 _Place = tuple[str, str | None]
 
-
-@dataclass
-class _Record:
-    """One taken record: its gold row (index, or -1), its applied changes (indices into the
-    changes, in order) and what the last applied one was."""
-
-    gold: int
-    changes: int
-    applied: list[int] = field(default_factory=list)
-    ignored: int = 0
+# Separators of field names, and of a change's field lists, in one string (names hold neither).
+_NAME_SEP, _PART_SEP = "\x1f", "\x1e"
 
 
 _Fields = tuple[tuple[str, ...], tuple[str, ...], bool]
@@ -114,9 +105,208 @@ def _places(plan: FoldPlan, fields: _Fields) -> list[tuple[_Place, bool]] | None
     return out
 
 
+@dataclass
+class _Selection:
+    """The records the column-wise fold takes, one slot each in ascending ``Id`` order.
+
+    Positions index the changes sorted by record and order key (``order`` maps a position to
+    its row of the changes); every per-slot position is -1 where there is none."""
+
+    order: np.ndarray
+    ids: pa.Array
+    gold: np.ndarray  # the slot's gold row, or -1
+    changes: np.ndarray  # how many changes the record has in the batch
+    applied: np.ndarray  # how many of them apply (the rest gold already reflects)
+    create: np.ndarray  # position of the record's CREATE
+    last: np.ndarray  # position of its last applied change
+    # Per place a change's value lands: per slot, the position of the last change setting it
+    # and whether that change nulls it.
+    setters: dict[_Place, tuple[np.ndarray, np.ndarray]]
+
+    def rows(self, positions: np.ndarray) -> np.ndarray:
+        """The rows of the changes at ``positions`` (-1 stays -1)."""
+        return np.where(positions >= 0, self.order[np.maximum(positions, 0)], -1)
+
+
+def _chunk(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def _flags(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A boolean Arrow result as NumPy, null meaning false."""
+    return np.asarray(pc.fill_null(values, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _masked(index: np.ndarray) -> pa.Array:
+    """Take indices with -1 as null (a take that yields null there)."""
+    return pa.array(index, pa.int64(), mask=index < 0)
+
+
+def _last_of_each(positions: np.ndarray, record: np.ndarray) -> np.ndarray:
+    """Which of the ascending ``positions`` is the last of its record."""
+    last = np.ones(len(positions), dtype=bool)
+    if len(positions):
+        owners = record[positions]
+        last[:-1] = owners[1:] != owners[:-1]
+    return last
+
+
+def _field_sets(lists: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """Each list of field names as one string (``""`` for none), and which lists hold a null
+    name (they cannot be told apart by their string)."""
+    joined = pc.binary_join(lists, _NAME_SEP)
+    broken = _flags(pc.and_(pc.is_valid(lists), pc.is_null(joined)))
+    return pc.fill_null(joined, ""), broken
+
+
+def _combinations(changes: pa.Table, rows: np.ndarray) -> tuple[list[_Fields], np.ndarray]:
+    """The distinct (changed, nulled, diffed) field combinations of the changes' ``rows`` and
+    each row's code into them (-1: a list holding a null name)."""
+    picked = pa.array(rows, pa.int64())
+    changed, broken = _field_sets(_chunk(changes.column(_CHANGED)).take(picked))
+    nulled, also_broken = _field_sets(_chunk(changes.column(_NULLED)).take(picked))
+    diffs = _chunk(changes.column(_DIFF)).take(picked)
+    diffed = pc.if_else(_flags(pc.greater(pc.list_value_length(diffs), 0)), "1", "0")
+    encoded = pc.dictionary_encode(pc.binary_join_element_wise(changed, nulled, diffed, _PART_SEP))
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    codes[broken | also_broken] = -1
+    combos: list[_Fields] = []
+    for text in encoded.dictionary.to_pylist():
+        changed_text, nulled_text, diff_flag = text.split(_PART_SEP)
+        combos.append(
+            (
+                tuple(changed_text.split(_NAME_SEP)) if changed_text else (),
+                tuple(nulled_text.split(_NAME_SEP)) if nulled_text else (),
+                diff_flag == "1",
+            )
+        )
+    return combos, codes
+
+
+def _select(
+    changes: pa.Table, keys: pa.Array, gold: pa.Table, stones: pa.Table, plan: FoldPlan
+) -> _Selection | None:
+    """The records to take (module notes), found with array work over the whole batch."""
+    n = changes.num_rows
+    ids = _chunk(changes.column(ID))
+    with_id = n - ids.null_count
+    if with_id == 0:
+        return None
+    # Each record's changes next to each other, in order; changes without an id sort last
+    # and are left to the record fold.
+    by_key = pa.table({"id": ids, "key": keys})
+    order = pc.sort_indices(by_key, sort_keys=[("id", "ascending"), ("key", "ascending")])
+    order = order.to_numpy()[:with_id].astype(np.int64)
+    sorted_ids = ids.take(pa.array(order))
+    first = np.ones(with_id, dtype=bool)
+    first[1:] = ~_flags(pc.equal(sorted_ids[1:], sorted_ids[:-1]))
+    record = np.cumsum(first) - 1
+    starts = np.flatnonzero(first)
+    count = len(starts)
+    rejected = np.zeros(count, dtype=bool)
+
+    # Distinct order keys, and each event once (the record fold keeps a first delivery).
+    sorted_keys = keys.take(pa.array(order))
+    rejected[record[1:][~first[1:] & _flags(pc.equal(sorted_keys[1:], sorted_keys[:-1]))]] = True
+    events = _chunk(changes.column(_EVENT_ID))
+    by_event = pc.sort_indices(
+        pa.table({"id": ids, "event": events}),
+        sort_keys=[("id", "ascending"), ("event", "ascending")],
+    ).to_numpy()[:with_id]
+    pairs = pa.table({"id": ids, "event": events}).take(pa.array(by_event))
+    twice = _flags(pc.equal(pairs["id"][1:], pairs["id"][:-1])) & _flags(
+        pc.equal(pairs["event"][1:], pairs["event"][:-1])
+    )
+    record_of = np.full(n, -1, dtype=np.int64)
+    record_of[order] = record
+    rejected[record_of[by_event[1:][twice]]] = True
+
+    record_ids = sorted_ids.take(pa.array(starts))
+    rejected |= _flags(pc.is_in(record_ids, value_set=_chunk(stones.column(ID))))
+    at = pc.index_in(record_ids, value_set=_chunk(gold.column(ID)))
+    base = np.asarray(pc.fill_null(at, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    has_gold = base >= 0
+    rejected |= _flags(_chunk(gold.column(DELETED)).take(_masked(base)))
+
+    # Changes gold already reflects: an order key not above gold's, or gold's last event.
+    state = _masked(base[record])
+    floor = _chunk(gold.column(ORDER_KEY)).take(state).cast(keys.type)
+    reflected = _flags(pc.less_equal(sorted_keys, floor)) | _flags(
+        pc.equal(events.take(pa.array(order)), _chunk(gold.column(LAST_EVENT_ID)).take(state))
+    )
+    applied = ~reflected
+
+    kinds = _chunk(changes.column(_CHANGE_TYPE)).take(pa.array(order))
+    create, update, delete = (_flags(pc.equal(kinds, k)) for k in ("CREATE", "UPDATE", "DELETE"))
+    rejected[record[applied & ~(create | update | delete)]] = True
+    before = np.cumsum(applied) - applied  # applied changes before each position
+    rank = before - before[starts][record]
+    applied_count = np.bincount(record[applied], minlength=count)
+    creates = np.bincount(record[applied & create], minlength=count)
+    deletes = np.bincount(record[applied & delete], minlength=count)
+    # One CREATE, first and only without a gold row; one DELETE, last.
+    rejected |= (creates > 1) | (has_gold & (creates > 0)) | (deletes > 1)
+    rejected |= ~has_gold & ~create[starts]
+    rejected[record[applied & create & (rank != 0)]] = True
+    rejected[record[applied & delete & (rank != applied_count[record] - 1)]] = True
+
+    # UPDATEs whose fields each land in one place of their own.
+    updates = np.flatnonzero(applied & update & ~rejected[record])
+    combos, codes = _combinations(changes, order[updates])
+    planned = [_places(plan, fields) for fields in combos]
+    unplaced = np.array([p is None for p in planned] + [True], dtype=bool)  # code -1: last
+    rejected[record[updates[unplaced[codes]]]] = True
+
+    taken = ~rejected
+    m = int(taken.sum())
+    if m == 0:
+        return None
+    slot = np.cumsum(taken) - 1
+    in_taken = taken[record]
+
+    def per_slot(positions: np.ndarray) -> np.ndarray:
+        out = np.full(m, -1, dtype=np.int64)
+        out[slot[record[positions]]] = positions
+        return out
+
+    kept = in_taken[updates]
+    positions, kept_codes = updates[kept], codes[kept]
+    lands: dict[_Place, list[tuple[int, bool]]] = {}
+    for code, places in enumerate(planned):
+        for place, nulled in places or ():
+            lands.setdefault(place, []).append((code, nulled))
+    setters: dict[_Place, tuple[np.ndarray, np.ndarray]] = {}
+    for place, entries in lands.items():
+        hits = np.zeros(len(combos), dtype=bool)
+        nulls = np.zeros(len(combos), dtype=bool)
+        for code, nulled in entries:
+            hits[code], nulls[code] = True, nulled
+        chosen = hits[kept_codes]
+        setting, setting_codes = positions[chosen], kept_codes[chosen]
+        last = _last_of_each(setting, record)
+        if not last.any():
+            continue
+        setting, setting_codes = setting[last], setting_codes[last]
+        nulled_slots = np.zeros(m, dtype=bool)
+        nulled_slots[slot[record[setting]]] = nulls[setting_codes]
+        setters[place] = (per_slot(setting), nulled_slots)
+
+    applied_taken = np.flatnonzero(applied & in_taken)
+    return _Selection(
+        order=order,
+        ids=record_ids.filter(pa.array(taken)),
+        gold=base[taken],
+        changes=np.diff(np.append(starts, with_id))[taken],
+        applied=applied_count[taken],
+        create=per_slot(np.flatnonzero(applied & create & in_taken)),
+        last=per_slot(applied_taken[_last_of_each(applied_taken, record)]),
+        setters=setters,
+    )
+
+
 def fold_columnwise(
     changes: pa.Table,
-    keys: Sequence[str],
+    keys: pa.Array | pa.ChunkedArray,
     gold: pa.Table,
     stones: pa.Table,
     *,
@@ -126,203 +316,48 @@ def fold_columnwise(
 ) -> tuple[pa.Table, pa.Table, pa.Table | None]:
     """``(changes left, gold rows left, folded rows)``: the records this fold takes (see the
     module notes) folded, and the rows of the others for the per-record fold. ``keys`` are
-    the changes' order keys; ``gold`` and ``stones`` hold the state rows of the records the
-    changes touch."""
+    the changes' order keys (a string array); ``gold`` and ``stones`` hold the state rows of
+    the records the changes touch."""
     if plan.track is not None or changes.num_rows == 0:
         return changes, gold, None
-    columns = {
-        name: changes.column(name).to_pylist()
-        for name in (ID, _CHANGE_TYPE, _EVENT_ID, _CHANGED, _NULLED, _DIFF)
-    }
-    n = changes.num_rows
-    gold_ids = gold.column(ID).to_pylist()
-    gold_at = {rid: i for i, rid in enumerate(gold_ids) if rid is not None}
-    gold_keys = gold.column(ORDER_KEY).to_pylist()
-    gold_events = gold.column(LAST_EVENT_ID).to_pylist()
-    gold_deleted = pc.fill_null(gold.column(DELETED), False).to_pylist()
-    stoned = set(stones.column(ID).to_pylist())
-
-    # Each record's changes next to each other, in order (one sort, not one per record).
-    order = pc.sort_indices(
-        pa.table({"id": changes.column(ID), "key": pa.array(keys, pa.string())}),
-        sort_keys=[("id", "ascending"), ("key", "ascending")],
-    ).to_pylist()
-    by_record: dict[str, list[int]] = {}
-    ids = columns[ID]
-    for i in order:
-        rid = ids[i]
-        if rid is not None:
-            by_record.setdefault(rid, []).append(i)
-    planned_fields: dict[_Fields, list[tuple[_Place, bool]] | None] = {}
-
-    taken: dict[str, _Record] = {}
-    setters: dict[_Place, dict[int, tuple[int, bool]]] = {}
-    full_images: dict[int, int] = {}  # record slot -> its CREATE's change index
-    last: dict[int, int] = {}  # record slot -> its last applied change
-    slots: list[str] = []
-    for rid, indices in by_record.items():
-        record = _take(
-            rid,
-            indices,
-            keys,
-            columns,
-            gold_at=gold_at,
-            gold_keys=gold_keys,
-            gold_events=gold_events,
-            gold_deleted=gold_deleted,
-            stoned=stoned,
-        )
-        if record is None:
-            continue
-        planned = _plan_record(record, columns, plan, planned_fields)
-        if planned is None:
-            continue
-        slot = len(slots)
-        slots.append(rid)
-        taken[rid] = record
-        if record.applied:
-            last[slot] = record.applied[-1]
-        for change, places in planned:
-            if places is None:
-                full_images[slot] = change
-                continue
-            for place, nulled in places:
-                setters.setdefault(place, {})[slot] = (change, nulled)
-    if not slots:
+    keys = _chunk(keys)
+    chosen = _select(changes, keys, gold, stones, plan)
+    if chosen is None:
         return changes, gold, None
-
-    folded = _build(
-        changes,
-        gold,
-        slots,
-        taken=taken,
-        setters=setters,
-        full_images=full_images,
-        last=last,
-        keys=keys,
-        plan=plan,
-        body=body,
-        schema=schema,
-        total=n,
-    )
-    taken_ids = pa.array(list(taken), pa.string())
-    keep_changes = pc.invert(pc.fill_null(pc.is_in(changes.column(ID), value_set=taken_ids), False))
-    keep_gold = pc.invert(pc.fill_null(pc.is_in(gold.column(ID), value_set=taken_ids), False))
+    folded = _build(changes, gold, chosen, keys=keys, plan=plan, body=body, schema=schema)
+    keep_changes = ~_flags(pc.is_in(changes.column(ID), value_set=chosen.ids))
+    keep_gold = ~_flags(pc.is_in(gold.column(ID), value_set=chosen.ids))
     return changes.filter(keep_changes), gold.filter(keep_gold), folded
-
-
-def _take(
-    rid: str,
-    indices: list[int],
-    keys: Sequence[str],
-    columns: Mapping[str, list[Any]],
-    *,
-    gold_at: Mapping[str, int],
-    gold_keys: Sequence[Any],
-    gold_events: Sequence[Any],
-    gold_deleted: Sequence[bool],
-    stoned: set[Any],
-) -> _Record | None:
-    """The record's applied changes in order (``indices`` are in order), or ``None`` when
-    it is not one to take."""
-    if rid in stoned:
-        return None
-    ordered = indices
-    events = [columns[_EVENT_ID][i] for i in ordered]
-    present = [e for e in events if e is not None]
-    if len(set(present)) != len(present):
-        return None  # an event delivered twice: the record fold keeps its first delivery
-    if len({keys[i] for i in ordered}) != len(ordered):
-        return None
-    g = gold_at.get(rid, -1)
-    record = _Record(g, len(ordered))
-    if g >= 0:
-        if gold_deleted[g]:
-            return None
-        floor, last_event = gold_keys[g], gold_events[g]
-        for i in ordered:
-            if (floor is not None and keys[i] <= floor) or (
-                columns[_EVENT_ID][i] is not None and columns[_EVENT_ID][i] == last_event
-            ):
-                record.ignored += 1
-            else:
-                record.applied.append(i)
-    else:
-        record.applied = ordered
-    types = [columns[_CHANGE_TYPE][i] for i in record.applied]
-    if any(t not in ("CREATE", "UPDATE", "DELETE") for t in types):
-        return None
-    if "CREATE" in types and (g >= 0 or types.index("CREATE") != 0 or types.count("CREATE") > 1):
-        return None
-    if g < 0 and (not types or types[0] != "CREATE"):
-        return None
-    if "DELETE" in types and (types.index("DELETE") != len(types) - 1 or types.count("DELETE") > 1):
-        return None
-    return record
-
-
-def _plan_record(
-    record: _Record,
-    columns: Mapping[str, list[Any]],
-    plan: FoldPlan,
-    memo: dict[_Fields, list[tuple[_Place, bool]] | None],
-) -> list[tuple[int, list[tuple[_Place, bool]] | None]] | None:
-    """Per applied change: where its values land (``None`` for a CREATE's full image; a
-    DELETE lands nowhere); ``None`` when one of its UPDATEs is not one to take. ``memo``
-    keeps the places of each combination of fields seen (batches repeat them)."""
-    out: list[tuple[int, list[tuple[_Place, bool]] | None]] = []
-    changed, nulled, diffed = columns[_CHANGED], columns[_NULLED], columns[_DIFF]
-    for i in record.applied:
-        kind = columns[_CHANGE_TYPE][i]
-        if kind == "CREATE":
-            out.append((i, None))
-        elif kind == "UPDATE":
-            fields = (tuple(changed[i] or ()), tuple(nulled[i] or ()), bool(diffed[i]))
-            if fields not in memo:
-                memo[fields] = _places(plan, fields)
-            places = memo[fields]
-            if places is None:
-                return None
-            out.append((i, places))
-    return out
 
 
 def _build(
     changes: pa.Table,
     gold: pa.Table,
-    slots: list[str],
+    chosen: _Selection,
     *,
-    taken: Mapping[str, _Record],
-    setters: Mapping[_Place, Mapping[int, tuple[int, bool]]],
-    full_images: Mapping[int, int],
-    last: Mapping[int, int],
-    keys: Sequence[str],
+    keys: pa.Array,
     plan: FoldPlan,
     body: Sequence[str],
     schema: pa.Schema,
-    total: int,
 ) -> pa.Table:
-    m = len(slots)
-    base = np.array([taken[rid].gold for rid in slots], dtype=np.int64)
-    base_index = pa.array(base, pa.int64(), mask=base < 0)
-    arrays: dict[str, pa.Array] = {ID: pa.array(slots, pa.string())}
+    m = len(chosen.gold)
+    total = changes.num_rows
+    base = chosen.gold
+    base_index = _masked(base)
+    arrays: dict[str, pa.Array] = {ID: chosen.ids}
+    created = chosen.rows(chosen.create)
+    nowhere = (np.full(m, -1, dtype=np.int64), np.zeros(m, dtype=bool))
 
     def gold_column(name: str, t: pa.DataType) -> pa.Array:
         if name not in gold.column_names:
             return pa.nulls(m, t)
-        return gold.column(name).combine_chunks().cast(t).take(base_index)
+        return _chunk(gold.column(name)).cast(t).take(base_index)
 
-    def last_set(sources: Mapping[int, tuple[int, bool]]) -> tuple[np.ndarray, np.ndarray]:
-        """Per slot: the change index of the last setter (-1: none) and whether it nulls."""
-        index = np.full(m, -1, dtype=np.int64)
-        nulled = np.zeros(m, dtype=bool)
-        for slot, change in full_images.items():
-            index[slot] = change
-        for slot, (change, is_null) in sources.items():
-            # Setters come in order, after the record's CREATE, so the last one wins.
-            index[slot] = change
-            nulled[slot] = is_null
-        return index, nulled
+    def last_set(setter: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Per slot: the row of the change whose value stands (its last setter, else its
+        CREATE; -1: gold's) and whether that change nulls it."""
+        positions, nulled = setter
+        return np.where(positions >= 0, chosen.rows(positions), created), nulled & (positions >= 0)
 
     def merged(
         base_values: pa.Array, new_values: pa.Array, index: np.ndarray, nulled: np.ndarray
@@ -336,50 +371,39 @@ def _build(
     for column in body:
         t = by_name[column].type
         base_values = gold_column(column, t)
-        new_values = changes.column(column).combine_chunks().cast(t)
+        new_values = _chunk(changes.column(column)).cast(t)
         children = plan.structs.get(column)
-        own = setters.get((column, None), {})
-        child_places = [c for c in (children or ()) if (column, c) in setters]
-        if not child_places:
-            index, nulled = last_set(own)
-            value = merged(base_values, new_values, index, nulled)
-            if children:
-                value = null_if_empty(value)
-            arrays[column] = value
+        own = chosen.setters.get((column, None), nowhere)
+        if not any((column, c) in chosen.setters for c in children or ()):
+            value = merged(base_values, new_values, *last_set(own))
+            arrays[column] = null_if_empty(value) if children else value
             continue
         assert children is not None
         parts = []
         for child in children:
             # The child's last setter: the struct set whole, or the child itself.
-            sources = dict(own)
-            for slot, setter in setters.get((column, child), {}).items():
-                previous = sources.get(slot)
-                if previous is None or keys[setter[0]] > keys[previous[0]]:
-                    sources[slot] = setter
-            index, nulled = last_set(sources)
+            child_positions, child_nulled = chosen.setters.get((column, child), nowhere)
+            later = child_positions > own[0]
+            setter = (
+                np.where(later, child_positions, own[0]),
+                np.where(later, child_nulled, own[1]),
+            )
             base_child = pc.struct_field(base_values, child)
             new_child = pc.struct_field(new_values, child)
-            parts.append(merged(base_child, new_child, index, nulled))
+            parts.append(merged(base_child, new_child, *last_set(setter)))
         arrays[column] = null_if_empty(
             pa.StructArray.from_arrays(parts, names=list(children)).cast(t)
         )
 
-    deleted = np.zeros(m, dtype=bool)
-    applied_any = np.zeros(m, dtype=bool)
-    last_index = np.full(m, -1, dtype=np.int64)
-    for slot, change in last.items():
-        applied_any[slot] = True
-        last_index[slot] = change
-    change_types = changes.column(_CHANGE_TYPE).to_pylist()
-    for slot, change in last.items():
-        deleted[slot] = change_types[change] == "DELETE"
+    last_index = chosen.rows(chosen.last)
+    applied_any = last_index >= 0
+    last_kinds = _chunk(changes.column(_CHANGE_TYPE)).take(_masked(last_index))
+    deleted = _flags(pc.equal(last_kinds, "DELETE"))
+    unset = np.zeros(m, dtype=bool)
 
-    def stamp(name: str, source: str | None, t: pa.DataType) -> pa.Array:
-        base_values = gold_column(name, t)
-        if source is None:
-            return base_values
-        new_values = changes.column(source).combine_chunks().cast(t)
-        return merged(base_values, new_values, last_index, np.zeros(m, dtype=bool))
+    def stamp(name: str, source: str, t: pa.DataType) -> pa.Array:
+        new_values = _chunk(changes.column(source)).cast(t)
+        return merged(gold_column(name, t), new_values, last_index, unset)
 
     for name, source in (
         (LAST_CHANGE_TYPE, _CHANGE_TYPE),
@@ -389,16 +413,14 @@ def _build(
         (LAST_EVENT_ID, _EVENT_ID),
     ):
         arrays[name] = stamp(name, source, by_name[name].type)
-    key_values = pa.array(list(keys), pa.string())
     arrays[ORDER_KEY] = merged(
-        gold_column(ORDER_KEY, pa.string()), key_values, last_index, np.zeros(m, dtype=bool)
+        gold_column(ORDER_KEY, pa.string()), keys.cast(pa.string()), last_index, unset
     ).cast(by_name[ORDER_KEY].type)
     arrays[UPDATED_AT] = pc.if_else(
         pa.array(applied_any),
         pa.scalar(plan.processed_at, by_name[UPDATED_AT].type),
         gold_column(UPDATED_AT, by_name[UPDATED_AT].type),
     )
-    has_gold = base >= 0
     arrays[DELETED] = pa.array(deleted)
     commit_ts = stamp(DELETED_AT, _COMMIT_TS, by_name[DELETED_AT].type)
     arrays[DELETED_AT] = pc.if_else(
@@ -407,36 +429,37 @@ def _build(
     arrays[NEEDS_RESYNC] = pc.fill_null(gold_column(NEEDS_RESYNC, pa.bool_()), False)
     arrays[RESYNC_REASON] = gold_column(RESYNC_REASON, by_name[RESYNC_REASON].type)
 
-    hard = plan.deletes == "hard"
-    actions: list[str | None] = []
-    stones: list[str | None] = []
-    for slot in range(m):
-        if not applied_any[slot]:
-            actions.append(None)
-        elif hard and deleted[slot]:
-            actions.append("delete" if has_gold[slot] else None)
-        else:
-            actions.append("upsert")
-        stones.append("upsert" if hard and deleted[slot] else None)
-    arrays[FOLD_GOLD] = pa.array(actions, pa.string())
-    arrays[FOLD_TOMBSTONE] = pa.array(stones, pa.string())
-    arrays[FOLD_RESYNC] = pa.array([[] for _ in range(m)], by_name[FOLD_RESYNC].type)
-    arrays[FOLD_VERSIONS] = pa.array([[] for _ in range(m)], by_name[FOLD_VERSIONS].type)
+    none = pa.scalar(None, pa.string())
+    actions = pc.if_else(pa.array(applied_any), "upsert", none)
+    stones = pa.nulls(m, pa.string())
+    if plan.deletes == "hard":
+        deleting = pa.array(deleted)
+        actions = pc.if_else(deleting, pc.if_else(pa.array(base >= 0), "delete", none), actions)
+        stones = pc.if_else(deleting, "upsert", none)
+    arrays[FOLD_GOLD] = actions
+    arrays[FOLD_TOMBSTONE] = stones
+    arrays[FOLD_RESYNC] = _empty_lists(m, by_name[FOLD_RESYNC].type)
+    arrays[FOLD_VERSIONS] = _empty_lists(m, by_name[FOLD_VERSIONS].type)
     arrays[FOLD_RESOLVED_BY] = pa.nulls(m, pa.string())
-    arrays[FOLD_CHANGES] = pa.array([taken[rid].changes for rid in slots], pa.int32())
-    arrays[FOLD_APPLIED] = pa.array([len(taken[rid].applied) for rid in slots], pa.int32())
-    arrays[FOLD_IGNORED] = pa.array([taken[rid].ignored for rid in slots], pa.int32())
+    arrays[FOLD_CHANGES] = pa.array(chosen.changes, pa.int32())
+    arrays[FOLD_APPLIED] = pa.array(chosen.applied, pa.int32())
+    arrays[FOLD_IGNORED] = pa.array(chosen.changes - chosen.applied, pa.int32())
     return pa.Table.from_arrays([arrays[f.name].cast(f.type) for f in schema], schema=schema)
+
+
+def _empty_lists(m: int, t: pa.DataType) -> pa.Array:
+    offsets = pa.array(np.zeros(m + 1, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array([], t.value_type)).cast(t)
 
 
 def null_if_empty(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     """A struct array with every all-null struct made null (gold never holds a struct of
     nulls)."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
+    values = _chunk(values)
     if values.type.num_fields == 0:
         return values
-    empty = pc.is_null(values.field(0))
-    for i in range(1, values.type.num_fields):
-        empty = pc.and_(empty, pc.is_null(values.field(i)))
-    return pc.if_else(empty, pa.scalar(None, values.type), values)
+    children = values.flatten()  # a null struct's children read as null
+    empty = pc.is_null(children[0])
+    for child in children[1:]:
+        empty = pc.and_(empty, pc.is_null(child))
+    return pa.StructArray.from_arrays(children, fields=list(values.type), mask=empty)

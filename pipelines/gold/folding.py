@@ -60,7 +60,6 @@ from pipelines.gold.fold import (
     _DIFF,
     _EVENT_ID,
     _HEADER,
-    _I64,
     _KEY,
     _NULLED,
     _OVERFLOW,
@@ -80,13 +79,12 @@ from pipelines.gold.fold import (
     FOLD_VERSIONS,
     FoldPlan,
     _check_plan,
-    _component,
     _in_order,
-    _text_part,
     encode_order_key,
     fold_output_schema,
     fold_record,
 )
+from pipelines.gold.order_keys import order_keys
 
 __all__ = [
     "FOLD_COUNTS_SCHEMA",
@@ -266,7 +264,7 @@ class FoldTable:
             parts[0], created = _lone_creates(rows, known, plan=self.plan, schema=schema)
             parts[0], gold_left, columnwise = fold_columnwise(
                 parts[0],
-                _order_keys(parts[0], self.plan),
+                order_keys(parts[0], self.plan.order_by),
                 gold_rows,
                 stones,
                 plan=self.plan,
@@ -311,8 +309,7 @@ def _lone_creates(
     n = lone.num_rows
     if n == 0:
         return changes, None
-    parts = [_column_parts(lone.column(name)) for name in plan.order_by]
-    keys = pa.array(["".join(p) for p in zip(*parts, strict=True)], pa.string())
+    keys = order_keys(lone, plan.order_by)
     stamped = {
         ID: lone.column(ID),
         LAST_CHANGE_TYPE: lone.column(_CHANGE_TYPE),
@@ -455,29 +452,6 @@ def _wildcard_only(
     return gold.filter(pc.invert(alone)), folded
 
 
-def _column_parts(column: pa.Array | pa.ChunkedArray) -> list[str]:
-    """The order key parts of one column's values, computed column-wise (the same strings
-    :func:`encode_order_key` makes value by value)."""
-    t = column.type
-    if pa.types.is_timestamp(t) or pa.types.is_integer(t) or pa.types.is_date(t):
-        if pa.types.is_timestamp(t) and t.unit != "us":
-            column = column.cast(pa.timestamp("us", tz=t.tz))
-        elif pa.types.is_date(t):
-            column = column.cast(pa.date32()).cast(pa.int32())
-        values = column.cast(pa.int64()).to_pylist()
-        i64 = _I64
-        return ["0" if v is None else f"1{v + i64:016x}" for v in values]
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return ["0" if v is None else _text_part(v) for v in column.to_pylist()]
-    return [_component(v) for v in column.to_pylist()]
-
-
-def _order_keys(table: pa.Table, plan: FoldPlan) -> list[str]:
-    """The order key of each row (:func:`~pipelines.gold.fold.encode_order_key`)."""
-    parts = [_column_parts(table.column(name)) for name in plan.order_by]
-    return ["".join(p) for p in zip(*parts, strict=True)]
-
-
 class _FoldFunction:
     """The ``mapInArrow`` function: groups the sorted rows of a partition by ``Id`` and folds
     each group. Picklable (plan, names, schema, wildcard changes)."""
@@ -497,7 +471,8 @@ class _FoldFunction:
         ]
 
     def _keys(self, batch: pa.RecordBatch) -> list[str]:
-        return _order_keys(pa.Table.from_batches([batch]), self.plan)
+        keys: list[str] = order_keys(pa.Table.from_batches([batch]), self.plan.order_by).to_pylist()
+        return keys
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         out: list[dict[str, Any]] = []

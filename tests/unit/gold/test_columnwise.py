@@ -15,10 +15,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.engines.local import LocalEngine
 from pipelines.gold.columns import tombstone_schema
-from pipelines.gold.folding import GoldPart, TombstonePart
+from pipelines.gold.columnwise import fold_columnwise
+from pipelines.gold.folding import FoldTable, GoldPart, TombstonePart
 from pipelines.gold.job import fold_rows
+from pipelines.gold.order_keys import order_keys
 from tests.spark.gold.conftest import ADDRESS, PERSON, Silver, plan
 
 ENGINE = LocalEngine(location="/nonexistent/sfcdc-columnwise-tests")
@@ -158,3 +161,47 @@ def _gold_type(state: pa.Table) -> Any:
 
     names = [n for n in state.column_names if not n.startswith("_fold_")]
     return arrow_schema_to_spark(state.select(names).schema)
+
+
+def test_the_columnwise_fold_takes_the_plain_records_and_leaves_the_others() -> None:
+    # The equality above holds however few records the column-wise path takes; here it must
+    # take the plain ones and leave those that need the record fold.
+    first = Silver()
+    for i, rid in enumerate("ABCDEG"):
+        first.create(rid, i)
+    the_plan = plan("struct", deletes="soft")
+    state = ENGINE.to_arrow(fold_rows(ENGINE, first.table(), schema=first.schema, plan=the_plan))
+    gold = state.select([n for n in state.column_names if not n.startswith("_fold_")])
+    stones = ENGINE.to_arrow(ENGINE.map_batches(state, TombstonePart(), tombstone_schema()))
+    second = first.next_batch()
+    second.update("A", 10, Phone="555-0101")
+    twice = second.update("B", 11, Phone="555-0102")
+    second.update("B", 12, NumberOfEmployees=None)
+    second.rows.append(dict(twice))  # an event delivered twice
+    second.add("C", "DELETE", 13)
+    second.add("D", "UPDATE", 14, changed=["Description"], diff=["Description"], Description="@")
+    second.add("E", "GAP_UPDATE", 15)
+    second.create("F", 16)
+    second.update("F", 17, Phone=None)
+    second.update("G", 18, Phone="555-0103")
+    second.update("G", 19, NumberOfEmployees=7)
+    changes = second.table()
+    table = FoldTable(the_plan, second.schema)
+    left, gold_left, folded = fold_columnwise(
+        changes,
+        order_keys(changes, the_plan.order_by),
+        gold,
+        stones,
+        plan=the_plan,
+        body=table.body,
+        schema=spark_schema_to_arrow(table.output),
+    )
+    assert folded is not None
+    rows = {r["Id"]: r for r in folded.to_pylist()}
+    assert set(rows) == {"A", "C", "F", "G"}
+    assert set(left.column("Id").to_pylist()) == {"B", "D", "E"}
+    assert set(gold_left.column("Id").to_pylist()) == {"B", "D", "E"}
+    assert rows["A"]["Phone"] == "555-0101" and rows["A"]["NumberOfEmployees"] == 10
+    assert rows["C"]["_cdc_is_deleted"] is True
+    assert rows["F"]["Phone"] is None and rows["F"]["_fold_applied"] == 2
+    assert rows["G"]["Phone"] == "555-0103" and rows["G"]["NumberOfEmployees"] == 7

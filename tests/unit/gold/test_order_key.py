@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.gold.fold import encode_order_key, order_columns
-from pipelines.gold.folding import _column_parts
+from pipelines.gold.order_keys import column_key_parts
 
 UTC = timezone.utc
 
@@ -116,6 +116,10 @@ def test_column_wise_keys_equal_value_by_value_keys(
     @given(st.lists(values, max_size=8))
     def check(column: list[object]) -> None:
         array = pa.array(column, type=arrow_type)
-        assert _column_parts(array) == [encode_order_key([v]) for v in array.to_pylist()]
+        expected = [encode_order_key([v]) for v in array.to_pylist()]
+        assert column_key_parts(array).to_pylist() == expected
+        # A column read from a table arrives in chunks.
+        chunked = pa.chunked_array([array[:3], array[3:]], type=arrow_type)
+        assert column_key_parts(chunked).to_pylist() == expected
 
     check()
