@@ -18,7 +18,9 @@ same size, which must not cost a rewrite of the table. The targets of the local 
 printed with the figures: fold >= 50,000 silver rows/s; fold + MERGE <= 1.2x the rewrite for
 the batch of ``--changes``, <= 0.2x for the small batch.
 
-Both engines' figures are printed side by side; peak RSS of this process (and the JVM) at the
+Both engines' figures are printed side by side, the spark engine's twice: as it writes by
+default and with ``gold.deletion_vectors`` on (``spark+dv``: a MERGE marks the rows it replaces
+instead of rewriting their files); peak RSS of this process (and the JVM) at the
 end. Run from the repository root::
 
     PYTHONPATH=. python benchmarks/gold_merge.py [--records 1000000] [--changes 100000]
@@ -44,7 +46,7 @@ import pyarrow as pa
 
 from ingest.emulator.catalogue import schema_versions
 from pipelines.engines import LakeEngine, SparkEngine, TableRef, Txn
-from pipelines.engines.arrow import spark_schema_to_arrow
+from pipelines.engines.arrow import arrow_schema_to_spark, spark_schema_to_arrow
 from pipelines.engines.local import LocalEngine
 from pipelines.gold.columns import CONTROL_COLUMNS, body_fields, gold_schema
 from pipelines.gold.fold import encode_order_key, fold_plan, merge_conditions
@@ -205,7 +207,11 @@ def bench(
     changes: pa.Table,
     layout: SilverLayout,
     args: argparse.Namespace,
+    *,
+    deletion_vectors: bool = False,
 ) -> dict[str, Any]:
+    if deletion_vectors:
+        engine.ensure_table(GOLD, arrow_schema_to_spark(table.schema), deletion_vectors=True)
     engine.overwrite(GOLD, table)
     engine.append(SILVER, changes, txn=Txn("sfcdc.silver:Account", 1))
     schema = layout.silver_schema()
@@ -249,6 +255,8 @@ def bench(
         "rewrite": rewrite_seconds,
         "metrics": metrics,
         "total": engine.count(engine.read(GOLD)),
+        # delta-spark's count of deletion vectors the MERGE wrote (absent elsewhere).
+        "vectors": engine.history(GOLD, limit=1)[0].metrics.get("numTargetDeletionVectorsAdded"),
     }
 
 
@@ -260,6 +268,9 @@ def main() -> None:
         "--small-changes", type=int, default=10_000, help="silver rows of the small batch"
     )
     parser.add_argument("--engine", choices=["both", "local", "spark"], default="both")
+    parser.add_argument(
+        "--spark-memory", default="10g", help="driver heap of the spark engine's session"
+    )
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: temp)")
     args = parser.parse_args()
     # Spark's Python workers must import this checkout.
@@ -269,7 +280,10 @@ def main() -> None:
 
     layout = build_layout("Account", [schema_versions("Account")[0]])
     scratch = Path(args.dir or tempfile.mkdtemp(prefix="sfcdc-bench-gold-"))
-    names = ["local", "spark"] if args.engine == "both" else [args.engine]
+    # spark+dv: the spark engine with gold.deletion_vectors on.
+    names = {"both": ["local", "spark", "spark+dv"], "local": ["local"]}.get(
+        args.engine, ["spark", "spark+dv"]
+    )
     started = time.perf_counter()
     table = gold_rows(layout, args.records, np.random.default_rng(7))
     changes = silver_changes(layout, args.records, args.changes, 11)
@@ -280,20 +294,25 @@ def main() -> None:
     spark = None
     try:
         for name in names:
-            engine: LakeEngine
-            if name == "local":
-                engine = LocalEngine(location=scratch / "local")
-            else:
+            if name != "local" and spark is None:
                 from pipelines.session import local_session
 
-                spark = local_session("sfcdc-bench-gold", delta=True, workdir=scratch)
-                engine = SparkEngine(spark, location=scratch / "spark")
-            results[name] = bench(engine, table, changes, layout, args)
-            if name == "local":
-                engine = LocalEngine(location=scratch / "local-small")
-            else:
-                engine = SparkEngine(spark, location=scratch / "spark-small")
-            small_results[name] = bench(engine, table, small, layout, args)
+                spark = local_session(
+                    "sfcdc-bench-gold",
+                    delta=True,
+                    workdir=scratch,
+                    conf={"spark.driver.memory": args.spark_memory},
+                )
+            for batch, out in ((changes, results), (small, small_results)):
+                folder = scratch / f"{name}-{batch.num_rows}"
+                engine: LakeEngine = (
+                    LocalEngine(location=folder)
+                    if spark is None or name == "local"
+                    else SparkEngine(spark, location=folder)
+                )
+                out[name] = bench(
+                    engine, table, batch, layout, args, deletion_vectors=name.endswith("+dv")
+                )
     finally:
         if spark is not None:
             spark.stop()
@@ -328,6 +347,7 @@ def main() -> None:
         print(
             f"  {name}: fold {r['fold']:.2f} s + merge {r['merge']:.2f} s, rewrite "
             f"{r['rewrite']:.2f} s: fold + merge / rewrite {total:.2f}x"
+            + (f" ({r['vectors']} deletion vectors written)" if r["vectors"] else "")
         )
     if "local" in results:
         big, few = results["local"], small_results["local"]

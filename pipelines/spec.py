@@ -832,6 +832,17 @@ class GoldSpec:
             minimum=1,
         ),
     )
+    deletion_vectors: bool = field(
+        default=False,
+        metadata=meta(
+            "Let a MERGE mark the gold (and SCD2 history) rows it replaces or removes as deleted "
+            "(Delta deletion vectors) instead of rewriting the files that hold them, so a small "
+            "batch into a large table writes little more than its own rows. The spark engine "
+            "applies it (it upgrades the table's protocol to reader 3 / writer 7, which "
+            "readers such as delta-rs cannot read); the local engine's writer cannot, and "
+            "rewrites the files a MERGE touches."
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -253,12 +253,19 @@ class LakeEngine(Protocol):
         ...
 
     def ensure_table(
-        self, table: TableRef, schema: StructType, *, properties: Mapping[str, str] | None = None
+        self,
+        table: TableRef,
+        schema: StructType,
+        *,
+        properties: Mapping[str, str] | None = None,
+        deletion_vectors: bool = False,
     ) -> None:
         """Create ``table`` when missing; otherwise add the columns of ``schema`` it lacks
         and set ``properties`` that differ. A column whose type differs is an error. Every
         table has the change data feed on (``delta.enableChangeDataFeed``):
-        :meth:`read_appends` reads it."""
+        :meth:`read_appends` reads it. ``deletion_vectors``: turn on Delta deletion vectors
+        (a MERGE then marks the rows it replaces instead of rewriting their files) where the
+        engine's writer supports them; an engine whose writer does not ignores it."""
         ...
 
     # -------------------------------------------------------------------------- reading

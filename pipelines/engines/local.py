@@ -272,8 +272,15 @@ class LocalEngine:
         return None if recorded is None else int(recorded)
 
     def ensure_table(
-        self, table: TableRef, schema: StructType, *, properties: Mapping[str, str] | None = None
+        self,
+        table: TableRef,
+        schema: StructType,
+        *,
+        properties: Mapping[str, str] | None = None,
+        deletion_vectors: bool = False,
     ) -> None:
+        # delta-rs neither writes deletion vectors nor reads a table that has them: a MERGE
+        # here rewrites the files it touches, whatever deletion_vectors asks.
         wanted = {**self.default_properties, **(properties or {})}
         dt = self._load(table)
         if dt is None:

@@ -149,6 +149,10 @@ _METADATA_ONLY = frozenset(
 # ---------------------------------------------------------------------------- SQL builders
 
 
+# Delta's switch for deletion vectors on a table (its protocol moves to reader 3 / writer 7).
+DELETION_VECTORS_PROPERTY = "delta.enableDeletionVectors"
+
+
 def create_table_sql(
     qualified: str, schema: StructType, properties: Mapping[str, str] | None = None
 ) -> str:
@@ -478,9 +482,16 @@ class SparkEngine:
         return {str(r["key"]): str(r["value"]) for r in rows}
 
     def ensure_table(
-        self, table: TableRef, schema: StructType, *, properties: Mapping[str, str] | None = None
+        self,
+        table: TableRef,
+        schema: StructType,
+        *,
+        properties: Mapping[str, str] | None = None,
+        deletion_vectors: bool = False,
     ) -> None:
         wanted = {**self.default_properties, **(properties or {})}
+        if deletion_vectors:
+            wanted[DELETION_VECTORS_PROPERTY] = "true"
         ident = self._ident(table)
         if not self.exists(table):
             with self._errors("create", table):

@@ -536,7 +536,9 @@ class _ObjectRun:
                 f"of {self.silver} (columns: {', '.join(schema.names)})"
             )
         body = body_fields(schema)
-        engine.ensure_table(self.gold, gold_schema(body))
+        engine.ensure_table(
+            self.gold, gold_schema(body), deletion_vectors=obj.gold.deletion_vectors
+        )
         ends = self._chunks(after, current)
         self._step("plan")
         steps: list[_Chunk] = []
@@ -850,7 +852,7 @@ class _ObjectRun:
         by_name = {f.name: f for f in body}
         tracked = [by_name[c] for c in plan.track or () if c in by_name]
         schema = history_schema(tracked)
-        engine.ensure_table(table, schema)
+        engine.ensure_table(table, schema, deletion_vectors=self.obj.gold.deletion_vectors)
         new = engine.persist(engine.map_batches(folded, VersionsPart(), schema))
         try:
             current = engine.read_keyed(table, key=ID, keys=new)

@@ -382,6 +382,37 @@ def test_merge_inserts_updates_deletes_with_metrics(lake_engine: LakeEngine) -> 
     assert "Old" not in {r["Name"] for r in rows_of(lake_engine, GOLD)}
 
 
+def test_a_merge_with_deletion_vectors_leaves_the_files_it_touches_in_place(
+    lake_engine: LakeEngine,
+) -> None:
+    schema = T.StructType([T.StructField("Id", T.StringType()), T.StructField("n", T.LongType())])
+    lake_engine.ensure_table(GOLD, schema, deletion_vectors=True)
+    n = 2_000
+    lake_engine.append(
+        GOLD,
+        pa.table({"Id": [f"001{i:06d}" for i in range(n)], "n": pa.array(range(n), pa.int64())}),
+    )
+    path = str(Path(lake_engine.location) / "gold" / "account")  # type: ignore[attr-defined]
+    changes = pa.table({"Id": ["001000007", "001999999"], "n": pa.array([-7, -1], pa.int64())})
+    metrics = lake_engine.merge(GOLD, changes, on=["Id"])
+    assert (metrics.inserted, metrics.updated) == (1, 1)
+    rows = {r["Id"]: r["n"] for r in rows_of(lake_engine, GOLD)}
+    assert len(rows) == n + 1 and rows["001000007"] == -7 and rows["001000008"] == 8
+    if isinstance(lake_engine, SparkEngine):
+        # delta-spark marks the replaced row deleted: the file written first is still live.
+        assert lake_engine.properties(GOLD)["delta.enableDeletionVectors"] == "true"
+        last = lake_engine.history(GOLD)[0]
+        assert last.operation == "MERGE"
+        assert int(last.metrics["numTargetRowsCopied"]) == 0
+        assert int(last.metrics["numTargetDeletionVectorsAdded"]) >= 1
+    else:
+        # delta-rs cannot write deletion vectors (nor read a table with them): the table stays
+        # one every reader opens.
+        table = DeltaTable(path)
+        assert "delta.enableDeletionVectors" not in table.metadata().configuration
+        assert table.to_pyarrow_table().num_rows == n + 1
+
+
 def test_merge_errors(lake_engine: LakeEngine) -> None:
     lake_engine.merge(GOLD, pa.table({"Id": ["1"], "Name": ["a"]}), on=["Id"])
     duplicated = pa.table({"Id": ["1", "1"], "Name": ["b", "c"]})

@@ -12,6 +12,7 @@ import pytest
 
 from ingest.errors import ConfigError
 from pipelines.cli import main
+from pipelines.engines import SparkEngine
 from pipelines.gold.job import app_id, history_table, run_gold, tombstone_table
 from pipelines.gold.resync import RESYNC_TABLE
 from pipelines.spec import Conf
@@ -131,6 +132,40 @@ def test_scd2_history_through_the_engine(lake: LakeFactory) -> None:
             ("001A", "p1", T0 + timedelta(seconds=5), None, True, "UPDATE"),
         ],
     )
+
+
+def test_deletion_vectors_change_how_gold_is_written_not_what_it_holds(
+    lake: LakeFactory, tmp_path: Path
+) -> None:
+    options = "deletes: hard, scd2: {enabled: true, track: [Phone]}"
+    tables: dict[bool, list[list[tuple[object, ...]]]] = {}
+    for vectors in (False, True):
+        env = lake(
+            gold=f"gold: {{deletion_vectors: {str(vectors).lower()}, {options}}}\n",
+            root=tmp_path / str(vectors),
+        )
+        first = Silver()
+        for rid in ("001A", "001B", "001C"):
+            first.create(rid, 0, Phone=f"{rid}-0")
+        env.land(first)
+        env.gold()
+        second = first.next_batch()
+        second.update("001A", 5, Phone="001A-1")
+        second.add("001B", "DELETE", 6)
+        env.land(second)
+        env.gold()
+        history = history_table(env.conf.objects[0])
+        tables[vectors] = [
+            sorted(tuple(r[c] for c in ("Id", "Phone", *extra)) for r in rows_of(env.engine, table))
+            for table, extra in ((GOLD, ()), (history, ("_scd_is_current",)))
+        ]
+        if vectors and isinstance(env.engine, SparkEngine):
+            for table in (GOLD, history):
+                assert env.engine.properties(table)["delta.enableDeletionVectors"] == "true"
+            merge = next(h for h in env.engine.history(GOLD) if h.operation == "MERGE")
+            assert int(merge.metrics["numTargetDeletionVectorsAdded"]) >= 1
+    assert tables[True] == tables[False]
+    assert tables[True][0] == [("001A", "001A-1"), ("001C", "001C-0")]
 
 
 def test_gaps_are_listed_and_resolved_by_a_later_full_image(lake: LakeFactory) -> None:
