@@ -23,9 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +31,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from deltalake import (
     ColumnProperties,
     CommitProperties,
@@ -61,7 +58,6 @@ from pipelines.engines.base import (
     CDF_PROPERTY,
     DEFAULT_PROPERTIES,
     LAYERS,
-    TOMBSTONE_PROPERTY,
     BatchFunction,
     CommitResult,
     Condition,
@@ -85,6 +81,8 @@ from pipelines.engines.deltalog import (
     StaleTable,
     expire_log,
 )
+from pipelines.engines.local_maintenance import compact_in_tiers, keep_tombstones
+from pipelines.engines.parquet_read import data_file, read_parquet
 from pipelines.engines.rewrite_lock import rewrite_lock
 from pipelines.engines.sql import quote_identifier
 from pipelines.engines.vacuum import vacuum
@@ -105,21 +103,6 @@ NATIVE_READER_FEATURES = frozenset(
     {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "checkpointProtection"}
 )
 _MIN_SAFE_VACUUM_HOURS = 168.0
-# Compaction packs small files into files of about this size and leaves larger ones alone, so
-# one compaction rewrites (and holds in memory) at most about this much, however large the
-# table grows. delta-rs' default (100 MiB) rewrites a whole table of up to that size each
-# time, and a silver table compacted every few hundred commits then costs more memory and
-# time every time.
-COMPACT_TARGET_BYTES = 16 * 1024**2
-# ... in two tiers. delta-rs rewrites every file smaller than the size it is asked for, and its
-# outputs stay smaller than that size (they compress better than their inputs), so asked for
-# the target every round, a bronze table compacted every hundred commits rewrote its largest
-# unfinished file (up to 16 MiB) every time, which cost more round after round over a run's
-# first quarter hour. Every round therefore packs the files under COMPACT_SMALL_BYTES into
-# files of about that size, and only once COMPACT_TIER_FILES files under the target have
-# gathered does a round pack those into files of the target size.
-COMPACT_SMALL_BYTES = 1024**2
-COMPACT_TIER_FILES = 16
 # Rows per batch handed to a layer function (what Spark's Arrow batches hold here too).
 BATCH_ROWS = 20_000
 _CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
@@ -624,7 +607,7 @@ class LocalEngine:
             # dataset wrapper leaves threads behind that abort the interpreter at exit
             # ("terminate called without an active exception"), and pyarrow.dataset imports
             # pandas, half a second of start-up for a landing process that never uses it.
-            return _read_parquet(dt.file_uris(), schema, names, conditions)
+            return read_parquet(dt.file_uris(), schema, names, conditions)
 
     def read(
         self, table: TableRef, *, version: int | None = None, columns: Sequence[str] | None = None
@@ -782,7 +765,7 @@ class LocalEngine:
             if compact:
                 with self._rewriting(table, "compaction"):
                     dt.update_incremental()
-                    removed, added = _compact(dt)
+                    removed, added = compact_in_tiers(dt)
             if vacuum_hours is not None:
                 if vacuum_hours < 0:
                     raise LakeError(f"vacuum_hours must be >= 0 (got {vacuum_hours})")
@@ -797,7 +780,7 @@ class LocalEngine:
                 # stay (pipelines.engines.vacuum).
                 vacuumed = vacuum(dt, path, vacuum_hours)
             if tombstone_hours is not None:
-                _keep_tombstones(table, dt, tombstone_hours)
+                keep_tombstones(table, dt, tombstone_hours)
             # The checkpoint last, so it covers vacuum's commits, and the log cleanup after it
             # (vacuum reads the log entries it would delete).
             if checkpoint:
@@ -894,41 +877,8 @@ class LocalEngine:
             self.schemas.for_layer(table.layer),
             self.qualified_name(table),
             self._schema_of(dt),
-            [_data_file(u) for u in dt.file_uris()],
+            [data_file(u) for u in dt.file_uris()],
         )
-
-
-def _compact(dt: DeltaTable) -> tuple[int, int]:
-    """Compact ``dt`` in the two tiers of :data:`COMPACT_SMALL_BYTES` and
-    :data:`COMPACT_TARGET_BYTES`: (files removed, files added)."""
-    removed = added = 0
-    small = min(COMPACT_SMALL_BYTES, COMPACT_TARGET_BYTES)
-    for target in dict.fromkeys((small, COMPACT_TARGET_BYTES)):
-        if target != small:
-            sizes = pa.table(dt.get_add_actions(flatten=True)).column("size_bytes")
-            unfinished = pc.sum(pc.less(sizes, target)).as_py() or 0
-            if unfinished < COMPACT_TIER_FILES:
-                break
-        report = dt.optimize.compact(target_size=target)
-        removed += int(report.get("numFilesRemoved", 0))
-        added += int(report.get("numFilesAdded", 0))
-    return removed, added
-
-
-def _keep_tombstones(table: TableRef, dt: DeltaTable, hours: float) -> None:
-    """Have the checkpoints of ``table`` keep the tombstones of removed files ``hours``
-    rather than Delta's default week: a bronze table compacted every few minutes otherwise
-    carries tens of thousands of them, which every reader loads. VACUUM here does not need
-    them (:mod:`pipelines.engines.vacuum`), nor do delta-rs' reads of older versions. One
-    commit when the value changes; when a concurrent writer wins it, the next round sets it."""
-    wanted = f"interval {max(1, math.ceil(hours * 3600))} seconds"
-    if dt.metadata().configuration.get(TOMBSTONE_PROPERTY) == wanted:
-        return
-    try:
-        dt.update_incremental()
-        dt.alter.set_table_properties({TOMBSTONE_PROPERTY: wanted})
-    except DeltaError as exc:
-        _log.warning("%s: cannot set %s yet: %s", table, TOMBSTONE_PROPERTY, exc)
 
 
 def _log_moved(table_dir: Path, version: int) -> bool | None:
@@ -941,100 +891,6 @@ def _log_moved(table_dir: Path, version: int) -> bool | None:
     if not (log / f"{version:020d}.json").exists():
         return False
     return True if (log / f"{version + 1:020d}.json").exists() else None
-
-
-def _data_file(uri: str) -> str:
-    """A local path from a file URI delta-rs lists (or the text as it is)."""
-    parsed = urllib.parse.urlparse(uri)
-    if parsed.scheme == "file":
-        return urllib.parse.unquote(parsed.path)
-    return uri
-
-
-def _read_parquet(
-    files: Sequence[str], schema: pa.Schema, names: Sequence[str], conditions: Sequence[Condition]
-) -> pa.Table:
-    """Rows of ``files`` (typed as ``schema``; columns a file lacks read as null) matching
-    every condition, with the columns ``names``. Row groups whose statistics exclude a
-    condition are not read."""
-    needed = list(dict.fromkeys([*names, *(column for column, _op, _v in conditions)]))
-    pieces = []
-    for file in files:
-        parquet = pq.ParquetFile(_data_file(file))
-        metadata = parquet.metadata
-        groups = [
-            i
-            for i in range(metadata.num_row_groups)
-            if _may_match(metadata.row_group(i), conditions)
-        ]
-        if not groups:
-            continue
-        have = set(parquet.schema_arrow.names)
-        part = parquet.read_row_groups(groups, columns=[c for c in needed if c in have])
-        columns = [
-            part.column(name).cast(schema.field(name).type)
-            if name in have
-            else pa.nulls(part.num_rows, schema.field(name).type)
-            for name in needed
-        ]
-        part = pa.Table.from_arrays(columns, names=needed)
-        if conditions:
-            part = part.filter(_mask(part, conditions))
-        pieces.append(part.select(list(names)))
-    if not pieces:
-        return pa.schema([schema.field(n) for n in names]).empty_table()
-    return pa.concat_tables(pieces).cast(pa.schema([schema.field(n) for n in names]))
-
-
-def _mask(table: pa.Table, conditions: Sequence[Condition]) -> pa.ChunkedArray:
-    compare = {
-        "=": pc.equal,
-        "!=": pc.not_equal,
-        "<": pc.less,
-        "<=": pc.less_equal,
-        ">": pc.greater,
-        ">=": pc.greater_equal,
-    }
-    mask = None
-    for column, op, value in conditions:
-        values = table.column(column)
-        if op == "in":
-            test = pc.is_in(values, value_set=pa.array(value, type=values.type))
-        else:
-            test = compare[op](values, pa.scalar(value, type=values.type))
-        mask = test if mask is None else pc.and_(mask, test)
-    return pc.fill_null(mask, False)
-
-
-def _may_match(row_group: Any, conditions: Sequence[Condition]) -> bool:
-    """False only when the row group's min/max statistics rule out a condition."""
-    positions = {row_group.column(i).path_in_schema: i for i in range(row_group.num_columns)}
-    for column, op, value in conditions:
-        index = positions.get(column)
-        if index is None:
-            continue  # a column added later: its nulls never match, but be conservative
-        stats = row_group.column(index).statistics
-        if stats is None or not stats.has_min_max:
-            continue
-        low, high = stats.min, stats.max
-        try:
-            if op == "in":
-                if not _any_between(value, low, high):
-                    return False
-            elif op == "=" and (value < low or value > high):
-                return False
-            if (op == "<" and not low < value) or (op == "<=" and not low <= value):
-                return False
-            if (op == ">" and not high > value) or (op == ">=" and not high >= value):
-                return False
-        except TypeError:
-            continue  # statistics of another type (timestamps, decimals): no pruning
-    return True
-
-
-def _any_between(values: Sequence[Any], low: Any, high: Any) -> bool:
-    """Whether some of ``values`` lies in ``[low, high]``."""
-    return any(low <= v <= high for v in values)
 
 
 def _history_entry(commit: Mapping[str, Any]) -> HistoryEntry:

@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 
 from ingest.errors import LakeError
-from pipelines.engines import LocalEngine, TableRef, Txn, WriteLayout
+from pipelines.engines import LocalEngine, TableRef, Txn, WriteLayout, local_maintenance
 from pipelines.engines.base import check_conditions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,8 +139,6 @@ def test_write_layout_shapes_the_parquet_files(tmp_path: Path) -> None:
 def test_compaction_packs_small_files_and_leaves_files_past_the_target_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pipelines.engines import local
-
     engine = LocalEngine(None, location=tmp_path / "lake")
     table = TableRef("silver", "account")
     large = pa.table({"Id": [f"001{i:015d}" for i in range(20_000)]})
@@ -150,7 +148,7 @@ def test_compaction_packs_small_files_and_leaves_files_past_the_target_alone(
     directory = tmp_path / "lake" / "silver" / "account"
     files = {p.name: p.stat().st_size for p in directory.glob("*.parquet")}
     (big,) = [name for name, size in files.items() if size > 10_000]
-    monkeypatch.setattr(local, "COMPACT_TARGET_BYTES", 10_000)
+    monkeypatch.setattr(local_maintenance, "COMPACT_TARGET_BYTES", 10_000)
 
     result = engine.maintain(table)
 
@@ -174,11 +172,9 @@ def _blob_rows(start: int, rows: int, size: int) -> pa.Table:
 def test_compaction_packs_toward_the_target_only_once_enough_unfinished_files_gathered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pipelines.engines import local
-
-    monkeypatch.setattr(local, "COMPACT_SMALL_BYTES", 40_000)
-    monkeypatch.setattr(local, "COMPACT_TARGET_BYTES", 400_000)
-    monkeypatch.setattr(local, "COMPACT_TIER_FILES", 4)
+    monkeypatch.setattr(local_maintenance, "COMPACT_SMALL_BYTES", 40_000)
+    monkeypatch.setattr(local_maintenance, "COMPACT_TARGET_BYTES", 400_000)
+    monkeypatch.setattr(local_maintenance, "COMPACT_TIER_FILES", 4)
     engine = LocalEngine(None, location=tmp_path / "lake")
     table = TableRef("bronze", "account_change_event")
     directory = tmp_path / "lake" / "bronze" / "account_change_event"

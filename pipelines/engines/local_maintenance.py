@@ -1,0 +1,73 @@
+"""Maintenance of the local engine's tables that delta-rs leaves to its caller: compaction in
+two tiers, and how long checkpoints keep the tombstones of removed files."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+
+from pipelines.engines.base import TOMBSTONE_PROPERTY, TableRef
+
+__all__ = [
+    "COMPACT_SMALL_BYTES",
+    "COMPACT_TARGET_BYTES",
+    "COMPACT_TIER_FILES",
+    "compact_in_tiers",
+    "keep_tombstones",
+]
+
+_log = logging.getLogger(__name__)
+
+# Compaction packs small files into files of about this size and leaves larger ones alone, so
+# one compaction rewrites (and holds in memory) at most about this much, however large the
+# table grows. delta-rs' default (100 MiB) rewrites a whole table of up to that size each
+# time, and a silver table compacted every few hundred commits then costs more memory and
+# time every time.
+COMPACT_TARGET_BYTES = 16 * 1024**2
+# Compaction runs in two tiers. delta-rs rewrites every file smaller than the size it is
+# asked for, and its outputs stay smaller than that size (they compress better than their
+# inputs), so asked for the target every round, a bronze table compacted every hundred
+# commits rewrote its largest unfinished file (up to 16 MiB) every time, which cost more round
+# after round over a run's first quarter hour. Every round therefore packs the files under
+# COMPACT_SMALL_BYTES into files of about that size, and only once COMPACT_TIER_FILES files
+# under the target have gathered does a round pack those into files of the target size.
+COMPACT_SMALL_BYTES = 1024**2
+COMPACT_TIER_FILES = 16
+
+
+def compact_in_tiers(dt: DeltaTable) -> tuple[int, int]:
+    """Compact ``dt`` in the two tiers of :data:`COMPACT_SMALL_BYTES` and
+    :data:`COMPACT_TARGET_BYTES`: (files removed, files added)."""
+    removed = added = 0
+    small = min(COMPACT_SMALL_BYTES, COMPACT_TARGET_BYTES)
+    for target in dict.fromkeys((small, COMPACT_TARGET_BYTES)):
+        if target != small:
+            sizes = pa.table(dt.get_add_actions(flatten=True)).column("size_bytes")
+            unfinished = pc.sum(pc.less(sizes, target)).as_py() or 0
+            if unfinished < COMPACT_TIER_FILES:
+                break
+        report = dt.optimize.compact(target_size=target)
+        removed += int(report.get("numFilesRemoved", 0))
+        added += int(report.get("numFilesAdded", 0))
+    return removed, added
+
+
+def keep_tombstones(table: TableRef, dt: DeltaTable, hours: float) -> None:
+    """Have the checkpoints of ``table`` keep the tombstones of removed files ``hours``
+    rather than Delta's default week: a bronze table compacted every few minutes otherwise
+    carries tens of thousands of them, which every reader loads. VACUUM here does not need
+    them (:mod:`pipelines.engines.vacuum`), nor do delta-rs' reads of older versions. One
+    commit when the value changes; when a concurrent writer wins it, the next round sets it."""
+    wanted = f"interval {max(1, math.ceil(hours * 3600))} seconds"
+    if dt.metadata().configuration.get(TOMBSTONE_PROPERTY) == wanted:
+        return
+    try:
+        dt.update_incremental()
+        dt.alter.set_table_properties({TOMBSTONE_PROPERTY: wanted})
+    except DeltaError as exc:
+        _log.warning("%s: cannot set %s yet: %s", table, TOMBSTONE_PROPERTY, exc)
