@@ -197,7 +197,8 @@ def _select(
     by_key = pa.table({"id": ids, "key": keys})
     order = pc.sort_indices(by_key, sort_keys=[("id", "ascending"), ("key", "ascending")])
     order = order.to_numpy()[:with_id].astype(np.int64)
-    sorted_ids = ids.take(pa.array(order))
+    in_order = pa.array(order)
+    sorted_ids = ids.take(in_order)
     first = np.ones(with_id, dtype=bool)
     first[1:] = ~_flags(pc.equal(sorted_ids[1:], sorted_ids[:-1]))
     record = np.cumsum(first) - 1
@@ -206,14 +207,14 @@ def _select(
     rejected = np.zeros(count, dtype=bool)
 
     # Distinct order keys, and each event once (the record fold keeps a first delivery).
-    sorted_keys = keys.take(pa.array(order))
+    sorted_keys = keys.take(in_order)
     rejected[record[1:][~first[1:] & _flags(pc.equal(sorted_keys[1:], sorted_keys[:-1]))]] = True
     events = _chunk(changes.column(_EVENT_ID))
+    pairs = pa.table({"id": ids, "event": events})
     by_event = pc.sort_indices(
-        pa.table({"id": ids, "event": events}),
-        sort_keys=[("id", "ascending"), ("event", "ascending")],
+        pairs, sort_keys=[("id", "ascending"), ("event", "ascending")]
     ).to_numpy()[:with_id]
-    pairs = pa.table({"id": ids, "event": events}).take(pa.array(by_event))
+    pairs = pairs.take(pa.array(by_event))
     twice = _flags(pc.equal(pairs["id"][1:], pairs["id"][:-1])) & _flags(
         pc.equal(pairs["event"][1:], pairs["event"][:-1])
     )
@@ -232,11 +233,11 @@ def _select(
     state = _masked(base[record])
     floor = _chunk(gold.column(ORDER_KEY)).take(state).cast(keys.type)
     reflected = _flags(pc.less_equal(sorted_keys, floor)) | _flags(
-        pc.equal(events.take(pa.array(order)), _chunk(gold.column(LAST_EVENT_ID)).take(state))
+        pc.equal(events.take(in_order), _chunk(gold.column(LAST_EVENT_ID)).take(state))
     )
     applied = ~reflected
 
-    kinds = _chunk(changes.column(_CHANGE_TYPE)).take(pa.array(order))
+    kinds = _chunk(changes.column(_CHANGE_TYPE)).take(in_order)
     create, update, delete = (_flags(pc.equal(kinds, k)) for k in ("CREATE", "UPDATE", "DELETE"))
     rejected[record[applied & ~(create | update | delete)]] = True
     before = np.cumsum(applied) - applied  # applied changes before each position
