@@ -9,7 +9,10 @@ platform events with random text on one topic). Then, each in a fresh process:
 - spark source: a local Spark session with Delta (all cores) runs
   ``spark.readStream.format("salesforce")`` (``decode`` raw, ``startingReplay`` earliest)
   into Delta's streaming sink, timed from ``start()`` until the micro-batches' progress
-  reports every event written (the JVM's start is not counted).
+  reports every event written (the JVM's start is not counted);
+- baseline, in the same session: Spark's own Delta source streams the rows the source wrote
+  (one file, so one micro-batch of the same size, per trigger) into another Delta table. It
+  is what any streaming source reaches through Spark and Delta on this machine.
 
 Target: the source reaches >= 50% of landing's events/s. Also printed: the mean time per
 micro-batch of each phase Spark reports (``addBatch`` is the write, ``latestOffset`` the
@@ -70,37 +73,67 @@ def measure_source(
             .option("checkpointLocation", str(Path(tmp) / "checkpoint"))
             .start(str(Path(tmp) / "events"))
         )
-        written = 0
-        seen: set[int] = set()
-        batches = 0
-        while written < events:
-            if query.exception() is not None:
-                raise SystemExit(f"the query failed: {query.exception()}")
-            for progress in query.recentProgress:
-                if progress["batchId"] not in seen:
-                    seen.add(progress["batchId"])
-                    written += int(progress["numInputRows"])
-                    batches += progress["numInputRows"] > 0
-            time.sleep(0.02)
+        written, batches = _run_until(query, events)
         seconds = time.perf_counter() - started
-        # The first micro-batch also creates the table and warms the JVM up (code generation,
-        # the Python workers); the sustained rate is over the micro-batches after it.
-        later = [p for p in query.recentProgress if p["batchId"] > min(seen) and p["numInputRows"]]
-        sustained_events = sum(int(p["numInputRows"]) for p in later)
-        sustained_ms = sum(int(p["durationMs"]["triggerExecution"]) for p in later)
-        phases: dict[str, int] = {}
-        for p in later:
-            for phase, ms in p["durationMs"].items():
-                phases[phase] = phases.get(phase, 0) + int(ms)
+        sustained, phases = _sustained(query)
         query.stop()
+        # Spark's own ceiling on this machine: the same rows, already in Parquet, streamed by
+        # Spark's Delta source (one file, one micro-batch, per trigger) into the same sink.
+        ceiling = 0.0
+        if sink == "delta":
+            ceiling_query = (
+                spark.readStream.format("delta")
+                .option("maxFilesPerTrigger", 1)
+                .load(str(Path(tmp) / "events"))
+                .writeStream.format(sink)
+                .option("checkpointLocation", str(Path(tmp) / "ceiling-checkpoint"))
+                .start(str(Path(tmp) / "ceiling"))
+            )
+            _run_until(ceiling_query, written)
+            ceiling, _ = _sustained(ceiling_query)
+            ceiling_query.stop()
         spark.stop()
     return {
         "events": written,
         "seconds": seconds,
         "batches": batches,
-        "sustained": sustained_events / max(sustained_ms, 1) * 1000,
-        "phases": {k: v / max(len(later), 1) for k, v in phases.items()},
+        "sustained": sustained,
+        "phases": phases,
+        "ceiling": ceiling,
     }
+
+
+def _run_until(query: Any, events: int) -> tuple[int, int]:
+    """Wait until ``query``'s micro-batches report ``events`` rows; return the rows and the
+    non-empty micro-batches."""
+    written = 0
+    seen: set[int] = set()
+    batches = 0
+    while written < events:
+        if query.exception() is not None:
+            raise SystemExit(f"the query failed: {query.exception()}")
+        for progress in query.recentProgress:
+            if progress["batchId"] not in seen:
+                seen.add(progress["batchId"])
+                written += int(progress["numInputRows"])
+                batches += progress["numInputRows"] > 0
+        time.sleep(0.02)
+    return written, batches
+
+
+def _sustained(query: Any) -> tuple[float, dict[str, float]]:
+    """Events/s of ``query``'s non-empty micro-batches after its first, and their mean
+    milliseconds per phase. The first also creates the table and warms the JVM up (code
+    generation, the Python workers)."""
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    later = [p for p in progress if p["batchId"] > min(p["batchId"] for p in progress)]
+    events = sum(int(p["numInputRows"]) for p in later)
+    ms = sum(int(p["durationMs"]["triggerExecution"]) for p in later)
+    phases: dict[str, float] = {}
+    for p in later:
+        for phase, value in p["durationMs"].items():
+            phases[phase] = phases.get(phase, 0) + int(value) / max(len(later), 1)
+    return events / max(ms, 1) * 1000, phases
 
 
 def _child(args: list[str]) -> dict[str, Any]:
@@ -164,6 +197,12 @@ def main() -> int:
     print(f"spark source, sustained after its first micro-batch: {sustained:,.0f} events/s")
     shown = sorted(source["phases"].items(), key=lambda kv: -kv[1])
     print("  ms per micro-batch after the first: " + ", ".join(f"{k} {v:,.0f}" for k, v in shown))
+    if source["ceiling"]:
+        print(
+            f"spark's own delta source -> delta sink, the same rows one file per micro-batch, "
+            f"sustained: {source['ceiling']:,.0f} events/s ({source['ceiling'] / landing_rate:.2f} "
+            f"of landing; the source reaches {sustained / source['ceiling']:.2f} of it)"
+        )
     print(f"machine load average during the run: {os.getloadavg()[0]:.1f}")
     for label, ratio in (
         ("from start", source_rate / landing_rate),
