@@ -22,8 +22,8 @@ partition's rows. Everything else is plain Delta Spark:
 - history, OPTIMIZE and VACUUM are SQL. Delta Spark writes log checkpoints by itself (every
   ``delta.checkpointInterval`` commits) and cleans the log up after them.
 
-The SQL text and writer options are built by module-level functions so that they are tested
-without a Delta jar.
+The SQL text, writer options and history parsing are plain functions in
+:mod:`pipelines.engines.spark_sql`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -57,57 +57,42 @@ from pipelines.engines.base import (
     TableRef,
     Txn,
     WriteLayout,
-    check_conditions,
     check_until,
     decode_user_metadata,
     encode_user_metadata,
-    merge_keys,
     txn_applied,
 )
+from pipelines.engines.spark_sql import (
+    DELETION_VECTORS_PROPERTY,
+    PRESERVE_NULL_STRUCTS,
+    RETENTION_CHECK_CONF,
+    TXN_APP_ID_CONF,
+    TXN_VERSION_CONF,
+    USER_METADATA_CONF,
+    add_columns_sql,
+    create_table_sql,
+    history_entry,
+    merge_condition,
+    merge_counts,
+    metric_int,
+    select_sql,
+    set_properties_sql,
+    write_options,
+)
 from pipelines.engines.sql import (
-    column_list_ddl,
     quote_identifier,
     quote_string,
-    table_properties_sql,
 )
 from pipelines.spec import LakeSpec, SchemasSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructField, StructType
+    from pyspark.sql.types import StructType
 
-__all__ = [
-    "PRESERVE_NULL_STRUCTS",
-    "TXN_APP_ID_CONF",
-    "TXN_VERSION_CONF",
-    "USER_METADATA_CONF",
-    "SparkEngine",
-    "add_columns_sql",
-    "create_table_sql",
-    "history_entry",
-    "is_append_only",
-    "merge_condition",
-    "merge_counts",
-    "select_sql",
-    "set_properties_sql",
-    "write_options",
-]
+__all__ = ["SparkEngine"]
 
 _log = logging.getLogger(__name__)
 
-TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
-TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
-USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
-AUTO_MERGE_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
-RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
-# Delta expands a NULL struct of the source into a struct of NULL fields when a MERGE
-# updates a subset of columns (UPDATE SET * with schema evolution) or casts a struct type; a
-# compound field Salesforce left empty must stay NULL in gold.
-PRESERVE_NULL_STRUCTS: Mapping[str, str] = {
-    "spark.databricks.delta.merge.preserveNullSourceStructs": "true",
-    "spark.databricks.delta.merge.preserveNullSourceStructs.updateStar": "true",
-    "spark.databricks.delta.insert.preserveNullSourceStructs": "true",
-}
 # Delta's log class in open-source Delta and in Databricks runtimes.
 _DELTA_LOG_CLASSES = (
     "org.apache.spark.sql.delta.DeltaLog",
@@ -120,180 +105,6 @@ def _jvm_class(jvm: Any, name: str) -> Any:
     for part in name.split("."):
         target = getattr(target, part)
     return target
-
-
-# Operations that only add rows (or change no rows at all), as DESCRIBE HISTORY names them.
-_METADATA_ONLY = frozenset(
-    {
-        "CREATE TABLE",
-        "CREATE TABLE AS SELECT",
-        "SET TBLPROPERTIES",
-        "UNSET TBLPROPERTIES",
-        "ADD COLUMNS",
-        "CHANGE COLUMN",
-        "RENAME COLUMN",
-        "ADD CONSTRAINT",
-        "DROP CONSTRAINT",
-        "UPGRADE PROTOCOL",
-        "OPTIMIZE",
-        "REORG",
-        "VACUUM START",
-        "VACUUM END",
-        "COMPUTE STATS",
-        "SET TAGS",
-        "UNSET TAGS",
-    }
-)
-
-
-# ---------------------------------------------------------------------------- SQL builders
-
-
-# Delta's switch for deletion vectors on a table (its protocol moves to reader 3 / writer 7).
-DELETION_VECTORS_PROPERTY = "delta.enableDeletionVectors"
-
-
-def create_table_sql(
-    qualified: str, schema: StructType, properties: Mapping[str, str] | None = None
-) -> str:
-    """``CREATE TABLE IF NOT EXISTS`` of a Delta table with ``schema`` and ``properties``."""
-    text = f"CREATE TABLE IF NOT EXISTS {qualified} {column_list_ddl(schema)} USING DELTA"
-    if properties:
-        text += f" TBLPROPERTIES {table_properties_sql(properties)}"
-    return text
-
-
-def add_columns_sql(qualified: str, fields: Sequence[StructField]) -> str:
-    """``ALTER TABLE ... ADD COLUMNS`` (as nullable: existing rows have no value for them)."""
-    from pyspark.sql.types import StructField, StructType
-
-    nullable = StructType([StructField(f.name, f.dataType, True, f.metadata) for f in fields])
-    return f"ALTER TABLE {qualified} ADD COLUMNS {column_list_ddl(nullable)}"
-
-
-def set_properties_sql(qualified: str, properties: Mapping[str, str]) -> str:
-    return f"ALTER TABLE {qualified} SET TBLPROPERTIES {table_properties_sql(properties)}"
-
-
-def write_options(
-    txn: Txn | None,
-    metadata: Mapping[str, str] | None,
-    *,
-    merge_schema: bool = False,
-    overwrite_schema: bool = False,
-    layout: WriteLayout | None = None,
-) -> dict[str, str]:
-    """DataFrameWriter options of a Delta write. Of a ``layout``, the Parquet writer takes
-    per-column dictionary switches; statistics and row groups are left to Delta's own settings
-    (``delta.dataSkippingStatsColumns``, ``parquet.block.size``)."""
-    options: dict[str, str] = {}
-    for column in layout.distinct if layout is not None else ():
-        options[f"parquet.enable.dictionary#{column}"] = "false"
-    if txn is not None:
-        options["txnAppId"] = txn.app_id
-        options["txnVersion"] = str(txn.version)
-    user_metadata = encode_user_metadata(metadata, txn)
-    if user_metadata:
-        options["userMetadata"] = user_metadata
-    if overwrite_schema:
-        options["overwriteSchema"] = "true"
-    elif merge_schema:
-        options["mergeSchema"] = "true"
-    return options
-
-
-def merge_condition(keys: Sequence[str]) -> str:
-    """The join condition of a merge on ``keys`` (aliases ``target`` and ``source``)."""
-    return " AND ".join(
-        f"target.{quote_identifier(k)} = source.{quote_identifier(k)}" for k in merge_keys(keys)
-    )
-
-
-def _int(metrics: Mapping[str, Any], key: str) -> int:
-    value = metrics.get(key)
-    try:
-        return int(value) if value is not None else 0
-    except (TypeError, ValueError):
-        return 0
-
-
-def is_append_only(
-    operation: str, parameters: Mapping[str, Any], metrics: Mapping[str, Any]
-) -> bool:
-    """Whether a commit, as DESCRIBE HISTORY shows it, only added rows (or none)."""
-    if operation in _METADATA_ONLY:
-        return True
-    if operation == "WRITE":
-        return str(parameters.get("mode", "")).strip('"') == "Append"
-    if operation == "STREAMING UPDATE":
-        return str(parameters.get("outputMode", "")).strip('"') == "Append"
-    if operation == "MERGE":
-        return (
-            _int(metrics, "numTargetRowsUpdated") == 0
-            and _int(metrics, "numTargetRowsDeleted") == 0
-            and _int(metrics, "numTargetFilesRemoved") == 0
-        )
-    return False
-
-
-def merge_counts(metrics: Mapping[str, Any]) -> tuple[int, int, int, int]:
-    """(inserted, updated, deleted, source rows) from a MERGE commit's operationMetrics."""
-    return (
-        _int(metrics, "numTargetRowsInserted"),
-        _int(metrics, "numTargetRowsUpdated"),
-        _int(metrics, "numTargetRowsDeleted"),
-        _int(metrics, "numSourceRows"),
-    )
-
-
-def _sql_literal(value: Any) -> str:
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, bytes):
-        return f"X'{value.hex()}'"
-    if isinstance(value, int | float):
-        return repr(value)
-    return quote_string(str(value))
-
-
-def select_sql(
-    qualified: str, columns: Sequence[str] | None, where: Sequence[Condition] = ()
-) -> str:
-    """``SELECT`` of ``columns`` (all when ``None``) from ``qualified`` where every condition
-    holds; column names are quoted and values become SQL literals (bytes as ``X'..'``)."""
-    projection = "*" if columns is None else ", ".join(quote_identifier(c) for c in columns)
-    text = f"SELECT {projection} FROM {qualified}"
-    clauses = []
-    for column, op, value in check_conditions(where):
-        if op == "in":
-            listed = ", ".join(_sql_literal(v) for v in value)
-            clauses.append(f"{quote_identifier(column)} IN ({listed})")
-        else:
-            clauses.append(f"{quote_identifier(column)} {op} {_sql_literal(value)}")
-    if clauses:
-        text += " WHERE " + " AND ".join(clauses)
-    return text
-
-
-def history_entry(row: Mapping[str, Any]) -> HistoryEntry:
-    """A HistoryEntry from one DESCRIBE HISTORY row (as a dict)."""
-    metadata, txn = decode_user_metadata(row.get("userMetadata"))
-    timestamp = row.get("timestamp")
-    if isinstance(timestamp, datetime):
-        timestamp = (
-            timestamp.replace(tzinfo=timezone.utc) if timestamp.tzinfo is None else timestamp
-        )
-    else:
-        timestamp = datetime.fromtimestamp(0, tz=timezone.utc)
-    return HistoryEntry(
-        version=int(row["version"]),
-        timestamp=timestamp,
-        operation=str(row.get("operation") or ""),
-        parameters={str(k): str(v) for k, v in (row.get("operationParameters") or {}).items()},
-        metrics={str(k): v for k, v in (row.get("operationMetrics") or {}).items()},
-        metadata=metadata,
-        txn=txn,
-    )
 
 
 # ----------------------------------------------------------------------------- the engine
@@ -618,7 +429,7 @@ class SparkEngine:
         if after == before:
             # Delta skipped the write itself: the txn had been committed by another process.
             return CommitResult(table, after, skipped=True, rows=0)
-        rows = _int(latest.get("operationMetrics") or {}, "numOutputRows")
+        rows = metric_int(latest.get("operationMetrics") or {}, "numOutputRows")
         _log.debug("%s: %s of %d rows as version %d", table, mode, rows, after)
         return CommitResult(table, after, skipped=False, rows=rows)
 
@@ -957,8 +768,8 @@ class SparkEngine:
                 rows = self._sql(f"OPTIMIZE {ident}").collect()
                 report = rows[0].asDict(recursive=True).get("metrics") if rows else None
                 if isinstance(report, Mapping):
-                    removed = _int(report, "numFilesRemoved")
-                    added = _int(report, "numFilesAdded")
+                    removed = metric_int(report, "numFilesRemoved")
+                    added = metric_int(report, "numFilesAdded")
             if vacuum_hours is not None:
                 if vacuum_hours < 0:
                     raise LakeError(f"vacuum_hours must be >= 0 (got {vacuum_hours})")

@@ -322,6 +322,7 @@ def test_conform_never_drops_new_struct_fields() -> None:
         "pipelines.engines.base",
         "pipelines.engines.local",
         "pipelines.engines.spark",
+        "pipelines.engines.spark_sql",
         "pipelines.engines.sql",
     ],
 )

@@ -23,7 +23,7 @@ from pipelines.engines import (
     make_engine,
 )
 from pipelines.engines.base import LakeEngine, encode_user_metadata
-from pipelines.engines.spark import (
+from pipelines.engines.spark_sql import (
     add_columns_sql,
     create_table_sql,
     history_entry,
