@@ -32,7 +32,7 @@ import gc
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
@@ -119,12 +119,15 @@ class DecodePlan:
 
     ``layout``: the object's silver columns. ``schemas``: schema id -> JSON of every
     registry schema of the object (the job feeds the decoder only rows with one of these
-    ids). ``registry``: the registry table's name, for messages.
+    ids). ``registry``: the registry table's name, for messages. ``failures``: schema ids
+    whose rows cannot be decoded, with the error kind and reason their rows carry (a schema
+    the server refused to serve, say); :class:`SilverRows` keeps those rows, as errors.
     """
 
     layout: SilverLayout
     schemas: Mapping[str, str]
     registry: str = "the schema registry"
+    failures: Mapping[str, tuple[ErrorKind, str]] = field(default_factory=dict)
 
 
 def decoded_schema(plan: DecodePlan) -> T.StructType:
@@ -146,16 +149,16 @@ class SilverRows:
     rows followed by the error columns (:func:`~pipelines.silver.shape.shaped_schema`).
 
     Rows written with a schema that is not one of ``plan``'s are left out (they are another
-    object's, or undecodable); the rest are decoded (:func:`decode_batches`) and shaped
-    (:func:`~pipelines.silver.shape.shape_batch`): one row per record id, dates converted,
-    compounds as the object asks.
+    object's) unless ``plan.failures`` names it (they become error rows); the rest are
+    decoded (:func:`decode_batches`) and shaped (:func:`~pipelines.silver.shape.shape_batch`):
+    one row per record id, dates converted, compounds as the object asks.
     """
 
     def __init__(self, plan: DecodePlan) -> None:
         self.plan = plan
 
     def _mine(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ids = pa.array(sorted(self.plan.schemas), pa.string())
+        ids = pa.array(sorted({*self.plan.schemas, *self.plan.failures}), pa.string())
         for batch in batches:
             keep = pc.fill_null(pc.is_in(batch.column("schema_id"), value_set=ids), False)
             rows = batch if keep.false_count == 0 else batch.filter(keep)
@@ -275,6 +278,10 @@ def _decode_group(
     layout = plan.layout
     if not sid:
         yield _failed(schema, bronze, "unknown_schema", "the bronze row has no schema id")
+        return
+    failure = plan.failures.get(sid)
+    if failure is not None:
+        yield _failed(schema, bronze, failure[0], failure[1], layout.entity)
         return
     if sid not in plan.schemas:
         yield _failed(

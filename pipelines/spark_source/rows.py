@@ -4,7 +4,9 @@
 payload, topic and receive time. ``silver`` rows are what silver's step makes of them
 (:class:`~pipelines.silver.decode.SilverRows`, the same function the silver job runs): each
 event decoded with its own writer schema, one row per record id, bitmaps expanded, dates and
-times converted, undecodable events kept with ``_cdc_error`` set.
+times converted, undecodable events kept with ``_cdc_error`` set: a corrupt payload, or a
+schema id GetSchema refuses (``schema_unavailable``, with the server's answer; asked again in
+each micro-batch that has such events, so events after the refusal ends decode).
 
 A query's columns are fixed when it starts, from the topic's current schema. An event written
 with a newer schema whose fields are not among them raises :class:`SchemaChangedError`: the
@@ -21,10 +23,11 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from ingest.client import SchemaCache
+from ingest.errors import PermanentError
 from ingest.schema import EventSchema, parse_event_schema
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.silver.columns import build_layout
-from pipelines.silver.decode import DecodePlan, SilverRows
+from pipelines.silver.decode import DecodePlan, ErrorKind, SilverRows
 from pipelines.silver.shape import shaped_struct
 from pipelines.spark_source.errors import SchemaChangedError
 from pipelines.spark_source.feed import Events
@@ -83,10 +86,22 @@ class SilverDecoding:
         layout = build_layout(self.entity, self._layout_schemas())
         columns = {f.name for f in layout.fields}
         writer: dict[str, str] = dict(self.schemas)
+        failures: dict[str, tuple[ErrorKind, str]] = {}
         for schema_id in sorted(set(events.schema_ids) - set(writer)):
-            schema = cache.schema(schema_id)
+            try:
+                schema = cache.schema(schema_id)
+            except PermanentError as exc:
+                # The server will not serve it (NOT_FOUND, no permission): its events become
+                # error rows with the server's answer, and the query goes on.
+                failures[schema_id] = ("schema_unavailable", f"GetSchema {schema_id}: {exc}")
+                continue
             if schema.entity_name != self.entity:
-                continue  # decoded as an error row (wrong entity / unknown schema)
+                failures[schema_id] = (
+                    "wrong_entity",
+                    f"schema {schema_id} is a {schema.entity_name} schema, but this query "
+                    f"reads {self.entity} events",
+                )
+                continue
             new = [
                 f.name
                 for f in schema.fields
@@ -114,7 +129,8 @@ class SilverDecoding:
             ],
             names=["batch_id", "batch_seq", "event_id", "replay_id", "schema_id", "payload"],
         )
-        yield from SilverRows(DecodePlan(layout, writer, "GetSchema"))(iter([bronze]))
+        plan = DecodePlan(layout, writer, "GetSchema", failures=failures)
+        yield from SilverRows(plan)(iter([bronze]))
 
 
 def silver_decoding(cache: SchemaCache, topic: str) -> SilverDecoding:

@@ -319,6 +319,53 @@ def test_a_batch_handed_to_the_sink_twice_changes_nothing_the_second_time(
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_events_of_a_schema_the_server_refuses_are_quarantined_once_and_the_rest_go_on(
+    spark: SparkSession, org: Org, tmp_path: Path
+) -> None:
+    org.workload.mix = MIX
+    org.publish(80)
+    old = org.emulator.catalogue.topic_for_entity("Account").current_schema
+    assert old is not None
+    org.workload.change_schema("Account")
+    org.publish(80)
+    # An old version the integration user may no longer read: the query's columns come from
+    # the current schema, which the server still serves.
+    org.emulator.faults.refuse_schema(old.schema_id, "schema.meta.permission")
+    conf = write_conf(tmp_path, org)
+    lake = tmp_path / "lake"
+    spark.dataSource.register(SalesforceSource)
+    batch = (
+        spark.read.format("salesforce")
+        .options(**org.options(decode="silver", batchIdleSeconds="1"))
+        .load()
+    )
+    sink = GoldSink(spark, conf_dir=conf, object="Account", app_id="refused")
+    first = sink(batch, 3)
+    again = sink(batch, 3)
+
+    events = org.emulator.log(ACCOUNT)
+    refused = {e.event_id: e.replay_id for e in events if e.schema_id == old.schema_id}
+    served = {e.event_id for e in events if e.schema_id != old.schema_id}
+    assert refused and served
+    quarantine = rows(lake / "silver" / "sfcdc_quarantine")
+    assert {r["event_id"]: r["replay_id"] for r in quarantine} == refused
+    assert len(quarantine) == len(refused), "each refused event is quarantined once"
+    for row in quarantine:
+        assert row["schema_id"] == old.schema_id
+        assert row["reason_kind"] == "schema_unavailable"
+        assert "schema.meta.permission" in row["reason"] and old.schema_id in row["reason"]
+        assert row["bronze_table"] == "spark_source:refused" and row["payload"]
+    assert first.quarantined == len(refused) and again.quarantined == 0
+    silver = rows(lake / "silver" / "account")
+    assert {r["_cdc_event_id"] for r in silver} == served
+    assert first.gold is not None and first.gold.changes == len(silver)
+    gold = rows(lake / "gold" / "account")
+    # Every record a served change names is in gold (a wildcard update names none).
+    assert {r["Id"] for r in gold} == {r["Id"] for r in silver} - {"001*"}
+
+
+@pytest.mark.spark
 @pytest.mark.parametrize(
     ("name", "kind", "message"),
     [

@@ -3,6 +3,7 @@ parts the job takes its output apart into, called directly on Arrow batches (no 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import date, datetime, timezone
 
 import pyarrow as pa
@@ -171,6 +172,29 @@ def test_rows_of_other_schemas_are_left_out() -> None:
     got = silver_rows(plan_for([s]), events).to_pylist()
     assert [(r["Id"], r["_cdc_bronze_batch_seq"]) for r in got] == [("001A", 0), ("001C", 3)]
     assert silver_rows(plan_for([s]), events[1:3]).num_rows == 0
+
+
+def test_rows_of_a_schema_the_plan_names_as_failed_are_kept_as_errors() -> None:
+    s = ACCOUNT_V2
+    refused = ACCOUNT_V1
+    events = [
+        (s.schema_id, change_event(s, "CREATE", ["001A"])),
+        (refused.schema_id, change_event(refused, "UPDATE", ["001A", "001B"])),
+        (CONTACT.schema_id, change_event(CONTACT, "CREATE", ["003A"])),
+        (refused.schema_id, b"\x00\x01"),
+    ]
+    reason = f"GetSchema {refused.schema_id}: INVALID_ARGUMENT schema.meta.permission"
+    plan = replace(plan_for([s]), failures={refused.schema_id: ("schema_unavailable", reason)})
+    got = silver_rows(plan, events).to_pylist()
+    assert [(r["_cdc_bronze_batch_seq"], r["Id"], r["_cdc_error_kind"]) for r in got] == [
+        (0, "001A", None),
+        (1, None, "schema_unavailable"),
+        (3, None, "schema_unavailable"),
+    ]
+    for row, (_, payload) in zip(got[1:], (events[1], events[3]), strict=True):
+        assert row["_cdc_error"] == reason
+        assert row["_cdc_payload"] == payload
+        assert row["_cdc_replay_id"] is not None
 
 
 def test_the_step_composes_decoding_shaping_and_the_two_parts() -> None:
