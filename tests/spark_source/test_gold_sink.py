@@ -19,7 +19,7 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from ingest.emulator.workload import WorkloadMix
 from ingest.errors import ConfigError
 from pipelines.silver.columns import FieldLayout, build_layout
 from pipelines.spark_source import GoldSink, SalesforceSource
-from tests.integration.gold.test_oracle import expected_row
+from tests.integration.gold.test_oracle import check_gold, expected_row
 from tests.spark_source.conftest import ACCOUNT, ROOT, Driver, Org
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_source]
@@ -316,6 +316,40 @@ def test_a_batch_handed_to_the_sink_twice_changes_nothing_the_second_time(
     assert_gold_equals_truth(org, lake)
     silver = assert_silver_holds_every_change_once(org, lake)
     assert {r["_cdc_bronze_batch_id"] for r in silver} == {7}
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_gap_and_overflow_events_flag_exactly_the_records_they_touch_for_resync(
+    spark: SparkSession, org: Org, tmp_path: Path
+) -> None:
+    # Gap events (a change Salesforce could not capture in full) and overflows (too many
+    # changes in one transaction) often: gold cannot know those records' values.
+    org.workload.mix = replace(MIX, gap=3.0, overflow=0.5)
+    org.publish(300)
+    log = [g for g in org.workload.log if g.entity == "Account"]
+    assert any(g.change_type.startswith("GAP_") and g.record_ids for g in log)
+    assert any(g.change_type == "GAP_OVERFLOW" for g in log)
+    conf = write_conf(tmp_path, org)
+    lake = tmp_path / "lake"
+    spark.dataSource.register(SalesforceSource)
+    batch = (
+        spark.read.format("salesforce")
+        .options(**org.options(decode="silver", batchIdleSeconds="1"))
+        .load()
+    )
+    result = GoldSink(spark, conf_dir=conf, object="Account", app_id="gaps")(batch, 0)
+
+    assert result.gold is not None and result.gold.resync_rows > 0
+    summary = check_gold(
+        "Account",
+        fields(org),
+        rows(lake / "gold" / "account"),
+        org.workload.truth,
+        rows(lake / "gold" / "sfcdc_resync"),
+    )
+    print(summary)
+    assert "flagged for re-sync by gaps" in summary
 
 
 @pytest.mark.spark

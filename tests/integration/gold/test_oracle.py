@@ -272,10 +272,24 @@ def _check_object(
     registry: Mapping[str, Any],
     resync: list[dict[str, Any]],
 ) -> str:
-    entity = obj.api_name
     fields = silver_layout(obj, registry).fields
+    gold = engine.read_arrow(TableRef("gold", obj.tables.gold)).to_pylist()
+    return check_gold(obj.api_name, fields, gold, truth, resync)
+
+
+def check_gold(
+    entity: str,
+    fields: tuple[FieldLayout, ...],
+    gold_rows: list[dict[str, Any]],
+    truth: GroundTruth,
+    resync: list[dict[str, Any]],
+) -> str:
+    """Check ``entity``'s gold rows against the ground truth: every record and its deleted
+    flag; the records flagged for re-sync are exactly the gap-touched ones, with open re-sync
+    rows naming their gap events; overflow rows; every other record cell for cell. Returns a
+    summary line."""
     assert {f.name for f in fields} == set(truth.fields(entity)), entity
-    gold = {r["Id"]: r for r in engine.read_arrow(TableRef("gold", obj.tables.gold)).to_pylist()}
+    gold = {r["Id"]: r for r in gold_rows}
     records = truth.records(entity)
     deleted = truth.deleted(entity)
     expectation = truth.resync(entity)
