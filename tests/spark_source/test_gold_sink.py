@@ -19,13 +19,16 @@ import sys
 import textwrap
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from deltalake import DeltaTable
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from ingest.emulator.workload import WorkloadMix
 from ingest.errors import ConfigError
@@ -105,7 +108,9 @@ def gold_mismatches(org: Org, lake: Path) -> list[str]:
         if got["_cdc_needs_resync"]:
             problems.append(f"{record_id}: flagged for re-sync ({got['_cdc_resync_reason']})")
         for column, value in expected_row(layout, record).items():
-            if got[column] != value:
+            if column not in got:
+                problems.append(f"{record_id}.{column}: not a column of gold")
+            elif got[column] != value:
                 problems.append(f"{record_id}.{column}: want {value!r}, got {got[column]!r}")
     return problems
 
@@ -193,6 +198,58 @@ def test_the_docs_example_builds_gold_equal_to_the_ground_truth(
     silver = assert_silver_holds_every_change_once(org, lake)
     assert len({r["_cdc_bronze_batch_id"] for r in silver}) >= 4, "several micro-batches"
     assert len(org.workload.truth.records("Account")) >= 50
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_a_schema_change_mid_stream_reaches_gold_after_the_restart(
+    spark: SparkSession, org: Org, tmp_path: Path
+) -> None:
+    org.workload.mix = MIX
+    org.publish(120)
+    conf = write_conf(tmp_path, org)
+    lake = tmp_path / "lake"
+    spark.dataSource.register(SalesforceSource)
+    options = org.options(decode="silver", startingReplay="earliest")
+
+    def start() -> StreamingQuery:
+        return (
+            spark.readStream.format("salesforce")
+            .options(**options)
+            .load()
+            .writeStream.foreachBatch(GoldSink(spark, conf_dir=conf, object="Account"))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(processingTime="200 milliseconds")
+            .start()
+        )
+
+    def running(query: StreamingQuery) -> Callable[[], None]:
+        def check() -> None:
+            assert query.exception() is None, query.exception()
+
+        return check
+
+    first = start()
+    try:
+        wait(lambda: not gold_mismatches(org, lake), running(first))
+        assert "Tier__c" not in rows(lake / "gold" / "account")[0]
+        org.workload.change_schema("Account")
+        org.publish(120)
+        with pytest.raises(StreamingQueryException, match="SchemaChangedError"):
+            first.awaitTermination(120)
+    finally:
+        first.stop()
+    second = start()
+    try:
+        # The restarted sink meets the new columns, adds them to silver and gold, and folds
+        # both versions' changes.
+        wait(lambda: not gold_mismatches(org, lake), running(second))
+    finally:
+        second.stop()
+    gold = rows(lake / "gold" / "account")
+    assert any(r["Tier__c"] is not None for r in gold), "the new field reached gold"
+    silver = assert_silver_holds_every_change_once(org, lake)
+    assert len({r["_cdc_schema_id"] for r in silver}) == 2
 
 
 @dataclass
