@@ -67,6 +67,7 @@ ErrorKind = Literal[
     "corrupt_payload",
     "bad_bitmap",
     "wrong_entity",
+    "replay_gap",
 ]
 
 # Payload bytes from which a batch is decoded a field at a time (columnar) rather than row

@@ -10,7 +10,13 @@ from __future__ import annotations
 import logging
 import time
 
-from ingest.client import CorruptedReplayPolicy, EventBatch, MultiSubscription, Subscription
+from ingest.client import (
+    CorruptedReplayPolicy,
+    EventBatch,
+    MultiSubscription,
+    ReplayGap,
+    Subscription,
+)
 from ingest.replay import Earliest
 from pipelines.connect import Source
 from pipelines.spark_source.errors import ReplayMismatchError
@@ -100,7 +106,7 @@ def read_until_quiet(
     logger: logging.Logger | None = None,
 ) -> Events:
     """Events of ``topic`` after ``start`` until none has come for ``quiet_seconds`` (or
-    ``max_events`` were read)."""
+    ``max_events`` were read), with the replay gaps met on the way."""
     out = Events()
     deadline = time.monotonic() + quiet_seconds
 
@@ -118,6 +124,9 @@ def read_until_quiet(
     )
     with MultiSubscription([sub], on_idle=idle, idle_interval=0.1) as multi:
         for item in multi:
+            if isinstance(item, ReplayGap):
+                out.add_gap(item)
+                continue
             if not isinstance(item, EventBatch):
                 continue
             deadline = time.monotonic() + quiet_seconds

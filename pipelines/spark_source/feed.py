@@ -29,7 +29,7 @@ from ingest.client import (
 )
 from ingest.replay import ReplayId
 from pipelines.connect import Source
-from pipelines.spark_source.offsets import TopicOffset
+from pipelines.spark_source.offsets import GapMark, TopicOffset, describe_position
 
 __all__ = ["Events", "Feed"]
 
@@ -45,6 +45,7 @@ class Events:
     schema_ids: list[str] = field(default_factory=list)
     payloads: list[bytes] = field(default_factory=list)
     received_at: list[float] = field(default_factory=list)
+    gaps: list[GapMark] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.replay_ids)
@@ -58,14 +59,27 @@ class Events:
         self.payloads.extend(cols.payloads[start:n])
         self.received_at.extend([batch.received_at] * (n - start))
 
+    def add_gap(self, gap: ReplayGap) -> None:
+        """Mark a replay gap before the next event added."""
+        self.gaps.append(
+            GapMark(
+                at=len(self),
+                requested=describe_position(gap.requested),
+                resumed=describe_position(gap.resumed),
+                reason=gap.reason,
+            )
+        )
+
 
 @dataclass
 class _Entry:
-    """A received response: its events (from ``used`` on), then the position after it."""
+    """A received response: its events (from ``used`` on), then the position after it; or a
+    replay gap (no events, no position)."""
 
     batch: EventBatch | None
-    position: ReplayId
+    position: ReplayId | None
     used: int = 0
+    gap: ReplayGap | None = None
 
     def left(self) -> int:
         return 0 if self.batch is None else len(self.batch) - self.used
@@ -122,6 +136,7 @@ class Feed:
                         "%s: %s; continuing at %s", item.topic, item.reason, item.resumed.kind
                     )
                     self.gaps.append(item)
+                    self._put(item.topic, _Entry(None, None, gap=item), 0)
                 if self._closed.is_set():
                     return
         except BaseException as exc:
@@ -164,6 +179,10 @@ class Feed:
                 after = offset.after
                 while queue and budget > 0:
                     entry = queue[0]
+                    if entry.gap is not None:
+                        events.add_gap(entry.gap)
+                        queue.popleft()
+                        continue
                     n = min(entry.left(), budget)
                     if entry.batch is not None and n:
                         events.add_batch(entry.batch, entry.used, entry.used + n)
@@ -174,14 +193,21 @@ class Feed:
                         after = entry.position
                         queue.popleft()
                 self._buffered -= len(events)
-                if after is None or (after == offset.after and not events):
+                if not events.gaps and (after is None or (after == offset.after and not events)):
                     ends[topic] = offset.resting()
                     continue
                 first = None
                 if events and offset.after is None and offset.start == "latest":
                     first = ReplayId(events.replay_ids[0])
                 last = ReplayId(events.replay_ids[-1]) if events else None
-                ends[topic] = TopicOffset(after=after, count=len(events), last=last, first=first)
+                ends[topic] = TopicOffset(
+                    after=after,
+                    start=offset.start,
+                    count=len(events),
+                    last=last,
+                    first=first,
+                    gaps=tuple(events.gaps),
+                )
                 taken[topic] = events
             self._cond.notify_all()
             if self._error is not None and not taken and not any(self._queues.values()):

@@ -12,7 +12,9 @@ For each micro-batch, :class:`GoldSink`
 1. appends the rows that decoded to the object's silver table (``tables.silver`` of its
    ``conf/objects`` file, in the conf's lake) and the rows that did not to the quarantine
    (``silver.sfcdc_quarantine``), each under the Delta app transaction ``(app id, batch id)``:
-   a micro-batch that Spark runs again after a crash is not appended twice;
+   a micro-batch that Spark runs again after a crash is not appended twice; its ``replay_gap``
+   rows (the source's stream resumed elsewhere after a rejected replay id) become whole-object
+   ``replay_gap`` re-sync rows for the next gold run instead;
 2. brings the object's gold table up to date with silver through sfcdc's own gold job
    (:func:`~pipelines.gold.job.run_gold_object`: the fold, the MERGE, tombstones, SCD2
    history and re-sync rows), which records the silver version it reached in the gold table's
@@ -55,6 +57,7 @@ from ingest.schema import EventSchema
 from pipelines.connect import connect, secret_resolver
 from pipelines.engines import CommitResult, SparkEngine, TableRef, Txn
 from pipelines.gold.job import ObjectResult, run_gold_object
+from pipelines.gold.resync import resync_row
 from pipelines.silver.columns import SilverLayout, build_layout
 from pipelines.silver.job import QUARANTINE_TABLE
 from pipelines.silver.quarantine import (
@@ -80,6 +83,7 @@ _QUARANTINE_PREFIX = "sfcdc.spark_source.quarantine:"
 # Spark sets it on the thread that runs a streaming query's micro-batches, foreachBatch included.
 _QUERY_ID = "sql.streaming.queryId"
 _BATCH_ID = "_cdc_bronze_batch_id"
+_GAP = "replay_gap"
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,9 @@ class BatchResult:
     ``rows`` are the micro-batch's rows (0: a keepalive moved the offset; nothing is written
     and gold is not run); ``silver`` is the append to the silver table (``skipped``: the batch
     had been appended before), ``quarantined`` the rows appended to the quarantine, ``gold``
-    the gold run (``None`` when it was not run, or when there is no silver table yet).
+    the gold run (``None`` when it was not run, or when there is no silver table yet),
+    ``replay_gaps`` the replay gaps the micro-batch reported (each becomes a whole-object
+    ``replay_gap`` row of the re-sync table at the next gold run).
     """
 
     batch_id: int
@@ -98,6 +104,7 @@ class BatchResult:
     silver: CommitResult
     quarantined: int
     gold: ObjectResult | None
+    replay_gaps: int = 0
 
 
 class GoldSink:
@@ -132,6 +139,8 @@ class GoldSink:
         self._schemas: dict[str, EventSchema] = {}
         self._layout: SilverLayout | None = None
         self._created = False
+        # Re-sync rows of replay gaps seen since the last gold run, by resync_id.
+        self._gaps: dict[str, dict[str, Any]] = {}
 
     def __repr__(self) -> str:
         return f"GoldSink({self.object.api_name!r}, {self.engine!r})"
@@ -158,9 +167,14 @@ class GoldSink:
                 # A keepalive moved the offset: nothing to write.
                 empty = CommitResult(self.silver_table, None, skipped=False, rows=0)
                 return BatchResult(batch_id, app, 0, empty, 0, None)
+            gaps = self._replay_gaps(rows, app, batch_id)
             # The quarantine first, as the silver job does: either write may be the last
             # before a crash, and each is skipped when its batch comes again.
-            quarantined = self._quarantine(rows, app, batch_id)
+            quarantined = self._quarantine(
+                rows.filter(f"_cdc_error_kind IS NULL OR _cdc_error_kind <> '{_GAP}'"),
+                app,
+                batch_id,
+            )
             silver = T.StructType([f for f in delivered.fields if f.name not in ERROR_COLUMNS])
             self._ensure_silver(layout)
             written = engine.append(
@@ -179,7 +193,42 @@ class GoldSink:
             " (already appended)" if written.skipped else "",
             quarantined,
         )
-        return BatchResult(batch_id, app, count, written, quarantined, None)
+        return BatchResult(batch_id, app, count, written, quarantined, None, gaps)
+
+    def _replay_gaps(self, rows: DataFrame, app: str, batch_id: int) -> int:
+        """Keep the micro-batch's replay gap rows as re-sync rows for the next gold run."""
+        found = (
+            rows.filter(f"_cdc_error_kind = '{_GAP}'")
+            .select("_cdc_bronze_batch_seq", "_cdc_error")
+            .collect()
+        )
+        at = datetime.now(timezone.utc)
+        for row in found:
+            seq, detail = row["_cdc_bronze_batch_seq"], row["_cdc_error"]
+            gap = resync_row(
+                object_name=self.object.api_name,
+                record_id=None,
+                reason="replay_gap",
+                change_type=None,
+                detail=f"{detail} (spark source {app}, micro-batch {batch_id})",
+                commit_timestamp=None,
+                replay_id=None,
+                event_id=None,
+                bronze_batch_id=batch_id,
+                detected_at=at,
+                cause=(app, batch_id, seq),
+            )
+            self._gaps.setdefault(gap["resync_id"], gap)
+        if found:
+            _log.warning(
+                "spark source: micro-batch %d reports %d replay gap(s) on %s; %s gets a "
+                "re-sync row for the whole object",
+                batch_id,
+                len(found),
+                self.object.topic,
+                self.object.api_name,
+            )
+        return len(found)
 
     def _app_id(self, batch: DataFrame) -> str:
         if self.app_id is not None:
@@ -244,7 +293,14 @@ class GoldSink:
             # A sink that has not seen a micro-batch yet folds with the topic's current columns.
             self._refresh()
         assert self._layout is not None
-        return run_gold_object(self.engine, self.object, layout=self._layout)
+        result = run_gold_object(
+            self.engine, self.object, layout=self._layout, replay_gaps=list(self._gaps.values())
+        )
+        if result is not None:
+            # Written (the re-sync table is merged on resync_id: a gap seen again, in a
+            # micro-batch Spark runs again, adds nothing).
+            self._gaps.clear()
+        return result
 
     # ------------------------------------------------------------------------------ columns
 

@@ -7,6 +7,11 @@ known), how many events the batch took from the topic (``count``), the replay id
 of them (``last``) and, when the batch began at ``latest`` (a position that moves), the first
 of them (``first``). Re-reading a batch after a crash subscribes after the start offset's
 position and reads until the event whose replay id is ``last``: exactly the same events.
+
+When the server rejected a stored position and ``onCorrupted`` resumed the subscription
+elsewhere, the offset ending that micro-batch also lists the replay gap (``gaps``: where among
+the batch's events, what was asked and where it resumed), so the micro-batch, and a re-read of
+it, carries a row that says events may be missing or repeated there.
 """
 
 from __future__ import annotations
@@ -19,7 +24,40 @@ from typing import Any
 
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
 
-__all__ = ["BatchOffset", "TopicOffset", "parse_starting"]
+__all__ = ["BatchOffset", "GapMark", "TopicOffset", "describe_position", "parse_starting"]
+
+
+def describe_position(position: StartPosition) -> str:
+    """``earliest``, ``latest`` or ``after <hex replay id>``."""
+    return f"after {position.replay_id.hex()}" if isinstance(position, After) else position.kind
+
+
+@dataclass(frozen=True)
+class GapMark:
+    """A replay gap met in a micro-batch: before its event number ``at`` (of its topic), the
+    server rejected ``requested`` (``reason``) and the subscription resumed at ``resumed``."""
+
+    at: int
+    requested: str
+    resumed: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "requested": self.requested,
+            "resumed": self.resumed,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GapMark:
+        return cls(
+            at=int(data.get("at", 0)),
+            requested=str(data.get("requested", "")),
+            resumed=str(data.get("resumed", "")),
+            reason=str(data.get("reason", "")),
+        )
 
 
 @dataclass(frozen=True)
@@ -31,6 +69,7 @@ class TopicOffset:
     count: int = 0
     last: ReplayId | None = None
     first: ReplayId | None = None
+    gaps: tuple[GapMark, ...] = ()
 
     def position(self) -> StartPosition:
         """Where a subscription continuing from here starts."""
@@ -52,6 +91,8 @@ class TopicOffset:
             out["last"] = self.last.base64()
         if self.first is not None:
             out["first"] = self.first.base64()
+        if self.gaps:
+            out["gaps"] = [g.to_json() for g in self.gaps]
         return out
 
     @classmethod
@@ -69,6 +110,7 @@ class TopicOffset:
             count=int(data.get("count", 0)),
             last=rid("last"),
             first=rid("first"),
+            gaps=tuple(GapMark.from_json(g) for g in data.get("gaps") or ()),
         )
 
 

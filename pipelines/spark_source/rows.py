@@ -26,13 +26,14 @@ from ingest.client import SchemaCache
 from ingest.errors import PermanentError
 from ingest.schema import EventSchema, parse_event_schema
 from pipelines.engines.arrow import spark_schema_to_arrow
-from pipelines.silver.columns import build_layout
+from pipelines.silver.columns import SilverLayout, build_layout
 from pipelines.silver.decode import DecodePlan, ErrorKind, SilverRows
-from pipelines.silver.shape import shaped_struct
+from pipelines.silver.shape import shaped_schema, shaped_struct
 from pipelines.spark_source.errors import SchemaChangedError
 from pipelines.spark_source.feed import Events
+from pipelines.spark_source.offsets import GapMark
 
-__all__ = ["RAW_SCHEMA", "SilverDecoding", "raw_batch", "silver_decoding"]
+__all__ = ["RAW_SCHEMA", "SilverDecoding", "gap_detail", "raw_batch", "silver_decoding"]
 
 RAW_SCHEMA = T.StructType(
     [
@@ -79,11 +80,18 @@ class SilverDecoding:
         """The rows' Spark schema: the silver table's columns, then the error columns."""
         return shaped_struct(build_layout(self.entity, self._layout_schemas()))
 
-    def batches(self, events: Events, cache: SchemaCache) -> Iterator[pa.RecordBatch]:
-        """``events`` decoded, each with its own writer schema (fetched once per id)."""
-        if not len(events):
-            return
+    def batches(self, topic: str, events: Events, cache: SchemaCache) -> Iterator[pa.RecordBatch]:
+        """``events`` of ``topic`` decoded, each with its own writer schema (fetched once per
+        id), then one ``replay_gap`` row per replay gap met among them."""
         layout = build_layout(self.entity, self._layout_schemas())
+        if len(events):
+            yield from self._decoded(events, cache, layout)
+        if events.gaps:
+            yield _gap_rows(layout, topic, events.gaps, self.entity)
+
+    def _decoded(
+        self, events: Events, cache: SchemaCache, layout: SilverLayout
+    ) -> Iterator[pa.RecordBatch]:
         columns = {f.name for f in layout.fields}
         writer: dict[str, str] = dict(self.schemas)
         failures: dict[str, tuple[ErrorKind, str]] = {}
@@ -131,6 +139,34 @@ class SilverDecoding:
         )
         plan = DecodePlan(layout, writer, "GetSchema", failures=failures)
         yield from SilverRows(plan)(iter([bronze]))
+
+
+def gap_detail(topic: str, gap: GapMark) -> str:
+    """What a replay gap means, in words."""
+    return (
+        f"replay gap on {topic}: the stored position {gap.requested} was rejected "
+        f"({gap.reason}) and the subscription resumed at {gap.resumed}; events in between may "
+        "be missing (latest) or repeated (earliest)"
+    )
+
+
+def _gap_rows(layout: SilverLayout, topic: str, gaps: list[GapMark], entity: str) -> pa.RecordBatch:
+    """One row per gap: only the error columns, the entity and its place in the batch (the
+    number of the first event after it) are set."""
+    schema = shaped_schema(layout)
+    n = len(gaps)
+    values: dict[str, pa.Array] = {
+        "_cdc_entity": pa.array([entity] * n, pa.string()),
+        "_cdc_bronze_batch_id": pa.array([0] * n, schema.field("_cdc_bronze_batch_id").type),
+        "_cdc_bronze_batch_seq": pa.array(
+            [g.at for g in gaps], schema.field("_cdc_bronze_batch_seq").type
+        ),
+        "_cdc_error_kind": pa.array(["replay_gap"] * n, pa.string()),
+        "_cdc_error": pa.array([gap_detail(topic, g) for g in gaps], pa.string()),
+    }
+    return pa.RecordBatch.from_arrays(
+        [values.get(f.name, pa.nulls(n, f.type)) for f in schema], schema=schema
+    )
 
 
 def silver_decoding(cache: SchemaCache, topic: str) -> SilverDecoding:

@@ -32,7 +32,13 @@ from pipelines.spark_source.bounded import read_between, read_until_quiet
 from pipelines.spark_source.feed import Events, Feed
 from pipelines.spark_source.offsets import BatchOffset, TopicOffset
 from pipelines.spark_source.options import SourceOptions, parse_options
-from pipelines.spark_source.rows import RAW_SCHEMA, SilverDecoding, raw_batch, silver_decoding
+from pipelines.spark_source.rows import (
+    RAW_SCHEMA,
+    SilverDecoding,
+    gap_detail,
+    raw_batch,
+    silver_decoding,
+)
 
 __all__ = ["SalesforceSource"]
 
@@ -73,7 +79,14 @@ class _Rows:
     def batches(self, taken: Mapping[str, Events]) -> list[pa.RecordBatch]:
         out: list[pa.RecordBatch] = []
         for topic, events in taken.items():
-            if not len(events):
+            if events.gaps:
+                _log.warning(
+                    "%s: replay gap%s in this micro-batch: %s",
+                    topic,
+                    "s" if len(events.gaps) > 1 else "",
+                    "; ".join(gap_detail(topic, g) for g in events.gaps),
+                )
+            if not len(events) and (self.silver is None or not events.gaps):
                 continue
             if self.silver is None:
                 out.append(raw_batch(topic, events))
@@ -81,7 +94,7 @@ class _Rows:
             if self._cache is None:
                 source = self.source()
                 self._cache = SchemaCache(source.channel, tokens=source.tokens)
-            out.extend(b for b in self.silver.batches(events, self._cache) if b.num_rows)
+            out.extend(b for b in self.silver.batches(topic, events, self._cache) if b.num_rows)
         return out
 
 
@@ -155,7 +168,10 @@ class _StreamReader(_Rows, SimpleDataSourceStreamReader):
             offsets, self.options.max_events_per_trigger, self.options.max_wait_seconds
         )
         if all(
-            ends[t].count == 0 and ends[t].after == o.after and ends[t].start == o.start
+            ends[t].count == 0
+            and not ends[t].gaps
+            and ends[t].after == o.after
+            and ends[t].start == o.start
             for t, o in offsets.items()
         ):
             return iter([]), start
@@ -179,8 +195,11 @@ class _StreamReader(_Rows, SimpleDataSourceStreamReader):
                     num_requested=self.options.num_requested,
                 )
                 for topic, offset in last.items()
-                if offset.count
+                if offset.count or offset.gaps
             }
+            for topic, events in taken.items():
+                # The micro-batch's replay gaps are the ones its end offset recorded.
+                events.gaps = list(last[topic].gaps)
             return iter(self.batches(taken))
         finally:
             self.close()

@@ -11,6 +11,7 @@ sink twice; silver must hold every change once.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -407,6 +408,50 @@ def test_gap_and_overflow_events_flag_exactly_the_records_they_touch_for_resync(
     )
     print(summary)
     assert "flagged for re-sync by gaps" in summary
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("policy", ["earliest", "latest"])
+def test_a_replay_gap_becomes_one_whole_object_resync_row(
+    spark: SparkSession, org: Org, tmp_path: Path, policy: str
+) -> None:
+    org.workload.mix = MIX
+    org.publish(120)
+    logged = org.emulator.log(ACCOUNT)
+    gone = logged[2].replay_id
+    org.emulator.faults.purge(through=logged[4].replay_id)
+    retained = {e.event_id for e in org.emulator.log(ACCOUNT)}
+    conf = write_conf(tmp_path, org)
+    lake = tmp_path / "lake"
+    spark.dataSource.register(SalesforceSource)
+    batch = (
+        spark.read.format("salesforce")
+        .options(
+            **org.options(
+                decode="silver",
+                batchIdleSeconds="1",
+                startingReplay=base64.b64encode(gone).decode(),
+                onCorrupted=policy,
+            )
+        )
+        .load()
+    )
+    sink = GoldSink(spark, conf_dir=conf, object="Account", app_id="gap")
+    first = sink(batch, 5)
+    again = sink(batch, 5)
+
+    assert first.replay_gaps == 1 and again.replay_gaps == 1
+    assert first.quarantined == 0, "a replay gap is not an undecodable event"
+    resync = [r for r in rows(lake / "gold" / "sfcdc_resync") if r["reason"] == "replay_gap"]
+    assert len(resync) == 1, "the batch handed over again adds no second row"
+    (gap,) = resync
+    assert gap["object"] == "Account" and gap["record_id"] is None
+    assert gap["resolved_at"] is None and gap["bronze_batch_id"] == 5
+    assert f"after {gone.hex()}" in gap["detail"] and f"resumed at {policy}" in gap["detail"]
+    # latest: the micro-batch holds the gap alone (nothing was published after subscribing).
+    landed = {r["_cdc_event_id"] for r in rows(lake / "silver" / "account")}
+    assert landed == (retained if policy == "earliest" else set())
 
 
 @pytest.mark.spark

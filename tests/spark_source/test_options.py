@@ -13,7 +13,7 @@ from pyspark.sql.datasource import DataSource
 from ingest.errors import ConfigError
 from ingest.replay import After, Earliest, Latest, ReplayId
 from pipelines.spark_source import SalesforceSource
-from pipelines.spark_source.offsets import BatchOffset, TopicOffset, parse_starting
+from pipelines.spark_source.offsets import BatchOffset, GapMark, TopicOffset, parse_starting
 from pipelines.spark_source.options import parse_options
 
 pytestmark = pytest.mark.spark_source
@@ -91,10 +91,15 @@ def test_offsets_round_trip_through_json_losslessly() -> None:
         {
             "/data/AccountChangeEvent": TopicOffset(after=rid, count=3, last=rid, first=rid),
             "/event/Order_Shipped__e": TopicOffset(start="latest"),
+            "/data/ContactChangeEvent": TopicOffset(
+                after=rid,
+                gaps=(GapMark(at=0, requested=f"after {rid.hex()}", resumed="latest", reason="x"),),
+            ),
         }
     )
     text = json.dumps(offset.to_json())
     assert BatchOffset.from_json(json.loads(text)) == offset
+    assert offset.topics["/data/ContactChangeEvent"].resting().gaps == ()
 
 
 def test_spark_discovers_the_source_by_its_module_name() -> None:

@@ -1,11 +1,13 @@
 """A streaming query (shared Spark session, Delta sink, the emulator over a socket) whose
 stored replay id the server rejects: under ``fail`` the query stops naming the position,
-under ``earliest`` it lands every retained event exactly once."""
+under ``earliest`` it lands every retained event exactly once, and a ``decode=silver`` query
+lands the replay gap as a row of its own."""
 
 from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,53 @@ def test_under_earliest_the_query_lands_every_retained_event_once(
     finally:
         query.stop()
     assert sorted(landed) == sorted(retained)
+
+
+@pytest.mark.timeout(300)
+def test_a_silver_query_records_the_replay_gap_in_its_offsets_and_as_a_row(
+    spark: SparkSession, org: Org, tmp_path: Path
+) -> None:
+    stored = corrupted(org)
+    gone = base64.b64decode(stored).hex()
+    options = org.options(startingReplay=stored, onCorrupted="latest", decode="silver")
+    query = start(spark, options, tmp_path)
+    table = tmp_path / "table"
+
+    def rows() -> list[dict[str, object]]:
+        if not DeltaTable.is_deltatable(str(table)):
+            return []
+        got: list[dict[str, object]] = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+        return got
+
+    def wait_for(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 120
+        while not done():
+            assert query.exception() is None, query.exception()
+            assert time.monotonic() < deadline, "the query did not land it in time"
+            time.sleep(0.5)
+
+    try:
+        # latest: nothing follows the gap yet, and the micro-batch still carries it.
+        wait_for(lambda: any(r["_cdc_error_kind"] == "replay_gap" for r in rows()))
+        # Read now: Spark keeps the last 100 offsets only, and keepalives make batches.
+        offsets = [
+            p.read_text()
+            for p in (tmp_path / "checkpoint" / "offsets").iterdir()
+            if p.name.isdigit()
+        ]
+        before = len(org.emulator.log(ACCOUNT))
+        org.publish(60)
+        after = {e.event_id for e in org.emulator.log(ACCOUNT)[before:]}
+        assert after
+        wait_for(lambda: after <= {r["_cdc_event_id"] for r in rows()})
+    finally:
+        query.stop()
+    gaps = [r for r in rows() if r["_cdc_error_kind"] == "replay_gap"]
+    assert len(gaps) == 1, "the gap is one row, in one micro-batch"
+    detail = str(gaps[0]["_cdc_error"])
+    assert f"after {gone}" in detail and "resumed at latest" in detail
+    assert gaps[0]["_cdc_entity"] == "Account" and gaps[0]["_cdc_event_id"] is None
+    # The offset that ends the gap's micro-batch records it (so a re-read brings it back).
+    assert sum('"gaps"' in text for text in offsets) == 1
+    decoded = [r for r in rows() if r["_cdc_error"] is None]
+    assert {r["_cdc_event_id"] for r in decoded} == after
