@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from ingest.emulator.workload import WorkloadMix
@@ -143,6 +143,13 @@ def assert_silver_holds_every_change_once(org: Org, lake: Path) -> list[dict[str
     }
     assert len(places) == len(published)
     return silver
+
+
+def silver_batch(spark: SparkSession, org: Org, **options: str) -> DataFrame:
+    """A batch read of Account's topic decoded to silver (until it is quiet for 1 s)."""
+    spark.dataSource.register(SalesforceSource)
+    settings = org.options(decode="silver", batchIdleSeconds="1", **options)
+    return spark.read.format("salesforce").options(**settings).load()
 
 
 def wait(done: Any, check: Any, timeout: float = 240.0) -> None:
@@ -347,12 +354,7 @@ def test_a_batch_handed_to_the_sink_twice_changes_nothing_the_second_time(
     org.publish(150)
     conf = write_conf(tmp_path, org)
     lake = tmp_path / "lake"
-    spark.dataSource.register(SalesforceSource)
-    batch = (
-        spark.read.format("salesforce")
-        .options(**org.options(decode="silver", batchIdleSeconds="1"))
-        .load()
-    )
+    batch = silver_batch(spark, org)
     outside = GoldSink(spark, conf_dir=conf, object="Account")
     with pytest.raises(ConfigError, match="app_id="):
         outside.append_silver(batch, 0)
@@ -390,12 +392,7 @@ def test_gap_and_overflow_events_flag_exactly_the_records_they_touch_for_resync(
     assert any(g.change_type == "GAP_OVERFLOW" for g in log)
     conf = write_conf(tmp_path, org)
     lake = tmp_path / "lake"
-    spark.dataSource.register(SalesforceSource)
-    batch = (
-        spark.read.format("salesforce")
-        .options(**org.options(decode="silver", batchIdleSeconds="1"))
-        .load()
-    )
+    batch = silver_batch(spark, org)
     result = GoldSink(spark, conf_dir=conf, object="Account", app_id="gaps")(batch, 0)
 
     assert result.gold is not None and result.gold.resync_rows > 0
@@ -424,18 +421,8 @@ def test_a_replay_gap_becomes_one_whole_object_resync_row(
     retained = {e.event_id for e in org.emulator.log(ACCOUNT)}
     conf = write_conf(tmp_path, org)
     lake = tmp_path / "lake"
-    spark.dataSource.register(SalesforceSource)
-    batch = (
-        spark.read.format("salesforce")
-        .options(
-            **org.options(
-                decode="silver",
-                batchIdleSeconds="1",
-                startingReplay=base64.b64encode(gone).decode(),
-                onCorrupted=policy,
-            )
-        )
-        .load()
+    batch = silver_batch(
+        spark, org, startingReplay=base64.b64encode(gone).decode(), onCorrupted=policy
     )
     sink = GoldSink(spark, conf_dir=conf, object="Account", app_id="gap")
     first = sink(batch, 5)
@@ -470,12 +457,7 @@ def test_events_of_a_schema_the_server_refuses_are_quarantined_once_and_the_rest
     org.emulator.faults.refuse_schema(old.schema_id, "schema.meta.permission")
     conf = write_conf(tmp_path, org)
     lake = tmp_path / "lake"
-    spark.dataSource.register(SalesforceSource)
-    batch = (
-        spark.read.format("salesforce")
-        .options(**org.options(decode="silver", batchIdleSeconds="1"))
-        .load()
-    )
+    batch = silver_batch(spark, org)
     sink = GoldSink(spark, conf_dir=conf, object="Account", app_id="refused")
     first = sink(batch, 3)
     again = sink(batch, 3)
