@@ -14,7 +14,7 @@ import pytest
 from ingest.errors import LakeError
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.engines.local import LocalEngine
-from pipelines.gold import job
+from pipelines.gold import object_run
 from pipelines.gold.job import app_id, history_table, tombstone_table
 from pipelines.gold.resync import RESYNC_TABLE
 from pipelines.silver.columns import FieldLayout
@@ -151,7 +151,7 @@ def test_a_run_that_dies_between_two_steps_resumes_at_the_next_one(
     once.gold()
     assert len(_gold_commits(once)) == 1
     env = _local_lake(tmp_path / "steps", f"gold: {{{HARD_SCD2}, {CHUNKED}}}\n", batches)
-    merge_gold = job._ObjectRun._merge_gold
+    merge_gold = object_run.ObjectRun._merge_gold
     merges: list[int] = []
 
     def dies_at_the_second(self: Any, source: Any, plan: Any, version: int, start: int) -> Any:
@@ -160,12 +160,12 @@ def test_a_run_that_dies_between_two_steps_resumes_at_the_next_one(
             raise LakeError("killed")
         return merge_gold(self, source, plan, version, start)
 
-    monkeypatch.setattr(job._ObjectRun, "_merge_gold", dies_at_the_second)
+    monkeypatch.setattr(object_run.ObjectRun, "_merge_gold", dies_at_the_second)
     with pytest.raises(LakeError, match="killed"):
         env.gold()
     first, last = _step_ends(env)
     assert _gold_commits(env) == [first]
-    monkeypatch.setattr(job._ObjectRun, "_merge_gold", merge_gold)
+    monkeypatch.setattr(object_run.ObjectRun, "_merge_gold", merge_gold)
     (result,) = env.gold().objects
     # The second run folds the second step only; the first one's writes stay as they were.
     assert (result.after_version, result.silver_version) == (first, last)

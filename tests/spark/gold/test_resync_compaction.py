@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.gold import job
+from pipelines.gold import object_run
 from pipelines.gold.resync import RESYNC_TABLE
 from tests.spark.gold.conftest import Silver
 from tests.spark.gold.lakes import NOW, LakeFactory
@@ -18,7 +18,7 @@ from tests.spark.gold.lakes import NOW, LakeFactory
 def test_the_resync_table_is_compacted_every_few_versions(
     lake: LakeFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(job, "RESYNC_COMPACT_EVERY", 3)
+    monkeypatch.setattr(object_run, "RESYNC_COMPACT_EVERY", 3)
     env = lake()
     batch = Silver()
     for n in range(5):

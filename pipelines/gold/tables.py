@@ -1,0 +1,58 @@
+"""Where gold writes: its tables' names and the Delta app ids its MERGEs record.
+
+An object's gold table is ``gold.<tables.gold>``; hard deletes are remembered in
+``<gold table>_tombstones`` and the SCD2 history is ``<gold table>_history``. Each of the three
+MERGEs carries a Delta transaction (app id + silver version) so a step retried after a crash
+applies once.
+"""
+
+from __future__ import annotations
+
+from ingest.errors import ConcurrentWriteError
+from pipelines.engines import TableRef
+from pipelines.spec import ObjectSpec
+
+__all__ = [
+    "GOLD_APP_PREFIX",
+    "HISTORY_APP_PREFIX",
+    "TOMBSTONE_APP_PREFIX",
+    "app_id",
+    "conflict_error",
+    "gold_table",
+    "history_table",
+    "tombstone_table",
+]
+
+GOLD_APP_PREFIX = "sfcdc.gold:"
+TOMBSTONE_APP_PREFIX = "sfcdc.gold.tombstones:"
+HISTORY_APP_PREFIX = "sfcdc.gold.history:"
+
+
+def app_id(obj: ObjectSpec) -> str:
+    """The Delta app id under which ``obj``'s gold table records the silver version."""
+    return f"{GOLD_APP_PREFIX}{obj.api_name}"
+
+
+def gold_table(obj: ObjectSpec) -> TableRef:
+    return TableRef("gold", obj.tables.gold)
+
+
+def tombstone_table(obj: ObjectSpec) -> TableRef:
+    """Where hard deletes are remembered: ``<gold table>_tombstones``."""
+    return TableRef("gold", f"{obj.tables.gold}_tombstones")
+
+
+def history_table(obj: ObjectSpec) -> TableRef:
+    """The SCD2 history: ``<gold table>_history``."""
+    return TableRef("gold", f"{obj.tables.gold}_history")
+
+
+def conflict_error(table: TableRef, name: str, start: int, version: int) -> ConcurrentWriteError:
+    """What a gold MERGE that lost to another writer of ``table`` says."""
+    return ConcurrentWriteError(
+        f"gold: another writer committed to {table} while {name}'s changes from silver "
+        f"versions {start}..{version} were being merged into it (a second `sfcdc gold` or "
+        "`sfcdc run` on this lake, a resync, or a change made by hand), so Delta refused this "
+        "MERGE and nothing of it was committed. Run one gold job per lake at a time, then run "
+        "`sfcdc gold` again: it resumes from the silver version gold last recorded."
+    )
