@@ -1,6 +1,6 @@
 """The ``connection`` section of ``conf/pipeline.yml``: Salesforce (its auth flows and TLS)
-or the emulator. Models only; :mod:`pipelines.spec` reads the YAML into them and re-exports
-them, and ``pipelines.spec_schema`` publishes their JSON Schema.
+or the emulator. Models only; :mod:`pipelines.spec_load` reads the YAML into them,
+:mod:`pipelines.spec` re-exports them, and ``pipelines.spec_schema`` publishes their JSON Schema.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ channel instead of a Pub/Sub topic::
     gold:
       deletes: soft
 
-:mod:`pipelines.spec` parses the files (YAML is read there only) into
+:mod:`pipelines.spec_load` parses the files (YAML is read there only) into
 :class:`StreamingObjectSpec` and keeps them in ``Conf.streams``, apart from the Pub/Sub objects:
 the two sources land into tables of their own. The channel decides the rest:
 

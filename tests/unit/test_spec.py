@@ -986,7 +986,16 @@ def test_schema_and_loader_agree_on_examples() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["pipelines.spec", "pipelines.spec_fields", "pipelines.spec_schema"]
+    "name",
+    [
+        "pipelines.spec",
+        "pipelines.spec_connection",
+        "pipelines.spec_fields",
+        "pipelines.spec_load",
+        "pipelines.spec_models",
+        "pipelines.spec_schema",
+        "pipelines.spec_sections",
+    ],
 )
 def test_public_api_is_curated(name: str) -> None:
     import importlib
@@ -997,6 +1006,28 @@ def test_public_api_is_curated(name: str) -> None:
     for symbol in module.__all__:
         assert not symbol.startswith("_")
         assert hasattr(module, symbol), f"{name}.__all__ names missing {symbol}"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "pipelines.spec_connection",
+        "pipelines.spec_load",
+        "pipelines.spec_models",
+        "pipelines.spec_sections",
+    ],
+)
+def test_spec_reexports_what_its_modules_export(name: str) -> None:
+    # Callers import the configuration from pipelines.spec alone, wherever a model lives.
+    import importlib
+
+    import pipelines.spec
+
+    module = importlib.import_module(name)
+    missing = [symbol for symbol in module.__all__ if symbol not in pipelines.spec.__all__]
+    assert missing == [], f"pipelines.spec does not re-export {missing} from {name}"
+    for symbol in module.__all__:
+        assert getattr(pipelines.spec, symbol) is getattr(module, symbol)
 
 
 def test_yaml_is_parsed_in_exactly_one_module() -> None:
@@ -1014,7 +1045,7 @@ def test_yaml_is_parsed_in_exactly_one_module() -> None:
                     names = [node.module]
                 if any(name.split(".")[0] == "yaml" for name in names):
                     importers.append(str(path.relative_to(root)))
-    assert importers == ["pipelines/spec.py"]
+    assert importers == ["pipelines/spec_load.py"]
 
 
 def test_external_emulator_needs_its_ports_and_ca(tmp_path: Path) -> None:
