@@ -15,8 +15,8 @@ from deltalake import DeltaTable
 
 from ingest.errors import CheckpointError, LakeError
 from ingest.replay import ReplayId
+from pipelines.bronze.batches import OpenBatch, SealedBatch, bronze_rows
 from pipelines.bronze.checkpoint import CheckpointRow, CheckpointStore
-from pipelines.bronze.landing import _arrow, _OpenBatch, _Sealed
 from pipelines.bronze.tables import BRONZE_LAYOUT, BRONZE_SCHEMA, BronzeTables, ensure_tables
 from pipelines.engines import SparkEngine, TableRef, Txn
 from pipelines.engines.arrow import arrow_schema_to_spark
@@ -28,18 +28,18 @@ APP = f"sfcdc.bronze:{TOPIC}"
 TABLE = TableRef("bronze", "account")
 
 
-def _batch(batch_id: int, events: int, *, schema_ids: list[str] | None = None) -> _Sealed:
-    ob = _OpenBatch()
+def _batch(batch_id: int, events: int, *, schema_ids: list[str] | None = None) -> SealedBatch:
+    ob = OpenBatch()
     ob.replay_ids = [bytes([batch_id, i % 256, i // 256]) for i in range(events)]
     ob.event_ids = [f"{batch_id:04d}-{i:06d}-é" if i == 1 else f"e-{i}" for i in range(events)]
     ob.schema_ids = schema_ids or [f"schema-{i % 3}" for i in range(events)]
     ob.payloads = [bytes([i % 256]) * (i % 50) for i in range(events)]
     ob.times = [1_700_000_000_000_000 + batch_id, 1_700_000_000_500_000 + batch_id]
     ob.counts = [events // 2, events - events // 2]
-    return _Sealed(TOPIC, batch_id, "events", None, ob)
+    return SealedBatch(TOPIC, batch_id, "events", None, ob)
 
 
-def _reference(sealed: _Sealed) -> pa.Table:
+def _reference(sealed: SealedBatch) -> pa.Table:
     b = sealed.batch
     n = len(b.replay_ids)
     received = [t for t, c in zip(b.times, b.counts, strict=True) for _ in range(c)]
@@ -61,8 +61,8 @@ def _reference(sealed: _Sealed) -> pa.Table:
 @pytest.mark.parametrize("schema_ids", [None, ["only-one"] * 300])
 def test_batch_columns_equal_a_value_by_value_conversion(schema_ids: list[str] | None) -> None:
     sealed = _batch(7, 300, schema_ids=schema_ids)
-    expected = _reference(sealed)  # before _arrow, which releases the batch's lists
-    assert _arrow(sealed).equals(expected)
+    expected = _reference(sealed)  # before bronze_rows, which releases the batch's lists
+    assert bronze_rows(sealed).equals(expected)
 
 
 def _engine(root: Path) -> LocalEngine:

@@ -11,7 +11,8 @@ import pytest
 
 from ingest.errors import ConfigError, LakeError
 from ingest.replay import ReplayId
-from pipelines.bronze.landing import _arrow, _Committer, _Maintainer, _OpenBatch, _Sealed
+from pipelines.bronze.batches import OpenBatch, SealedBatch, bronze_rows
+from pipelines.bronze.committer import CommitThread, Maintainer
 from pipelines.bronze.tables import BRONZE_SCHEMA
 from pipelines.commands.ingest import select_topics
 from pipelines.engines import LocalEngine, TableRef
@@ -20,13 +21,13 @@ from pipelines.spec import LakeSpec, load_conf
 LOG = logging.getLogger("test")
 
 
-def _sealed(batch_id: int, topic: str = "/event/Order__e", nbytes: int = 0) -> _Sealed:
-    batch = _OpenBatch()
+def _sealed(batch_id: int, topic: str = "/event/Order__e", nbytes: int = 0) -> SealedBatch:
+    batch = OpenBatch()
     batch.nbytes = nbytes
-    return _Sealed(topic, batch_id, "keepalive", ReplayId(b"\x01"), batch)
+    return SealedBatch(topic, batch_id, "keepalive", ReplayId(b"\x01"), batch)
 
 
-def _submitting(committer: _Committer, sealed: _Sealed) -> threading.Thread:
+def _submitting(committer: CommitThread, sealed: SealedBatch) -> threading.Thread:
     thread = threading.Thread(target=committer.submit, args=(sealed,))
     thread.start()
     thread.join(0.3)
@@ -38,12 +39,12 @@ def test_a_batch_may_wait_while_a_round_commits_and_the_next_hand_over_blocks() 
     started = threading.Event()
     rounds: list[list[int]] = []
 
-    def commit(round_: list[_Sealed]) -> None:
+    def commit(round_: list[SealedBatch]) -> None:
         started.set()
         release.wait(10)
         rounds.append([s.batch_id for s in round_])
 
-    committer = _Committer(commit, logger=LOG)
+    committer = CommitThread(commit, logger=LOG)
     committer.start()
     committer.submit(_sealed(1))
     assert started.wait(10)
@@ -64,12 +65,12 @@ def test_a_round_takes_the_oldest_waiting_batch_of_each_topic() -> None:
     started = threading.Event()
     rounds: list[list[tuple[str, int]]] = []
 
-    def commit(round_: list[_Sealed]) -> None:
+    def commit(round_: list[SealedBatch]) -> None:
         started.set()
         release.wait(10)
         rounds.append([(s.topic[-1], s.batch_id) for s in round_])
 
-    committer = _Committer(commit, logger=LOG, limit=3, max_bytes=100)
+    committer = CommitThread(commit, logger=LOG, limit=3, max_bytes=100)
     committer.start()
     committer.submit(_sealed(1, "/event/A"))
     assert started.wait(10)
@@ -92,11 +93,11 @@ def test_waiting_batches_are_bounded_by_bytes_too() -> None:
     release = threading.Event()
     started = threading.Event()
 
-    def commit(round_: list[_Sealed]) -> None:
+    def commit(round_: list[SealedBatch]) -> None:
         started.set()
         release.wait(10)
 
-    committer = _Committer(commit, logger=LOG, limit=10, max_bytes=100)
+    committer = CommitThread(commit, logger=LOG, limit=10, max_bytes=100)
     committer.start()
     committer.submit(_sealed(1, "/event/A", nbytes=80))
     assert started.wait(10)
@@ -112,10 +113,10 @@ def test_waiting_batches_are_bounded_by_bytes_too() -> None:
 
 
 def test_a_failed_commit_surfaces_in_the_consuming_thread() -> None:
-    def commit(round_: list[_Sealed]) -> None:
+    def commit(round_: list[SealedBatch]) -> None:
         raise LakeError(f"disk full while writing batch {round_[0].batch_id}")
 
-    committer = _Committer(commit, logger=LOG)
+    committer = CommitThread(commit, logger=LOG)
     committer.start()
     committer.submit(_sealed(7))
     with pytest.raises(LakeError, match="batch 7"):
@@ -126,14 +127,16 @@ def test_a_failed_commit_surfaces_in_the_consuming_thread() -> None:
 
 
 def test_a_batch_becomes_bronze_rows_in_stream_order() -> None:
-    batch = _OpenBatch()
+    batch = OpenBatch()
     batch.replay_ids = [b"\x00\x01", b"\x00\x02", b"\x00\x03"]
     batch.event_ids = ["e1", "e2", "e3"]
     batch.schema_ids = ["s1", "s1", "s2"]
     batch.payloads = [b"a", b"bb", b""]
     batch.times = [1_700_000_000_000_000, 1_700_000_001_000_000]
     batch.counts = [2, 1]
-    table = _arrow(_Sealed("/data/ChangeEvents", 4, "events", ReplayId(b"\x00\x03"), batch))
+    table = bronze_rows(
+        SealedBatch("/data/ChangeEvents", 4, "events", ReplayId(b"\x00\x03"), batch)
+    )
     assert table.schema.equals(BRONZE_SCHEMA)
     rows = table.to_pylist()
     assert [r["replay_id"] for r in rows] == [b"\x00\x01", b"\x00\x02", b"\x00\x03"]
@@ -209,7 +212,7 @@ def test_maintenance_runs_beside_the_commits_once_per_waiting_table_and_failures
             raise LakeError("disk full")
         done.append(table.name)
 
-    maintainer = _Maintainer(maintain, logger=LOG)
+    maintainer = Maintainer(maintain, logger=LOG)
     maintainer.request(a)  # returns at once: the caller (the committer) goes on
     assert started.wait(10)
     for table in (b, a, b):  # asked for while waiting: once each
@@ -237,7 +240,7 @@ def test_closing_the_maintainer_finishes_what_waits_then_ignores_requests() -> N
         release.wait(10)
         done.append(table.name)
 
-    maintainer = _Maintainer(maintain, logger=LOG)
+    maintainer = Maintainer(maintain, logger=LOG)
     maintainer.request(TableRef("bronze", "a"))
     assert started.wait(10)
     maintainer.request(TableRef("bronze", "b"))

@@ -13,6 +13,9 @@ MODULES = [
     "pipelines.bronze.checkpoint",
     "pipelines.engines.deltalog",
     "pipelines.bronze.landing",
+    "pipelines.bronze.landing_state",
+    "pipelines.bronze.batches",
+    "pipelines.bronze.committer",
     "pipelines.connect",
     "pipelines.commands.ingest",
 ]
