@@ -16,6 +16,12 @@ MODULES = [
     "ingest.emulator.truth",
     "ingest.emulator.values",
     "ingest.emulator.workload",
+    "ingest.emulator.workload_emit",
+    "ingest.emulator.workload_mix",
+    "ingest.emulator.workload_plans",
+    "ingest.emulator.workload_records",
+    "ingest.emulator.workload_tx",
+    "ingest.emulator.workload_values",
 ]
 
 
