@@ -35,8 +35,9 @@ from ingest.emulator.managed import (
 )
 from ingest.emulator.oauth import OAuthClient, OAuthServer, Token, TokenStore
 from ingest.emulator.rest import RestApi
-from ingest.emulator.service import PubSubService, ResponseEncoding, ServiceSettings
+from ingest.emulator.service import PubSubService, ServiceSettings
 from ingest.emulator.streaming import StreamingApi, StreamingSettings
+from ingest.emulator.streams import ResponseEncoding
 from ingest.emulator.tls import CA_CERT, SERVER_CERT, SERVER_KEY, TlsMaterial, ensure_tls
 from ingest.emulator.topics import Catalogue, EmittedEvent
 from ingest.emulator.truth import GroundTruth

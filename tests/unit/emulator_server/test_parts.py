@@ -30,8 +30,10 @@ MODULES = [
     "ingest.emulator.faults",
     "ingest.emulator.managed",
     "ingest.emulator.oauth",
+    "ingest.emulator.rpc_errors",
     "ingest.emulator.server",
     "ingest.emulator.service",
+    "ingest.emulator.streams",
     "ingest.emulator.tls",
 ]
 
