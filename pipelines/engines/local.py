@@ -16,6 +16,10 @@ writes them too.
 - A Spark session is needed only to query tables with Spark SQL (:meth:`LocalEngine.sql`):
   ``register_sql`` creates views named like the tables over their current files
   (:mod:`pipelines.engines.local_views`) and refreshes them after every write of this engine.
+
+The reads are :class:`~pipelines.engines.local_reads.LocalReads`, the writes
+:class:`~pipelines.engines.local_writes.LocalWrites`; :class:`LocalEngine` holds the tables,
+their metadata, the in-process execution, maintenance and the SQL views.
 """
 
 from __future__ import annotations
@@ -30,23 +34,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from deltalake import (
-    ColumnProperties,
-    CommitProperties,
-    DeltaTable,
-    Schema,
-    Transaction,
-    WriterProperties,
-    write_deltalake,
-)
+from deltalake import DeltaTable, Schema
 from deltalake.exceptions import DeltaError
 from pyspark.sql.types import StructType
 
 from ingest.errors import LakeError
 from pipelines.engines.arrow import (
-    arrow_schema_to_spark,
-    conform_to_schema,
     dataframe_to_arrow,
     fit_to_schema,
     normalize_arrow,
@@ -55,34 +48,20 @@ from pipelines.engines.arrow import (
     spark_schema_to_arrow,
 )
 from pipelines.engines.base import (
-    CDF_PROPERTY,
     DEFAULT_PROPERTIES,
     LAYERS,
     BatchFunction,
-    CommitResult,
-    Condition,
     HistoryEntry,
     MaintenanceResult,
-    MergeMetrics,
-    TableChanges,
     TableFunction,
     TableRef,
-    Txn,
-    WriteLayout,
-    check_conditions,
-    check_until,
     decode_user_metadata,
-    encode_user_metadata,
-    merge_keys,
-    txn_applied,
 )
-from pipelines.engines.deltalog import (
-    DirectAppender,
-    StaleTable,
-    expire_log,
-)
+from pipelines.engines.deltalog import DirectAppender, expire_log
 from pipelines.engines.local_maintenance import compact_in_tiers, keep_tombstones
-from pipelines.engines.parquet_read import data_file, read_parquet
+from pipelines.engines.local_reads import NATIVE_READER_FEATURES, LocalReads
+from pipelines.engines.local_writes import LocalWrites
+from pipelines.engines.parquet_read import data_file
 from pipelines.engines.rewrite_lock import rewrite_lock
 from pipelines.engines.sql import quote_identifier
 from pipelines.engines.vacuum import vacuum
@@ -97,23 +76,12 @@ __all__ = ["NATIVE_READER_FEATURES", "LocalEngine"]
 
 _log = logging.getLogger(__name__)
 
-# Reader features that do not change how a snapshot's Parquet files are read. Anything else
-# (deletion vectors, column mapping, ...) makes the engine read through delta-rs instead.
-NATIVE_READER_FEATURES = frozenset(
-    {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "checkpointProtection"}
-)
 _MIN_SAFE_VACUUM_HOURS = 168.0
 # Rows per batch handed to a layer function (what Spark's Arrow batches hold here too).
 BATCH_ROWS = 20_000
-_CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
-def _dq(name: str) -> str:
-    """A double-quoted identifier for delta-rs (DataFusion) SQL."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-class LocalEngine:
+class LocalEngine(LocalReads, LocalWrites):
     """Delta tables on a local (or mounted) file system, through delta-rs and pyarrow.
 
     ``spark`` (optional) is the session :meth:`sql` and :meth:`register_sql` use; nothing
@@ -305,20 +273,7 @@ class LocalEngine:
         if missing or changed:
             self._after_write(table)
 
-    # ------------------------------------------------------------------------- writing
-
-    @staticmethod
-    def _commit_properties(txn: Txn | None, metadata: Mapping[str, str] | None) -> CommitProperties:
-        text = encode_user_metadata(metadata, txn)
-        return CommitProperties(
-            custom_metadata={"userMetadata": text} if text else None,
-            app_transactions=[Transaction(txn.app_id, txn.version)] if txn else None,
-        )
-
-    def _already_applied(self, dt: DeltaTable | None, table: TableRef, txn: Txn | None) -> bool:
-        if dt is None or txn is None:
-            return False
-        return txn_applied(table, txn, dt.transaction_version(txn.app_id), _log)
+    # ---------------------------------------------------------------------- execution
 
     @staticmethod
     def _to_arrow(data: Any) -> pa.Table:
@@ -331,367 +286,6 @@ class LocalEngine:
         raise LakeError(
             f"data must be a pyarrow.Table or a Spark DataFrame (got a {type(data).__name__})"
         )
-
-    @staticmethod
-    def _writer_properties(layout: WriteLayout | None) -> WriterProperties | None:
-        if layout is None:
-            return None
-        columns: dict[str, ColumnProperties] = {}
-        for name in dict.fromkeys([*layout.distinct, *layout.unindexed]):
-            columns[name] = ColumnProperties(
-                dictionary_enabled=False if name in layout.distinct else None,
-                statistics_enabled="NONE" if name in layout.unindexed else None,
-            )
-        return WriterProperties(
-            max_row_group_size=layout.row_group_rows, column_properties=columns or None
-        )
-
-    def append(
-        self,
-        table: TableRef,
-        data: Any,
-        *,
-        txn: Txn | None = None,
-        metadata: Mapping[str, str] | None = None,
-        evolve_schema: bool = True,
-        layout: WriteLayout | None = None,
-    ) -> CommitResult:
-        arrow = normalize_arrow(self._to_arrow(data))
-        direct = self._direct_append(table, [(arrow, txn)], metadata=metadata, layout=layout)
-        if direct is not None:
-            return direct[0]
-        dt = self._load(table)
-        if dt is None:
-            if arrow.num_rows == 0 and txn is None:
-                return CommitResult(table, None, skipped=False, rows=0)
-            self.ensure_table(table, arrow_schema_to_spark(arrow.schema))
-            dt = self._require(table)
-        target = spark_schema_to_arrow(self._schema_of(dt))
-        arrow, grows = conform_to_schema(arrow, target, evolve=evolve_schema, table_name=str(table))
-        if not grows:
-            direct = self._direct_append(table, [(arrow, txn)], metadata=metadata, layout=layout)
-            if direct is not None:
-                return direct[0]
-        if self._already_applied(dt, table, txn):
-            return CommitResult(table, dt.version(), skipped=True, rows=0)
-        if arrow.num_rows == 0 and txn is None:
-            return CommitResult(table, None, skipped=False, rows=0)
-        writer = self._writer_properties(layout)
-        # delta-rs takes no explicit None for its writer defaults.
-        tuning: dict[str, Any] = {"writer_properties": writer} if writer is not None else {}
-        with self._errors("append to", table):
-            write_deltalake(
-                dt,
-                arrow,
-                mode="append",
-                schema_mode="merge" if grows else None,
-                commit_properties=self._commit_properties(txn, metadata),
-                **tuning,
-            )
-            dt.update_incremental()
-        self._direct.forget(table)
-        _log.debug("%s: appended %d rows as version %d", table, arrow.num_rows, dt.version())
-        self._after_write(table)
-        return CommitResult(table, dt.version(), skipped=False, rows=arrow.num_rows)
-
-    def append_parts(
-        self,
-        table: TableRef,
-        parts: Sequence[tuple[pa.Table, Txn]],
-        *,
-        metadata: Mapping[str, str] | None = None,
-    ) -> list[CommitResult]:
-        if not parts:
-            return []
-        fitted = [(normalize_arrow(data), txn) for data, txn in parts]
-        direct = self._direct_append(table, fitted, metadata=metadata)
-        if direct is not None:
-            return direct
-        dt = self._load(table)
-        if dt is not None:
-            target = spark_schema_to_arrow(self._schema_of(dt))
-            fitted = [
-                (conform_to_schema(data, target, evolve=False, table_name=str(table))[0], txn)
-                for data, txn in parts
-            ]
-            direct = self._direct_append(table, fitted, metadata=metadata)
-            if direct is not None:
-                return direct
-        return [self.append(table, data, txn=txn, metadata=metadata) for data, txn in parts]
-
-    def _direct_append(
-        self,
-        table: TableRef,
-        parts: Sequence[tuple[pa.Table, Txn | None]],
-        *,
-        metadata: Mapping[str, str] | None,
-        layout: WriteLayout | None = None,
-    ) -> list[CommitResult] | None:
-        """The parts committed by :class:`~pipelines.engines.deltalog.DirectAppender` when it
-        takes them (they have the table's exact schema and the table a plain protocol);
-        ``None`` when they must go through delta-rs."""
-        if not all(self._direct.accepts(table, data.schema) for data, _ in parts):
-            return None
-        try:
-            results = self._direct.append_parts(table, parts, metadata=metadata, layout=layout)
-        except StaleTable:
-            return None
-        if any(r.version is not None and not r.skipped for r in results):
-            self._after_write(table)
-        return results
-
-    def overwrite(
-        self,
-        table: TableRef,
-        data: Any,
-        *,
-        txn: Txn | None = None,
-        metadata: Mapping[str, str] | None = None,
-        replace_schema: bool = False,
-    ) -> CommitResult:
-        dt = self._load(table)
-        if self._already_applied(dt, table, txn):
-            assert dt is not None
-            return CommitResult(table, dt.version(), skipped=True, rows=0)
-        arrow = self._to_arrow(data)
-        props = self._commit_properties(txn, metadata)
-        if dt is None:
-            self.ensure_table(table, arrow_schema_to_spark(normalize_arrow(arrow).schema))
-            dt = self._require(table)
-        with self._rewriting(table, "overwrite"), self._errors("overwrite", table):
-            dt.update_incremental()  # every file of the latest version goes (see merge)
-            if replace_schema:
-                arrow = normalize_arrow(arrow)
-                write_deltalake(
-                    dt, arrow, mode="overwrite", schema_mode="overwrite", commit_properties=props
-                )
-            else:
-                target = spark_schema_to_arrow(self._schema_of(dt))
-                arrow, grows = conform_to_schema(arrow, target, evolve=True, table_name=str(table))
-                write_deltalake(
-                    dt,
-                    arrow,
-                    mode="overwrite",
-                    schema_mode="merge" if grows else None,
-                    commit_properties=props,
-                )
-            dt.update_incremental()
-        self._direct.forget(table)
-        _log.info("%s: overwrote with %d rows as version %d", table, arrow.num_rows, dt.version())
-        self._after_write(table)
-        return CommitResult(table, dt.version(), skipped=False, rows=arrow.num_rows)
-
-    def merge(
-        self,
-        table: TableRef,
-        source: Any,
-        *,
-        on: Sequence[str],
-        update_condition: str | None = None,
-        delete_condition: str | None = None,
-        insert: bool = True,
-        txn: Txn | None = None,
-        metadata: Mapping[str, str] | None = None,
-        evolve_schema: bool = True,
-    ) -> MergeMetrics:
-        keys = merge_keys(on)
-        started = self._clock()
-        dt = self._load(table)
-        if self._already_applied(dt, table, txn):
-            assert dt is not None
-            return MergeMetrics(table, 0, 0, 0, 0, dt.version(), True, self._clock() - started)
-        arrow = normalize_arrow(self._to_arrow(source))
-        lower = {c.lower() for c in arrow.column_names}
-        absent = [k for k in keys if k.lower() not in lower]
-        if absent:
-            raise LakeError(
-                f"merge into {table}: key columns {absent} are not in the source (columns: "
-                f"{', '.join(arrow.column_names)})"
-            )
-        if dt is None:
-            self.ensure_table(table, arrow_schema_to_spark(arrow.schema))
-            dt = self._require(table)
-        target = spark_schema_to_arrow(self._schema_of(dt))
-        arrow, _grows = conform_to_schema(
-            arrow, target, evolve=evolve_schema, table_name=str(table), fill_missing=False
-        )
-        predicate = " AND ".join(f"target.{_dq(k)} = source.{_dq(k)}" for k in keys)
-        with self._rewriting(table, "merge"), self._errors("merge into", table):
-            # The latest version, read under the lock: merged into an older one, delta-rs
-            # would let this commit remove files a compaction has already replaced.
-            dt.update_incremental()
-            before = dt.version()
-            merger = dt.merge(
-                arrow,
-                predicate,
-                source_alias="source",
-                target_alias="target",
-                merge_schema=evolve_schema,
-                # The source is an Arrow table in memory already: merged as a table, delta-rs
-                # knows its key range and joins it without streaming it through a spill-able
-                # plan (a third less time for 100k changes into 1M rows).
-                streamed_exec=False,
-                commit_properties=self._commit_properties(txn, metadata),
-            )
-            if delete_condition:
-                merger = merger.when_matched_delete(predicate=delete_condition)
-            merger = merger.when_matched_update_all(predicate=update_condition)
-            if insert:
-                merger = merger.when_not_matched_insert_all()
-            reported = merger.execute()
-            dt.update_incremental()
-            if txn is not None and dt.version() == before:
-                # delta-rs commits nothing when no row changes; the txn must still be recorded.
-                write_deltalake(
-                    dt,
-                    target.empty_table(),
-                    mode="append",
-                    commit_properties=self._commit_properties(txn, metadata),
-                )
-                dt.update_incremental()
-        self._direct.forget(table)
-        metrics = MergeMetrics(
-            table,
-            inserted=int(reported.get("num_target_rows_inserted", 0)),
-            updated=int(reported.get("num_target_rows_updated", 0)),
-            deleted=int(reported.get("num_target_rows_deleted", 0)),
-            source_rows=int(reported.get("num_source_rows", arrow.num_rows)),
-            version=dt.version(),
-            skipped=False,
-            duration_s=self._clock() - started,
-        )
-        _log.info(
-            "%s: merged %d source rows (%d inserted, %d updated, %d deleted) as version %d",
-            table,
-            metrics.source_rows,
-            metrics.inserted,
-            metrics.updated,
-            metrics.deleted,
-            metrics.version,
-        )
-        self._after_write(table)
-        return metrics
-
-    # ------------------------------------------------------------------------- reading
-
-    def _reads_natively(self, dt: DeltaTable) -> bool:
-        protocol = dt.protocol()
-        features = set(protocol.reader_features or ())
-        mapping = dt.metadata().configuration.get("delta.columnMapping.mode", "none")
-        return (
-            not dt.metadata().partition_columns
-            and features <= NATIVE_READER_FEATURES
-            and mapping in (None, "none")
-        )
-
-    def _snapshot(
-        self,
-        table: TableRef,
-        dt: DeltaTable,
-        columns: Sequence[str] | None,
-        conditions: Sequence[Condition] = (),
-    ) -> pa.Table:
-        schema = spark_schema_to_arrow(self._schema_of(dt))
-        names = list(schema.names if columns is None else columns)
-        unknown = sorted({*names, *(c for c, _op, _v in conditions)} - set(schema.names))
-        if unknown:
-            raise LakeError(
-                f"{table} has no column {', '.join(map(repr, unknown))} (columns: "
-                f"{', '.join(schema.names)})"
-            )
-        with self._errors("read", table):
-            if not self._reads_natively(dt):
-                rows = dt.to_pyarrow_table(columns=names, filters=list(conditions) or None)
-                return fit_to_schema(rows, pa.schema([schema.field(n) for n in names]))
-            # The snapshot's files are read with pyarrow's Parquet reader itself: delta-rs'
-            # dataset wrapper leaves threads behind that abort the interpreter at exit
-            # ("terminate called without an active exception"), and pyarrow.dataset imports
-            # pandas, half a second of start-up for a landing process that never uses it.
-            return read_parquet(dt.file_uris(), schema, names, conditions)
-
-    def read(
-        self, table: TableRef, *, version: int | None = None, columns: Sequence[str] | None = None
-    ) -> pa.Table:
-        return self._snapshot(table, self._require(table, version), columns)
-
-    def read_arrow(
-        self,
-        table: TableRef,
-        *,
-        columns: Sequence[str] | None = None,
-        where: Sequence[Condition] = (),
-    ) -> pa.Table:
-        return self._snapshot(table, self._require(table), columns, check_conditions(where))
-
-    def read_keyed(
-        self, table: TableRef, *, key: str, keys: Any, columns: Sequence[str] | None = None
-    ) -> pa.Table:
-        values = pc.unique(pc.drop_null(self._to_arrow(keys).column(key))).to_pylist()
-        if not values:
-            schema = spark_schema_to_arrow(self._schema_of(self._require(table)))
-            names = list(schema.names if columns is None else columns)
-            return pa.schema([schema.field(n) for n in names]).empty_table()
-        return self.read_arrow(table, columns=columns, where=[(key, "in", values)])
-
-    def read_appends(
-        self,
-        table: TableRef,
-        *,
-        after_version: int | None,
-        until_version: int | None = None,
-        columns: Sequence[str] | None = None,
-    ) -> TableChanges:
-        dt = self._require(table)
-        current = check_until(table, dt.version(), after_version, until_version)
-        if current != dt.version():
-            dt = self._require(table, current)
-        if after_version is None:
-            return TableChanges(table, self._snapshot(table, dt, columns), 0, current)
-        schema = spark_schema_to_arrow(self._schema_of(dt))
-        names = list(schema.names if columns is None else columns)
-        if after_version == current:
-            empty = pa.schema([schema.field(n) for n in names]).empty_table()
-            return TableChanges(table, empty, None, current)
-        if dt.metadata().configuration.get(CDF_PROPERTY, "false").lower() != "true":
-            _log.warning(
-                "%s: its change data feed is off (%s); reading the whole table at version %d "
-                "instead of the rows added after version %d",
-                table,
-                CDF_PROPERTY,
-                current,
-                after_version,
-            )
-            return TableChanges(
-                table, self._snapshot(table, dt, columns), after_version + 1, current, True
-            )
-        try:
-            with self._errors("read the change data feed of", table):
-                # Every column: delta-rs' column list is parsed as SQL, which folds the case of
-                # names such as "Id".
-                reader = dt.load_cdf(starting_version=after_version + 1, ending_version=current)
-                changes = pa.table(reader)
-        except LakeError as exc:
-            _log.warning(
-                "%s: cannot read the rows added after version %d from the change data feed "
-                "(%s); reading the whole table at version %d instead",
-                table,
-                after_version,
-                exc,
-                current,
-            )
-            return TableChanges(
-                table, self._snapshot(table, dt, columns), after_version + 1, current, True
-            )
-        wanted = pa.schema(
-            [*(schema.field(n) for n in names), pa.field("_change_type", pa.string())]
-        )
-        # Cast first: delta-rs answers with view types, which Arrow's filter does not take.
-        changes = fit_to_schema(changes, wanted)
-        inserted = changes.filter(pc.equal(changes.column("_change_type"), "insert"))
-        rows = inserted.drop_columns(["_change_type"])
-        return TableChanges(table, rows, after_version + 1, current)
-
-    # ---------------------------------------------------------------------- execution
 
     def rows(self, data: pa.Table, schema: StructType | None = None) -> pa.Table:
         if schema is None:

@@ -321,6 +321,8 @@ def test_conform_never_drops_new_struct_fields() -> None:
         "pipelines.engines.arrow",
         "pipelines.engines.base",
         "pipelines.engines.local",
+        "pipelines.engines.local_reads",
+        "pipelines.engines.local_writes",
         "pipelines.engines.spark",
         "pipelines.engines.spark_sql",
         "pipelines.engines.sql",

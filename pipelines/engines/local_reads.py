@@ -1,0 +1,176 @@
+"""Reads of the local engine: table snapshots, filtered and keyed reads, and the rows appended
+after a version (from the change data feed).
+
+:class:`LocalReads` is part of :class:`~pipelines.engines.local.LocalEngine`. A snapshot of a
+table whose Delta features do not change how its Parquet files are read is read with pyarrow
+(:mod:`pipelines.engines.parquet_read`); any other table through delta-rs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+from pyspark.sql.types import StructType
+
+from ingest.errors import LakeError
+from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
+from pipelines.engines.base import (
+    CDF_PROPERTY,
+    Condition,
+    TableChanges,
+    TableRef,
+    check_conditions,
+    check_until,
+)
+from pipelines.engines.parquet_read import read_parquet
+
+__all__ = ["NATIVE_READER_FEATURES", "LocalReads"]
+
+# The engine's log lines stay under its module's logger, whichever module writes them.
+_log = logging.getLogger("pipelines.engines.local")
+
+# Reader features that do not change how a snapshot's Parquet files are read. Anything else
+# (deletion vectors, column mapping, ...) makes the engine read through delta-rs instead.
+NATIVE_READER_FEATURES = frozenset(
+    {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "checkpointProtection"}
+)
+_CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
+class LocalReads:
+    """Snapshots, filtered and keyed reads, and appended rows of
+    :class:`~pipelines.engines.local.LocalEngine`."""
+
+    if TYPE_CHECKING:
+
+        def _require(self, table: TableRef, version: int | None = None) -> DeltaTable: ...
+        def _errors(
+            self, action: str, table: TableRef
+        ) -> contextlib.AbstractContextManager[None]: ...
+        @staticmethod
+        def _schema_of(dt: DeltaTable) -> StructType: ...
+        @staticmethod
+        def _to_arrow(data: Any) -> pa.Table: ...
+
+    def _reads_natively(self, dt: DeltaTable) -> bool:
+        protocol = dt.protocol()
+        features = set(protocol.reader_features or ())
+        mapping = dt.metadata().configuration.get("delta.columnMapping.mode", "none")
+        return (
+            not dt.metadata().partition_columns
+            and features <= NATIVE_READER_FEATURES
+            and mapping in (None, "none")
+        )
+
+    def _snapshot(
+        self,
+        table: TableRef,
+        dt: DeltaTable,
+        columns: Sequence[str] | None,
+        conditions: Sequence[Condition] = (),
+    ) -> pa.Table:
+        schema = spark_schema_to_arrow(self._schema_of(dt))
+        names = list(schema.names if columns is None else columns)
+        unknown = sorted({*names, *(c for c, _op, _v in conditions)} - set(schema.names))
+        if unknown:
+            raise LakeError(
+                f"{table} has no column {', '.join(map(repr, unknown))} (columns: "
+                f"{', '.join(schema.names)})"
+            )
+        with self._errors("read", table):
+            if not self._reads_natively(dt):
+                rows = dt.to_pyarrow_table(columns=names, filters=list(conditions) or None)
+                return fit_to_schema(rows, pa.schema([schema.field(n) for n in names]))
+            # The snapshot's files are read with pyarrow's Parquet reader itself: delta-rs'
+            # dataset wrapper leaves threads behind that abort the interpreter at exit
+            # ("terminate called without an active exception"), and pyarrow.dataset imports
+            # pandas, half a second of start-up for a landing process that never uses it.
+            return read_parquet(dt.file_uris(), schema, names, conditions)
+
+    def read(
+        self, table: TableRef, *, version: int | None = None, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        return self._snapshot(table, self._require(table, version), columns)
+
+    def read_arrow(
+        self,
+        table: TableRef,
+        *,
+        columns: Sequence[str] | None = None,
+        where: Sequence[Condition] = (),
+    ) -> pa.Table:
+        return self._snapshot(table, self._require(table), columns, check_conditions(where))
+
+    def read_keyed(
+        self, table: TableRef, *, key: str, keys: Any, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        values = pc.unique(pc.drop_null(self._to_arrow(keys).column(key))).to_pylist()
+        if not values:
+            schema = spark_schema_to_arrow(self._schema_of(self._require(table)))
+            names = list(schema.names if columns is None else columns)
+            return pa.schema([schema.field(n) for n in names]).empty_table()
+        return self.read_arrow(table, columns=columns, where=[(key, "in", values)])
+
+    def read_appends(
+        self,
+        table: TableRef,
+        *,
+        after_version: int | None,
+        until_version: int | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> TableChanges:
+        dt = self._require(table)
+        current = check_until(table, dt.version(), after_version, until_version)
+        if current != dt.version():
+            dt = self._require(table, current)
+        if after_version is None:
+            return TableChanges(table, self._snapshot(table, dt, columns), 0, current)
+        schema = spark_schema_to_arrow(self._schema_of(dt))
+        names = list(schema.names if columns is None else columns)
+        if after_version == current:
+            empty = pa.schema([schema.field(n) for n in names]).empty_table()
+            return TableChanges(table, empty, None, current)
+        if dt.metadata().configuration.get(CDF_PROPERTY, "false").lower() != "true":
+            _log.warning(
+                "%s: its change data feed is off (%s); reading the whole table at version %d "
+                "instead of the rows added after version %d",
+                table,
+                CDF_PROPERTY,
+                current,
+                after_version,
+            )
+            return TableChanges(
+                table, self._snapshot(table, dt, columns), after_version + 1, current, True
+            )
+        try:
+            with self._errors("read the change data feed of", table):
+                # Every column: delta-rs' column list is parsed as SQL, which folds the case of
+                # names such as "Id".
+                reader = dt.load_cdf(starting_version=after_version + 1, ending_version=current)
+                changes = pa.table(reader)
+        except LakeError as exc:
+            _log.warning(
+                "%s: cannot read the rows added after version %d from the change data feed "
+                "(%s); reading the whole table at version %d instead",
+                table,
+                after_version,
+                exc,
+                current,
+            )
+            return TableChanges(
+                table, self._snapshot(table, dt, columns), after_version + 1, current, True
+            )
+        wanted = pa.schema(
+            [*(schema.field(n) for n in names), pa.field("_change_type", pa.string())]
+        )
+        # Cast first: delta-rs answers with view types, which Arrow's filter does not take.
+        changes = fit_to_schema(changes, wanted)
+        inserted = changes.filter(pc.equal(changes.column("_change_type"), "insert"))
+        rows = inserted.drop_columns(["_change_type"])
+        return TableChanges(table, rows, after_version + 1, current)

@@ -1,0 +1,338 @@
+"""Writes of the local engine: appends, overwrites and MERGE through delta-rs, each recording
+its transaction (app id and version) in the commit so a retried write is skipped.
+
+:class:`LocalWrites` is part of :class:`~pipelines.engines.local.LocalEngine`; it uses the
+engine's table cache, error translation, rewrite lock and view refresh. Appends whose rows
+already have the table's schema go to :class:`~pipelines.engines.deltalog.DirectAppender`
+first; a commit that removes files (overwrite, MERGE) holds the table's rewrite lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from deltalake import (
+    ColumnProperties,
+    CommitProperties,
+    DeltaTable,
+    Transaction,
+    WriterProperties,
+    write_deltalake,
+)
+from pyspark.sql.types import StructType
+
+from ingest.errors import LakeError
+from pipelines.engines.arrow import (
+    arrow_schema_to_spark,
+    conform_to_schema,
+    normalize_arrow,
+    spark_schema_to_arrow,
+)
+from pipelines.engines.base import (
+    CommitResult,
+    MergeMetrics,
+    TableRef,
+    Txn,
+    WriteLayout,
+    encode_user_metadata,
+    merge_keys,
+    txn_applied,
+)
+from pipelines.engines.deltalog import DirectAppender, StaleTable
+
+__all__ = ["LocalWrites"]
+
+# The engine's log lines stay under its module's logger, whichever module writes them.
+_log = logging.getLogger("pipelines.engines.local")
+
+
+def _dq(name: str) -> str:
+    """A double-quoted identifier for delta-rs (DataFusion) SQL."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+class LocalWrites:
+    """Appends, overwrites and MERGE of :class:`~pipelines.engines.local.LocalEngine`."""
+
+    if TYPE_CHECKING:
+        _clock: Callable[[], float]
+        _direct: DirectAppender
+
+        def _load(self, table: TableRef) -> DeltaTable | None: ...
+        def _require(self, table: TableRef, version: int | None = None) -> DeltaTable: ...
+        def _rewriting(
+            self, table: TableRef, action: str
+        ) -> contextlib.AbstractContextManager[None]: ...
+        def _errors(
+            self, action: str, table: TableRef
+        ) -> contextlib.AbstractContextManager[None]: ...
+        def _after_write(self, table: TableRef) -> None: ...
+        def ensure_table(
+            self,
+            table: TableRef,
+            schema: StructType,
+            *,
+            properties: Mapping[str, str] | None = None,
+            deletion_vectors: bool = False,
+        ) -> None: ...
+        @staticmethod
+        def _schema_of(dt: DeltaTable) -> StructType: ...
+        @staticmethod
+        def _to_arrow(data: Any) -> pa.Table: ...
+
+    @staticmethod
+    def _commit_properties(txn: Txn | None, metadata: Mapping[str, str] | None) -> CommitProperties:
+        text = encode_user_metadata(metadata, txn)
+        return CommitProperties(
+            custom_metadata={"userMetadata": text} if text else None,
+            app_transactions=[Transaction(txn.app_id, txn.version)] if txn else None,
+        )
+
+    def _already_applied(self, dt: DeltaTable | None, table: TableRef, txn: Txn | None) -> bool:
+        if dt is None or txn is None:
+            return False
+        return txn_applied(table, txn, dt.transaction_version(txn.app_id), _log)
+
+    @staticmethod
+    def _writer_properties(layout: WriteLayout | None) -> WriterProperties | None:
+        if layout is None:
+            return None
+        columns: dict[str, ColumnProperties] = {}
+        for name in dict.fromkeys([*layout.distinct, *layout.unindexed]):
+            columns[name] = ColumnProperties(
+                dictionary_enabled=False if name in layout.distinct else None,
+                statistics_enabled="NONE" if name in layout.unindexed else None,
+            )
+        return WriterProperties(
+            max_row_group_size=layout.row_group_rows, column_properties=columns or None
+        )
+
+    def append(
+        self,
+        table: TableRef,
+        data: Any,
+        *,
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+        evolve_schema: bool = True,
+        layout: WriteLayout | None = None,
+    ) -> CommitResult:
+        arrow = normalize_arrow(self._to_arrow(data))
+        direct = self._direct_append(table, [(arrow, txn)], metadata=metadata, layout=layout)
+        if direct is not None:
+            return direct[0]
+        dt = self._load(table)
+        if dt is None:
+            if arrow.num_rows == 0 and txn is None:
+                return CommitResult(table, None, skipped=False, rows=0)
+            self.ensure_table(table, arrow_schema_to_spark(arrow.schema))
+            dt = self._require(table)
+        target = spark_schema_to_arrow(self._schema_of(dt))
+        arrow, grows = conform_to_schema(arrow, target, evolve=evolve_schema, table_name=str(table))
+        if not grows:
+            direct = self._direct_append(table, [(arrow, txn)], metadata=metadata, layout=layout)
+            if direct is not None:
+                return direct[0]
+        if self._already_applied(dt, table, txn):
+            return CommitResult(table, dt.version(), skipped=True, rows=0)
+        if arrow.num_rows == 0 and txn is None:
+            return CommitResult(table, None, skipped=False, rows=0)
+        writer = self._writer_properties(layout)
+        # delta-rs takes no explicit None for its writer defaults.
+        tuning: dict[str, Any] = {"writer_properties": writer} if writer is not None else {}
+        with self._errors("append to", table):
+            write_deltalake(
+                dt,
+                arrow,
+                mode="append",
+                schema_mode="merge" if grows else None,
+                commit_properties=self._commit_properties(txn, metadata),
+                **tuning,
+            )
+            dt.update_incremental()
+        self._direct.forget(table)
+        _log.debug("%s: appended %d rows as version %d", table, arrow.num_rows, dt.version())
+        self._after_write(table)
+        return CommitResult(table, dt.version(), skipped=False, rows=arrow.num_rows)
+
+    def append_parts(
+        self,
+        table: TableRef,
+        parts: Sequence[tuple[pa.Table, Txn]],
+        *,
+        metadata: Mapping[str, str] | None = None,
+    ) -> list[CommitResult]:
+        if not parts:
+            return []
+        fitted = [(normalize_arrow(data), txn) for data, txn in parts]
+        direct = self._direct_append(table, fitted, metadata=metadata)
+        if direct is not None:
+            return direct
+        dt = self._load(table)
+        if dt is not None:
+            target = spark_schema_to_arrow(self._schema_of(dt))
+            fitted = [
+                (conform_to_schema(data, target, evolve=False, table_name=str(table))[0], txn)
+                for data, txn in parts
+            ]
+            direct = self._direct_append(table, fitted, metadata=metadata)
+            if direct is not None:
+                return direct
+        return [self.append(table, data, txn=txn, metadata=metadata) for data, txn in parts]
+
+    def _direct_append(
+        self,
+        table: TableRef,
+        parts: Sequence[tuple[pa.Table, Txn | None]],
+        *,
+        metadata: Mapping[str, str] | None,
+        layout: WriteLayout | None = None,
+    ) -> list[CommitResult] | None:
+        """The parts committed by :class:`~pipelines.engines.deltalog.DirectAppender` when it
+        takes them (they have the table's exact schema and the table a plain protocol);
+        ``None`` when they must go through delta-rs."""
+        if not all(self._direct.accepts(table, data.schema) for data, _ in parts):
+            return None
+        try:
+            results = self._direct.append_parts(table, parts, metadata=metadata, layout=layout)
+        except StaleTable:
+            return None
+        if any(r.version is not None and not r.skipped for r in results):
+            self._after_write(table)
+        return results
+
+    def overwrite(
+        self,
+        table: TableRef,
+        data: Any,
+        *,
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+        replace_schema: bool = False,
+    ) -> CommitResult:
+        dt = self._load(table)
+        if self._already_applied(dt, table, txn):
+            assert dt is not None
+            return CommitResult(table, dt.version(), skipped=True, rows=0)
+        arrow = self._to_arrow(data)
+        props = self._commit_properties(txn, metadata)
+        if dt is None:
+            self.ensure_table(table, arrow_schema_to_spark(normalize_arrow(arrow).schema))
+            dt = self._require(table)
+        with self._rewriting(table, "overwrite"), self._errors("overwrite", table):
+            dt.update_incremental()  # every file of the latest version goes (see merge)
+            if replace_schema:
+                arrow = normalize_arrow(arrow)
+                write_deltalake(
+                    dt, arrow, mode="overwrite", schema_mode="overwrite", commit_properties=props
+                )
+            else:
+                target = spark_schema_to_arrow(self._schema_of(dt))
+                arrow, grows = conform_to_schema(arrow, target, evolve=True, table_name=str(table))
+                write_deltalake(
+                    dt,
+                    arrow,
+                    mode="overwrite",
+                    schema_mode="merge" if grows else None,
+                    commit_properties=props,
+                )
+            dt.update_incremental()
+        self._direct.forget(table)
+        _log.info("%s: overwrote with %d rows as version %d", table, arrow.num_rows, dt.version())
+        self._after_write(table)
+        return CommitResult(table, dt.version(), skipped=False, rows=arrow.num_rows)
+
+    def merge(
+        self,
+        table: TableRef,
+        source: Any,
+        *,
+        on: Sequence[str],
+        update_condition: str | None = None,
+        delete_condition: str | None = None,
+        insert: bool = True,
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+        evolve_schema: bool = True,
+    ) -> MergeMetrics:
+        keys = merge_keys(on)
+        started = self._clock()
+        dt = self._load(table)
+        if self._already_applied(dt, table, txn):
+            assert dt is not None
+            return MergeMetrics(table, 0, 0, 0, 0, dt.version(), True, self._clock() - started)
+        arrow = normalize_arrow(self._to_arrow(source))
+        lower = {c.lower() for c in arrow.column_names}
+        absent = [k for k in keys if k.lower() not in lower]
+        if absent:
+            raise LakeError(
+                f"merge into {table}: key columns {absent} are not in the source (columns: "
+                f"{', '.join(arrow.column_names)})"
+            )
+        if dt is None:
+            self.ensure_table(table, arrow_schema_to_spark(arrow.schema))
+            dt = self._require(table)
+        target = spark_schema_to_arrow(self._schema_of(dt))
+        arrow, _grows = conform_to_schema(
+            arrow, target, evolve=evolve_schema, table_name=str(table), fill_missing=False
+        )
+        predicate = " AND ".join(f"target.{_dq(k)} = source.{_dq(k)}" for k in keys)
+        with self._rewriting(table, "merge"), self._errors("merge into", table):
+            # The latest version, read under the lock: merged into an older one, delta-rs
+            # would let this commit remove files a compaction has already replaced.
+            dt.update_incremental()
+            before = dt.version()
+            merger = dt.merge(
+                arrow,
+                predicate,
+                source_alias="source",
+                target_alias="target",
+                merge_schema=evolve_schema,
+                # The source is an Arrow table in memory already: merged as a table, delta-rs
+                # knows its key range and joins it without streaming it through a spill-able
+                # plan (a third less time for 100k changes into 1M rows).
+                streamed_exec=False,
+                commit_properties=self._commit_properties(txn, metadata),
+            )
+            if delete_condition:
+                merger = merger.when_matched_delete(predicate=delete_condition)
+            merger = merger.when_matched_update_all(predicate=update_condition)
+            if insert:
+                merger = merger.when_not_matched_insert_all()
+            reported = merger.execute()
+            dt.update_incremental()
+            if txn is not None and dt.version() == before:
+                # delta-rs commits nothing when no row changes; the txn must still be recorded.
+                write_deltalake(
+                    dt,
+                    target.empty_table(),
+                    mode="append",
+                    commit_properties=self._commit_properties(txn, metadata),
+                )
+                dt.update_incremental()
+        self._direct.forget(table)
+        metrics = MergeMetrics(
+            table,
+            inserted=int(reported.get("num_target_rows_inserted", 0)),
+            updated=int(reported.get("num_target_rows_updated", 0)),
+            deleted=int(reported.get("num_target_rows_deleted", 0)),
+            source_rows=int(reported.get("num_source_rows", arrow.num_rows)),
+            version=dt.version(),
+            skipped=False,
+            duration_s=self._clock() - started,
+        )
+        _log.info(
+            "%s: merged %d source rows (%d inserted, %d updated, %d deleted) as version %d",
+            table,
+            metrics.source_rows,
+            metrics.inserted,
+            metrics.updated,
+            metrics.deleted,
+            metrics.version,
+        )
+        self._after_write(table)
+        return metrics
