@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.decoding.avro import resolve_type
+from ingest.decoding.avro_types import resolve_type
 from ingest.schema import HEADER_FIELD, EventSchema
 
 __all__ = ["Column", "ColumnarDecoder", "UnionColumn", "expanded_bitmaps"]

@@ -9,6 +9,11 @@ import pytest
 MODULES = [
     "ingest.decoding",
     "ingest.decoding.avro",
+    "ingest.decoding.avro_codegen",
+    "ingest.decoding.avro_compiled",
+    "ingest.decoding.avro_fallback",
+    "ingest.decoding.avro_types",
+    "ingest.decoding.avro_wire",
     "ingest.decoding.bitmap",
     "ingest.decoding.cache",
     "ingest.decoding.diff",
