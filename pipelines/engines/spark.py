@@ -22,15 +22,15 @@ partition's rows. Everything else is plain Delta Spark:
 - history, OPTIMIZE and VACUUM are SQL. Delta Spark writes log checkpoints by itself (every
   ``delta.checkpointInterval`` commits) and cleans the log up after them.
 
-The SQL text, writer options and history parsing are plain functions in
-:mod:`pipelines.engines.spark_sql`.
+The writes (and their application transactions) are in :mod:`pipelines.engines.spark_write`,
+table creation, history and maintenance in :mod:`pipelines.engines.spark_tables`; the SQL text,
+writer options and history parsing are plain functions in :mod:`pipelines.engines.spark_sql`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -41,44 +41,21 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from ingest.errors import LakeError
-from pipelines.engines.arrow import arrow_to_dataframe, dataframe_to_arrow, same_type
+from pipelines.engines.arrow import arrow_to_dataframe, dataframe_to_arrow
 from pipelines.engines.base import (
     CDF_PROPERTY,
     DEFAULT_PROPERTIES,
     LAYERS,
     BatchFunction,
-    CommitResult,
     Condition,
-    HistoryEntry,
-    MaintenanceResult,
-    MergeMetrics,
     TableChanges,
     TableFunction,
     TableRef,
-    Txn,
-    WriteLayout,
     check_until,
-    decode_user_metadata,
-    encode_user_metadata,
-    txn_applied,
 )
-from pipelines.engines.spark_sql import (
-    DELETION_VECTORS_PROPERTY,
-    PRESERVE_NULL_STRUCTS,
-    RETENTION_CHECK_CONF,
-    TXN_APP_ID_CONF,
-    TXN_VERSION_CONF,
-    USER_METADATA_CONF,
-    add_columns_sql,
-    create_table_sql,
-    history_entry,
-    merge_condition,
-    merge_counts,
-    metric_int,
-    select_sql,
-    set_properties_sql,
-    write_options,
-)
+from pipelines.engines.spark_sql import history_entry, select_sql
+from pipelines.engines.spark_tables import SparkTablesMixin
+from pipelines.engines.spark_write import SparkWriteMixin
 from pipelines.engines.sql import (
     quote_identifier,
     quote_string,
@@ -92,19 +69,6 @@ if TYPE_CHECKING:
 __all__ = ["SparkEngine"]
 
 _log = logging.getLogger(__name__)
-
-# Delta's log class in open-source Delta and in Databricks runtimes.
-_DELTA_LOG_CLASSES = (
-    "org.apache.spark.sql.delta.DeltaLog",
-    "com.databricks.sql.transaction.tahoe.DeltaLog",
-)
-
-
-def _jvm_class(jvm: Any, name: str) -> Any:
-    target = jvm
-    for part in name.split("."):
-        target = getattr(target, part)
-    return target
 
 
 # ----------------------------------------------------------------------------- the engine
@@ -125,7 +89,7 @@ class _PerPartition:
         yield from result.to_batches()
 
 
-class SparkEngine:
+class SparkEngine(SparkWriteMixin, SparkTablesMixin):
     """Delta tables through delta-spark: catalog tables (Unity Catalog on Databricks) when a
     ``catalog`` is given, else Delta directories under ``location``."""
 
@@ -286,269 +250,6 @@ class SparkEngine:
             return None
         with self._errors("read the schema of", table):
             return self._load(self._reader(table), table).schema
-
-    def properties(self, table: TableRef) -> dict[str, str]:
-        with self._errors("read the properties of", table):
-            rows = self._sql(f"SHOW TBLPROPERTIES {self._ident(table)}").collect()
-        return {str(r["key"]): str(r["value"]) for r in rows}
-
-    def ensure_table(
-        self,
-        table: TableRef,
-        schema: StructType,
-        *,
-        properties: Mapping[str, str] | None = None,
-        deletion_vectors: bool = False,
-    ) -> None:
-        wanted = {**self.default_properties, **(properties or {})}
-        if deletion_vectors:
-            wanted[DELETION_VECTORS_PROPERTY] = "true"
-        ident = self._ident(table)
-        if not self.exists(table):
-            with self._errors("create", table):
-                if self.location is None:
-                    self._sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_name(table.layer)}")
-                self._sql(create_table_sql(ident, schema, wanted))
-            _log.info("created %s (%s)", table, ident)
-            return
-        current = self.schema(table)
-        assert current is not None
-        by_name = {f.name.lower(): f for f in current.fields}
-        missing = []
-        for f in schema.fields:
-            existing = by_name.get(f.name.lower())
-            if existing is None:
-                missing.append(f)
-            elif not same_type(existing.dataType, f.dataType):
-                raise LakeError(
-                    f"column {f.name!r} of {self.qualified_name(table)} is "
-                    f"{existing.dataType.simpleString()}, not {f.dataType.simpleString()}; "
-                    "changing a column type needs a rewrite"
-                )
-        with self._errors("alter", table):
-            if missing:
-                self._sql(add_columns_sql(ident, missing))
-            have = self.properties(table)
-            changed = {k: v for k, v in wanted.items() if have.get(k) != v}
-            if changed:
-                self._sql(set_properties_sql(ident, changed))
-
-    def txn_version(self, table: TableRef, app_id: str) -> int | None:
-        """Latest txn version for ``app_id``: from the snapshot's transactions (read through
-        Delta's JVM classes), or -- where those cannot be reached (Spark Connect) -- from
-        this process's writes, else the ``userMetadata`` of the table's history."""
-        if not self.exists(table):
-            return None
-        transactions = self._snapshot_transactions(table)
-        if transactions is not None:
-            return transactions.get(app_id)
-        known = self._txns.get((table, app_id))
-        if known is not None:
-            return known
-        for row in self._history_rows(table, None):
-            _metadata, txn = decode_user_metadata(row.get("userMetadata"))
-            if txn is not None and txn.app_id == app_id:
-                self._txns[(table, app_id)] = txn.version
-                return txn.version
-        return None
-
-    def _delta_log(self, table: TableRef) -> tuple[Any, Any] | None:
-        """``(DeltaLog, its latest snapshot)`` through the JVM gateway, or ``None`` where
-        Delta's classes cannot be reached that way (Spark Connect, another runtime)."""
-        jvm: Any = getattr(self._spark, "_jvm", None)
-        if jvm is None:
-            return None
-        if self.location is not None:
-            path = self.path(table)
-        else:
-            with self._errors("describe", table):
-                detail = self._sql(f"DESCRIBE DETAIL {self._ident(table)}").collect()[0]
-            path = str(detail["location"])
-        for name in _DELTA_LOG_CLASSES:
-            try:
-                delta_log = _jvm_class(jvm, name).forTable(self._spark._jsparkSession, path)
-                empty = jvm.scala.Option.empty()
-                return delta_log, delta_log.update(False, empty, empty)
-            except Exception as exc:  # a class or signature this runtime does not have
-                _log.debug("opening the Delta log of %s with %s failed: %s", table, name, exc)
-        return None
-
-    def _snapshot_transactions(self, table: TableRef) -> dict[str, int] | None:
-        """The application transactions of the table's latest snapshot (``None``: unknown)."""
-        opened = self._delta_log(table)
-        if opened is None:
-            return None
-        try:
-            iterator = opened[1].transactions().iterator()
-            out: dict[str, int] = {}
-            while iterator.hasNext():
-                pair = iterator.next()
-                out[str(pair._1())] = int(pair._2())
-        except Exception as exc:
-            _log.debug("reading the transactions of %s failed: %s", table, exc)
-            return None
-        return out
-
-    def _already_applied(self, table: TableRef, txn: Txn | None) -> bool:
-        if txn is None:
-            return False
-        return txn_applied(table, txn, self.txn_version(table, txn.app_id), _log)
-
-    def _remember(self, table: TableRef, txn: Txn | None) -> None:
-        if txn is not None:
-            self._txns[(table, txn.app_id)] = txn.version
-
-    # ------------------------------------------------------------------------- writing
-
-    def _write(
-        self,
-        table: TableRef,
-        data: Any,
-        *,
-        mode: Literal["append", "overwrite"],
-        txn: Txn | None,
-        options: dict[str, str],
-    ) -> CommitResult:
-        if self._already_applied(table, txn):
-            return CommitResult(table, self.version(table), skipped=True, rows=0)
-        df = self._dataframe(data)
-        if not self.exists(table):
-            self.ensure_table(table, df.schema)
-        before = self._require(table)
-        writer = df.write.format("delta").mode(mode)
-        for key, value in options.items():
-            writer = writer.option(key, value)
-        with self._errors(mode, table), self._session_conf(PRESERVE_NULL_STRUCTS):
-            if self.location is None:
-                writer.saveAsTable(self.qualified_name(table))
-            else:
-                writer.save(self.path(table))
-        (latest,) = self._history_rows(table, 1)
-        after = int(latest["version"])
-        self._remember(table, txn)
-        if after == before:
-            # Delta skipped the write itself: the txn had been committed by another process.
-            return CommitResult(table, after, skipped=True, rows=0)
-        rows = metric_int(latest.get("operationMetrics") or {}, "numOutputRows")
-        _log.debug("%s: %s of %d rows as version %d", table, mode, rows, after)
-        return CommitResult(table, after, skipped=False, rows=rows)
-
-    def append(
-        self,
-        table: TableRef,
-        data: Any,
-        *,
-        txn: Txn | None = None,
-        metadata: Mapping[str, str] | None = None,
-        evolve_schema: bool = True,
-        layout: WriteLayout | None = None,
-    ) -> CommitResult:
-        if isinstance(data, pa.Table) and data.num_rows == 0 and txn is None:
-            return CommitResult(table, None, skipped=False, rows=0)
-        options = write_options(txn, metadata, merge_schema=evolve_schema, layout=layout)
-        return self._write(table, data, mode="append", txn=txn, options=options)
-
-    def append_parts(
-        self,
-        table: TableRef,
-        parts: Sequence[tuple[pa.Table, Txn]],
-        *,
-        metadata: Mapping[str, str] | None = None,
-    ) -> list[CommitResult]:
-        # A Delta Spark write records one application transaction: a commit per part.
-        return [self.append(table, data, txn=txn, metadata=metadata) for data, txn in parts]
-
-    def overwrite(
-        self,
-        table: TableRef,
-        data: Any,
-        *,
-        txn: Txn | None = None,
-        metadata: Mapping[str, str] | None = None,
-        replace_schema: bool = False,
-    ) -> CommitResult:
-        options = write_options(
-            txn, metadata, merge_schema=not replace_schema, overwrite_schema=replace_schema
-        )
-        return self._write(table, data, mode="overwrite", txn=txn, options=options)
-
-    def merge(
-        self,
-        table: TableRef,
-        source: Any,
-        *,
-        on: Sequence[str],
-        update_condition: str | None = None,
-        delete_condition: str | None = None,
-        insert: bool = True,
-        txn: Txn | None = None,
-        metadata: Mapping[str, str] | None = None,
-        evolve_schema: bool = True,
-    ) -> MergeMetrics:
-        try:
-            from delta.tables import DeltaTable
-        except ImportError as exc:
-            raise LakeError(
-                "the spark lake engine merges with delta-spark, which is not installed here; "
-                "install sfcdc[spark] (Databricks runtimes include it) or use engine: local"
-            ) from exc
-
-        condition = merge_condition(on)
-        started = self._clock()
-        if self._already_applied(table, txn):
-            return MergeMetrics(table, 0, 0, 0, 0, self.version(table), True, 0.0)
-        df = self._dataframe(source)
-        lower = {c.lower() for c in df.columns}
-        absent = [k for k in on if k.lower() not in lower]
-        if absent:
-            raise LakeError(
-                f"merge into {table}: key columns {absent} are not in the source (columns: "
-                f"{', '.join(df.columns)})"
-            )
-        if not self.exists(table):
-            self.ensure_table(table, df.schema)
-        before = self._require(table)
-        with self._errors("merge into", table):
-            if self.location is None:
-                target = DeltaTable.forName(self._spark, self.qualified_name(table))
-            else:
-                target = DeltaTable.forPath(self._spark, self.path(table))
-            builder = target.alias("target").merge(df.alias("source"), condition)
-            if delete_condition:
-                builder = builder.whenMatchedDelete(condition=delete_condition)
-            builder = builder.whenMatchedUpdateAll(condition=update_condition)
-            if insert:
-                builder = builder.whenNotMatchedInsertAll()
-            conf: dict[str, str] = dict(PRESERVE_NULL_STRUCTS)
-            if evolve_schema:
-                builder = builder.withSchemaEvolution()
-            if txn is not None:
-                conf[TXN_APP_ID_CONF] = txn.app_id
-                conf[TXN_VERSION_CONF] = str(txn.version)
-            user_metadata = encode_user_metadata(metadata, txn)
-            if user_metadata:
-                conf[USER_METADATA_CONF] = user_metadata
-            with self._session_conf(conf):
-                builder.execute()
-        self._remember(table, txn)
-        (latest,) = self._history_rows(table, 1)
-        after = int(latest["version"])
-        inserted, updated, deleted, source_rows = (
-            merge_counts(latest.get("operationMetrics") or {}) if after != before else (0, 0, 0, 0)
-        )
-        metrics = MergeMetrics(
-            table, inserted, updated, deleted, source_rows, after, False, self._clock() - started
-        )
-        _log.info(
-            "%s: merged %d source rows (%d inserted, %d updated, %d deleted) as version %d",
-            table,
-            source_rows,
-            inserted,
-            updated,
-            deleted,
-            after,
-        )
-        return metrics
 
     # ------------------------------------------------------------------------- reading
 
@@ -734,109 +435,6 @@ class SparkEngine:
             return int(rows.num_rows)
         return int(rows.count())
 
-    # ---------------------------------------------------------------------- operations
-
-    def history(self, table: TableRef, *, limit: int = 20) -> list[HistoryEntry]:
-        self._require(table)
-        return [history_entry(row) for row in self._history_rows(table, limit)]
-
-    def maintain(
-        self,
-        table: TableRef,
-        *,
-        compact: bool = True,
-        checkpoint: bool = True,
-        vacuum_hours: float | None = None,
-        log_hours: float | None = None,
-        log_from_version: int | None = None,
-        tombstone_hours: float | None = None,
-    ) -> MaintenanceResult:
-        # tombstone_hours is not applied: Delta Spark refuses to read a version (or the change
-        # data feed from one) older than delta.deletedFileRetentionDuration, which a consumer
-        # that is behind does, so tables keep Delta's default.
-        del tombstone_hours
-        self._require(table)
-        ident = self._ident(table)
-        removed = added = 0
-        checkpoint_version: int | None = None
-        vacuumed = expired = None
-        local_dir = self._local_dir(table)
-        if log_hours is not None and log_hours < 0:
-            raise LakeError(f"log_hours must be >= 0 (got {log_hours})")
-        with self._errors("maintain", table):
-            if compact:
-                rows = self._sql(f"OPTIMIZE {ident}").collect()
-                report = rows[0].asDict(recursive=True).get("metrics") if rows else None
-                if isinstance(report, Mapping):
-                    removed = metric_int(report, "numFilesRemoved")
-                    added = metric_int(report, "numFilesAdded")
-            if vacuum_hours is not None:
-                if vacuum_hours < 0:
-                    raise LakeError(f"vacuum_hours must be >= 0 (got {vacuum_hours})")
-                hours = math.ceil(vacuum_hours)
-                conf = {RETENTION_CHECK_CONF: "false"} if hours < 168 else {}
-                before = _data_files(local_dir) if local_dir is not None else None
-                with self._session_conf(conf):
-                    # Delta rounds RETAIN's hours to a whole number (0.4 would delete every
-                    # unreferenced file): round up instead.
-                    self._sql(f"VACUUM {ident} RETAIN {hours} HOURS")
-                if before is not None and local_dir is not None:
-                    vacuumed = max(0, before - _data_files(local_dir))
-            if checkpoint:
-                checkpoint_version = self._checkpoint(table)
-                if log_hours is not None:
-                    expired = self._expire_log(table, local_dir, log_hours, log_from_version)
-        return MaintenanceResult(table, removed, added, checkpoint_version, vacuumed, expired)
-
-    def _local_dir(self, table: TableRef) -> Path | None:
-        """The table's directory when it is on this machine's disk (location mode)."""
-        if self.location is None:
-            return None
-        path = self.path(table)
-        if path.startswith("file:"):
-            path = path.removeprefix("file:")
-        return Path(path) if "://" not in path else None
-
-    def _expire_log(
-        self, table: TableRef, local_dir: Path | None, log_hours: float, keep: int | None
-    ) -> int | None:
-        """Log cleanup with a retention of its own, where the log is on this machine's disk;
-        elsewhere Delta Spark cleans up after checkpoints per delta.logRetentionDuration."""
-        if local_dir is None:
-            _log.warning(
-                "%s: log cleanup after %.1f h is only done for tables on a local disk; Delta "
-                "Spark removes this table's log entries after delta.logRetentionDuration",
-                table,
-                log_hours,
-            )
-            return None
-        try:
-            # delta-rs' package: the spark extra may not have it.
-            from pipelines.engines.deltalog import expire_log
-        except ImportError as exc:
-            _log.warning("%s: no log cleanup (%s)", table, exc)
-            return None
-        return expire_log(
-            local_dir / "_delta_log", older_than=time.time() - log_hours * 3600, keep_version=keep
-        )
-
-    def _checkpoint(self, table: TableRef) -> int | None:
-        """Write a log checkpoint of the latest version now (Delta Spark also writes one
-        every ``delta.checkpointInterval`` commits by itself, and cleans up expired log
-        entries after it); its version, ``None`` when the log is out of reach."""
-        opened = self._delta_log(table)
-        if opened is None:
-            _log.debug("%s: Delta Spark writes log checkpoints itself", table)
-            return None
-        delta_log, snapshot = opened
-        try:
-            jvm: Any = self._spark._jvm
-            delta_log.checkpoint(snapshot, jvm.scala.Option.empty())
-        except Exception as exc:
-            _log.warning("%s: writing a log checkpoint failed: %s", table, exc)
-            return None
-        return int(snapshot.version())
-
     # ---------------------------------------------------------------------------- SQL
 
     def tables(self) -> list[TableRef]:
@@ -937,15 +535,6 @@ def _vacuum_retention_ms(parameters: Mapping[str, str]) -> float | None:
             except ValueError:
                 return None
     return None
-
-
-def _data_files(directory: Path) -> int:
-    """Data files (Parquet, change data and deletion vectors too) under a table directory."""
-    count = 0
-    for _root, dirs, files in os.walk(directory):
-        dirs[:] = [d for d in dirs if d != "_delta_log"]
-        count += sum(1 for f in files if not f.startswith((".", "_")) and f.endswith(".parquet"))
-    return count
 
 
 def _tables_under(location: str, prefix: str) -> list[TableRef]:

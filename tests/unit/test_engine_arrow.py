@@ -325,6 +325,8 @@ def test_conform_never_drops_new_struct_fields() -> None:
         "pipelines.engines.local_writes",
         "pipelines.engines.spark",
         "pipelines.engines.spark_sql",
+        "pipelines.engines.spark_tables",
+        "pipelines.engines.spark_write",
         "pipelines.engines.sql",
     ],
 )

@@ -1,0 +1,258 @@
+"""How the ``spark`` engine manages its tables: creating them and adding columns and
+properties, their history, and their upkeep -- OPTIMIZE, VACUUM, log checkpoints and log
+cleanup. Log checkpoints (and the application transactions the writes check) go through
+Delta's log classes on the JVM, where the session reaches them.
+
+:class:`SparkTablesMixin` is part of :class:`~pipelines.engines.spark.SparkEngine`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ingest.errors import LakeError
+from pipelines.engines.arrow import same_type
+from pipelines.engines.base import HistoryEntry, MaintenanceResult, TableRef
+from pipelines.engines.spark_sql import (
+    DELETION_VECTORS_PROPERTY,
+    RETENTION_CHECK_CONF,
+    add_columns_sql,
+    create_table_sql,
+    history_entry,
+    metric_int,
+    set_properties_sql,
+)
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = ["SparkTablesMixin"]
+
+# The engine's log lines stay under its module's logger, whichever module writes them.
+_log = logging.getLogger("pipelines.engines.spark")
+
+# Delta's log class in open-source Delta and in Databricks runtimes.
+_DELTA_LOG_CLASSES = (
+    "org.apache.spark.sql.delta.DeltaLog",
+    "com.databricks.sql.transaction.tahoe.DeltaLog",
+)
+
+
+def _jvm_class(jvm: Any, name: str) -> Any:
+    target = jvm
+    for part in name.split("."):
+        target = getattr(target, part)
+    return target
+
+
+class SparkTablesMixin:
+    """Table creation, properties, history and maintenance of
+    :class:`~pipelines.engines.spark.SparkEngine`."""
+
+    if TYPE_CHECKING:
+        # What table management uses of the rest of the engine.
+        _spark: SparkSession
+        location: str | None
+        default_properties: dict[str, str]
+
+        def exists(self, table: TableRef) -> bool: ...
+        def schema(self, table: TableRef) -> StructType | None: ...
+        def qualified_name(self, table: TableRef) -> str: ...
+        def schema_name(self, layer: str) -> str: ...
+        def path(self, table: TableRef) -> str: ...
+        def _ident(self, table: TableRef) -> str: ...
+        def _sql(self, text: str) -> DataFrame: ...
+        def _require(self, table: TableRef) -> int: ...
+        def _history_rows(self, table: TableRef, limit: int | None) -> list[dict[str, Any]]: ...
+        def _errors(self, action: str, table: TableRef) -> AbstractContextManager[None]: ...
+        def _session_conf(self, values: Mapping[str, str]) -> AbstractContextManager[None]: ...
+
+    def properties(self, table: TableRef) -> dict[str, str]:
+        with self._errors("read the properties of", table):
+            rows = self._sql(f"SHOW TBLPROPERTIES {self._ident(table)}").collect()
+        return {str(r["key"]): str(r["value"]) for r in rows}
+
+    def ensure_table(
+        self,
+        table: TableRef,
+        schema: StructType,
+        *,
+        properties: Mapping[str, str] | None = None,
+        deletion_vectors: bool = False,
+    ) -> None:
+        wanted = {**self.default_properties, **(properties or {})}
+        if deletion_vectors:
+            wanted[DELETION_VECTORS_PROPERTY] = "true"
+        ident = self._ident(table)
+        if not self.exists(table):
+            with self._errors("create", table):
+                if self.location is None:
+                    self._sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_name(table.layer)}")
+                self._sql(create_table_sql(ident, schema, wanted))
+            _log.info("created %s (%s)", table, ident)
+            return
+        current = self.schema(table)
+        assert current is not None
+        by_name = {f.name.lower(): f for f in current.fields}
+        missing = []
+        for f in schema.fields:
+            existing = by_name.get(f.name.lower())
+            if existing is None:
+                missing.append(f)
+            elif not same_type(existing.dataType, f.dataType):
+                raise LakeError(
+                    f"column {f.name!r} of {self.qualified_name(table)} is "
+                    f"{existing.dataType.simpleString()}, not {f.dataType.simpleString()}; "
+                    "changing a column type needs a rewrite"
+                )
+        with self._errors("alter", table):
+            if missing:
+                self._sql(add_columns_sql(ident, missing))
+            have = self.properties(table)
+            changed = {k: v for k, v in wanted.items() if have.get(k) != v}
+            if changed:
+                self._sql(set_properties_sql(ident, changed))
+
+    def history(self, table: TableRef, *, limit: int = 20) -> list[HistoryEntry]:
+        self._require(table)
+        return [history_entry(row) for row in self._history_rows(table, limit)]
+
+    def maintain(
+        self,
+        table: TableRef,
+        *,
+        compact: bool = True,
+        checkpoint: bool = True,
+        vacuum_hours: float | None = None,
+        log_hours: float | None = None,
+        log_from_version: int | None = None,
+        tombstone_hours: float | None = None,
+    ) -> MaintenanceResult:
+        # tombstone_hours is not applied: Delta Spark refuses to read a version (or the change
+        # data feed from one) older than delta.deletedFileRetentionDuration, which a consumer
+        # that is behind does, so tables keep Delta's default.
+        del tombstone_hours
+        self._require(table)
+        ident = self._ident(table)
+        removed = added = 0
+        checkpoint_version: int | None = None
+        vacuumed = expired = None
+        local_dir = self._local_dir(table)
+        if log_hours is not None and log_hours < 0:
+            raise LakeError(f"log_hours must be >= 0 (got {log_hours})")
+        with self._errors("maintain", table):
+            if compact:
+                rows = self._sql(f"OPTIMIZE {ident}").collect()
+                report = rows[0].asDict(recursive=True).get("metrics") if rows else None
+                if isinstance(report, Mapping):
+                    removed = metric_int(report, "numFilesRemoved")
+                    added = metric_int(report, "numFilesAdded")
+            if vacuum_hours is not None:
+                if vacuum_hours < 0:
+                    raise LakeError(f"vacuum_hours must be >= 0 (got {vacuum_hours})")
+                hours = math.ceil(vacuum_hours)
+                conf = {RETENTION_CHECK_CONF: "false"} if hours < 168 else {}
+                before = _data_files(local_dir) if local_dir is not None else None
+                with self._session_conf(conf):
+                    # Delta rounds RETAIN's hours to a whole number (0.4 would delete every
+                    # unreferenced file): round up instead.
+                    self._sql(f"VACUUM {ident} RETAIN {hours} HOURS")
+                if before is not None and local_dir is not None:
+                    vacuumed = max(0, before - _data_files(local_dir))
+            if checkpoint:
+                checkpoint_version = self._checkpoint(table)
+                if log_hours is not None:
+                    expired = self._expire_log(table, local_dir, log_hours, log_from_version)
+        return MaintenanceResult(table, removed, added, checkpoint_version, vacuumed, expired)
+
+    def _local_dir(self, table: TableRef) -> Path | None:
+        """The table's directory when it is on this machine's disk (location mode)."""
+        if self.location is None:
+            return None
+        path = self.path(table)
+        if path.startswith("file:"):
+            path = path.removeprefix("file:")
+        return Path(path) if "://" not in path else None
+
+    def _expire_log(
+        self,
+        table: TableRef,
+        local_dir: Path | None,
+        log_hours: float,
+        keep: int | None,
+    ) -> int | None:
+        """Log cleanup with a retention of its own, where the log is on this machine's disk;
+        elsewhere Delta Spark cleans up after checkpoints per delta.logRetentionDuration."""
+        if local_dir is None:
+            _log.warning(
+                "%s: log cleanup after %.1f h is only done for tables on a local disk; Delta "
+                "Spark removes this table's log entries after delta.logRetentionDuration",
+                table,
+                log_hours,
+            )
+            return None
+        try:
+            # delta-rs' package: the spark extra may not have it.
+            from pipelines.engines.deltalog import expire_log
+        except ImportError as exc:
+            _log.warning("%s: no log cleanup (%s)", table, exc)
+            return None
+        return expire_log(
+            local_dir / "_delta_log", older_than=time.time() - log_hours * 3600, keep_version=keep
+        )
+
+    def _checkpoint(self, table: TableRef) -> int | None:
+        """Write a log checkpoint of the latest version now (Delta Spark also writes one
+        every ``delta.checkpointInterval`` commits by itself, and cleans up expired log
+        entries after it); its version, ``None`` when the log is out of reach."""
+        opened = self._delta_log(table)
+        if opened is None:
+            _log.debug("%s: Delta Spark writes log checkpoints itself", table)
+            return None
+        delta_log, snapshot = opened
+        try:
+            jvm: Any = self._spark._jvm
+            delta_log.checkpoint(snapshot, jvm.scala.Option.empty())
+        except Exception as exc:
+            _log.warning("%s: writing a log checkpoint failed: %s", table, exc)
+            return None
+        return int(snapshot.version())
+
+    def _delta_log(self, table: TableRef) -> tuple[Any, Any] | None:
+        """``(DeltaLog, its latest snapshot)`` through the JVM gateway, or ``None`` where
+        Delta's classes cannot be reached that way (Spark Connect, another runtime)."""
+        jvm: Any = getattr(self._spark, "_jvm", None)
+        if jvm is None:
+            return None
+        if self.location is not None:
+            path = self.path(table)
+        else:
+            with self._errors("describe", table):
+                detail = self._sql(f"DESCRIBE DETAIL {self._ident(table)}").collect()[0]
+            path = str(detail["location"])
+        for name in _DELTA_LOG_CLASSES:
+            try:
+                delta_log = _jvm_class(jvm, name).forTable(self._spark._jsparkSession, path)
+                empty = jvm.scala.Option.empty()
+                return delta_log, delta_log.update(False, empty, empty)
+            except Exception as exc:  # a class or signature this runtime does not have
+                _log.debug("opening the Delta log of %s with %s failed: %s", table, name, exc)
+        return None
+
+
+def _data_files(directory: Path) -> int:
+    """Data files (Parquet, change data and deletion vectors too) under a table directory."""
+    count = 0
+    for _root, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if d != "_delta_log"]
+        count += sum(1 for f in files if not f.startswith((".", "_")) and f.endswith(".parquet"))
+    return count
