@@ -22,6 +22,11 @@ committer thread, which lands it with the protocol of
 :mod:`pipelines.bronze.streaming_checkpoints`. When the subscription reconnects it asks for
 each channel's durable position (in the consuming thread): the open batches are committed
 first, so the new session resumes right after the last notification received.
+
+This module is the receiving side (the consuming thread and the ticker); the committing side
+is :mod:`pipelines.bronze.streaming_commit`, the batches :mod:`pipelines.bronze.streaming_batches`
+and a channel's state :mod:`pipelines.bronze.streaming_state` (their public names are
+re-exported here).
 """
 
 from __future__ import annotations
@@ -29,19 +34,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
-import pyarrow as pa
 
 from ingest.auth import TokenManager
 from ingest.client import RetryPolicy, TlsSettings
-from ingest.errors import CheckpointError
-from ingest.replay import ReplayId
 from ingest.rest import RestClient
 from ingest.streaming import (
     IdleConnect,
@@ -51,20 +48,19 @@ from ingest.streaming import (
     ReplayGap,
     StreamingSubscription,
 )
-from pipelines.bronze.checkpoint import CheckpointRow
-from pipelines.bronze.landing import LandingResult, TopicResult
-from pipelines.bronze.streaming_checkpoints import REPLAY_ALL, REPLAY_NEW, StreamingCheckpoints
-from pipelines.bronze.streaming_setup import StreamSetup, prepare_streams
-from pipelines.bronze.streaming_tables import (
-    STREAMING_BRONZE_LAYOUT,
-    STREAMING_BRONZE_SCHEMA,
-    ensure_streaming_tables,
-    replay_bytes,
-    streaming_tables,
+from pipelines.bronze.landing import LandingResult
+from pipelines.bronze.streaming_batches import (
+    StreamingOpenBatch,
+    StreamingSealedBatch,
+    newest_created,
+    shown_position,
+    streaming_rows,
 )
-from pipelines.bronze.tables import bronze_app_id
-from pipelines.engines.base import TableRef, Txn
-from pipelines.ops.table import CommitRecord
+from pipelines.bronze.streaming_checkpoints import REPLAY_ALL, REPLAY_NEW, StreamingCheckpoints
+from pipelines.bronze.streaming_commit import StreamingCommitter, StreamingCommitThread
+from pipelines.bronze.streaming_setup import StreamSetup, prepare_streams
+from pipelines.bronze.streaming_state import StreamState
+from pipelines.bronze.streaming_tables import ensure_streaming_tables, streaming_tables
 from pipelines.spec import IngestSpec, StreamingApiSpec
 
 if TYPE_CHECKING:
@@ -77,172 +73,22 @@ if TYPE_CHECKING:
     from pipelines.ops.recorder import OpsRecorder
     from pipelines.spec_streaming import StreamingObjectSpec
 
-__all__ = ["StreamingLanding"]
+__all__ = [
+    "StreamState",
+    "StreamingCommitThread",
+    "StreamingCommitter",
+    "StreamingLanding",
+    "StreamingOpenBatch",
+    "StreamingSealedBatch",
+    "newest_created",
+    "shown_position",
+    "streaming_rows",
+]
 
 _log = logging.getLogger(__name__)
 
 _TICK = 0.05
-_WAIT = 0.1
 _MICROS = 1_000_000
-
-
-class _OpenBatch:
-    """Messages received for a channel and not yet handed to the committer."""
-
-    __slots__ = (
-        "channels",
-        "counts",
-        "created",
-        "events",
-        "malformed",
-        "nbytes",
-        "opened_at",
-        "position",
-        "raws",
-        "replay_ids",
-        "stamped",
-        "times",
-        "types",
-        "uuids",
-    )
-
-    def __init__(self) -> None:
-        self.replay_ids: list[int | None] = []
-        self.channels: list[str | None] = []
-        self.types: list[str | None] = []
-        self.created: list[str | None] = []
-        self.uuids: list[str | None] = []
-        self.raws: list[str] = []
-        self.malformed: list[str | None] = []
-        self.times: list[int] = []  # run-length receive times: one entry per connect reply
-        self.counts: list[int] = []
-        self.stamped = 0  # messages covered by times/counts
-        self.events = 0
-        self.nbytes = 0
-        self.position: int | None = None  # replay id of the last notification
-        self.opened_at: float | None = None
-
-    def __len__(self) -> int:
-        return len(self.raws)
-
-
-@dataclass
-class _Sealed:
-    key: str
-    batch_id: int
-    kind: str  # events | replay_gap
-    position: int
-    batch: _OpenBatch
-    gap: ReplayGap | None = None
-
-
-@dataclass
-class _Stream:
-    """A channel's state: the consumer's side (open batch, counters) and, under the landing's
-    state lock, what the committer has committed."""
-
-    spec: StreamingObjectSpec
-    table: TableRef
-    next_batch: int
-    position: int  # durable: where a new session resumes
-    open: _OpenBatch = field(default_factory=_OpenBatch)
-    sealed_position: int = 0
-    received: int = 0
-    progress_mark: tuple[float, int] = (0.0, 0)
-    # committed (by the committer thread, under the state lock)
-    events: int = 0
-    malformed: int = 0
-    nbytes: int = 0
-    commits: int = 0
-    gaps: int = 0
-    last_replay_id: int | None = None
-    since_maintenance: int = 0
-    # (time, position) of an empty connect while nothing of the channel was open: once that
-    # position is committed, the channel was caught up at that time (a commits-table row).
-    idle_mark: tuple[float, int] | None = None
-
-
-class _Committer:
-    """The one thread that writes Delta: rounds of at most one batch per channel (so each
-    channel's batches stay in order), their checkpoint rows in one commit. :meth:`submit`
-    waits while a batch of every channel is already waiting, which bounds memory."""
-
-    def __init__(self, commit: Callable[[list[_Sealed]], None], *, limit: int) -> None:
-        self._commit = commit
-        self._limit = max(1, limit)
-        self._cond = threading.Condition()
-        self._pending: deque[_Sealed] = deque()
-        self._busy = False
-        self._closing = False
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, name="sfcdc-streaming-committer", daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def check(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def submit(self, sealed: _Sealed) -> None:
-        with self._cond:
-            while len(self._pending) >= self._limit:
-                self.check()
-                self._cond.wait(_WAIT)
-            self.check()
-            self._pending.append(sealed)
-            self._cond.notify_all()
-
-    def wait_idle(self) -> None:
-        with self._cond:
-            while self._pending or self._busy:
-                self.check()
-                self._cond.wait(_WAIT)
-        self.check()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _take_round(self) -> list[_Sealed]:
-        taken: list[_Sealed] = []
-        keys: set[str] = set()
-        rest: deque[_Sealed] = deque()
-        for sealed in self._pending:
-            if sealed.key in keys:
-                rest.append(sealed)
-            else:
-                keys.add(sealed.key)
-                taken.append(sealed)
-        self._pending = rest
-        return taken
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending and not self._closing:
-                    self._cond.wait()
-                if not self._pending:
-                    return
-                round_, self._busy = self._take_round(), True
-                self._cond.notify_all()
-            try:
-                self._commit(round_)
-            except BaseException as exc:  # surfaced in the consuming thread, which stops
-                _log.error("streaming: committing %s failed: %s", [s.key for s in round_], exc)
-                with self._cond:
-                    self._error = exc
-                    self._busy = False
-                    self._cond.notify_all()
-                return
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
 
 
 class StreamingLanding:
@@ -296,14 +142,29 @@ class StreamingLanding:
         self._log = logger or _log
         self.tables = streaming_tables(specs)
         self._checkpoints = StreamingCheckpoints(engine, self.tables, clock=clock, logger=self._log)
-        self._committer = _Committer(self._commit, limit=len(specs))
         self._open_lock = threading.RLock()
         self._state_lock = threading.Lock()
-        self._streams: dict[str, _Stream] = {}
-        self._by_channel: dict[str, _Stream] = {}
+        self._streams: dict[str, StreamState] = {}
+        self._by_channel: dict[str, StreamState] = {}
         self._sub: StreamingSubscription | None = None
         self._stop_reason: str | None = None
         self._stopped = ""
+        # The commit side (pipelines.bronze.streaming_commit): its thread logs a failed round
+        # with this module's logger, its commits with the landing's.
+        self._batch_committer = StreamingCommitter(
+            engine,
+            self._checkpoints.store,
+            streams=self._streams,
+            lock=self._state_lock,
+            maintain_every=self._ingest.maintain_every_commits,
+            ops=ops,
+            logger=self._log,
+            clock=clock,
+            monotonic=monotonic,
+        )
+        self._committer = StreamingCommitThread(
+            self._batch_committer.commit, limit=len(specs), logger=_log
+        )
         self._done = threading.Event()
         self._started = self._monotonic()
         self._ran = False
@@ -384,7 +245,7 @@ class StreamingLanding:
         for spec in self._specs:
             default = REPLAY_ALL if spec.replay.start == "earliest" else REPLAY_NEW
             recovery = self._checkpoints.recover(spec.key, default_start=default)
-            stream = _Stream(
+            stream = StreamState(
                 spec=spec,
                 table=self.tables.bronze(spec.key),
                 next_batch=recovery.next_batch_id,
@@ -399,7 +260,7 @@ class StreamingLanding:
                 "%s: landing into %s from %s; next batch %d",
                 spec.channel,
                 stream.table,
-                _shown(recovery.position),
+                shown_position(recovery.position),
                 recovery.next_batch_id,
             )
         rest = self._rest
@@ -450,14 +311,14 @@ class StreamingLanding:
             self._log.info(
                 "streaming: new session after %s; resuming at %s",
                 item.reason,
-                ", ".join(f"{c} {_shown(p)}" for c, p in sorted(item.positions.items())),
+                ", ".join(f"{c} {shown_position(p)}" for c, p in sorted(item.positions.items())),
             )
         return False
 
     def _add(self, item: NotificationBatch) -> None:
         stamp = int(item.received_at * _MICROS)
         with self._open_lock:
-            touched: dict[str, _Stream] = {}
+            touched: dict[str, StreamState] = {}
             for n in item.notifications:
                 stream = self._by_channel.get(n.channel)
                 if stream is None:
@@ -503,22 +364,10 @@ class StreamingLanding:
                 committed = stream.position == position
                 stream.idle_mark = None if committed else (now, position)
             if committed:
-                self._record_caught_up(stream, now)
-
-    def _record_caught_up(self, stream: _Stream, at: float) -> None:
-        if self._ops is not None:
-            self._ops.record(
-                CommitRecord(
-                    layer="bronze",
-                    kind="caught_up",
-                    visible_at=datetime.fromtimestamp(at, tz=timezone.utc),
-                    topic=stream.spec.key,
-                    table=str(stream.table),
-                )
-            )
+                self._batch_committer.record_caught_up(stream, now)
 
     @staticmethod
-    def _stamp(ob: _OpenBatch, stamp: int) -> None:
+    def _stamp(ob: StreamingOpenBatch, stamp: int) -> None:
         # Receive times are kept run-length: the messages added since the last stamp.
         pending = len(ob) - ob.stamped
         if pending > 0:
@@ -526,7 +375,7 @@ class StreamingLanding:
             ob.counts.append(pending)
             ob.stamped += pending
 
-    def _first(self) -> _Stream:
+    def _first(self) -> StreamState:
         return self._streams[self._specs[0].key]
 
     def _add_malformed(self, item: MalformedMessage) -> None:
@@ -549,7 +398,7 @@ class StreamingLanding:
 
     def _append_malformed(
         self,
-        stream: _Stream,
+        stream: StreamState,
         raw: str,
         reason: str,
         *,
@@ -586,23 +435,28 @@ class StreamingLanding:
         )
         with self._open_lock:
             self._seal(stream)
-            sealed = _Sealed(
-                stream.spec.key, stream.next_batch, "replay_gap", gap.resumed, _OpenBatch(), gap
+            sealed = StreamingSealedBatch(
+                stream.spec.key,
+                stream.next_batch,
+                "replay_gap",
+                gap.resumed,
+                StreamingOpenBatch(),
+                gap,
             )
             stream.next_batch += 1
             stream.sealed_position = gap.resumed
             self._committer.submit(sealed)
 
-    def _seal(self, stream: _Stream) -> None:
+    def _seal(self, stream: StreamState) -> None:
         # Under the open-batch lock.
         ob = stream.open
         if not len(ob):
             ob.opened_at = None
             return
         position = ob.position if ob.position is not None else stream.sealed_position
-        stream.open = _OpenBatch()
+        stream.open = StreamingOpenBatch()
         stream.sealed_position = position
-        sealed = _Sealed(stream.spec.key, stream.next_batch, "events", position, ob)
+        sealed = StreamingSealedBatch(stream.spec.key, stream.next_batch, "events", position, ob)
         stream.next_batch += 1
         self._committer.submit(sealed)
 
@@ -659,205 +513,13 @@ class StreamingLanding:
             )
             stream.progress_mark = (now, stream.received)
 
-    # -- the committer thread -----------------------------------------------------------------
-
-    def _commit(self, round_: list[_Sealed]) -> None:
-        started = self._monotonic()
-        versions = [self._land(sealed) for sealed in round_]
-        rows = [self._row(s, v) for s, v in zip(round_, versions, strict=True)]
-        self._checkpoints.store.write_all(rows)
-        seconds = self._monotonic() - started
-        for sealed, version in zip(round_, versions, strict=True):
-            self._committed(sealed, seconds)
-            self._record(sealed, version, seconds)
-        if self._ops is not None and self._ops.due():
-            self._ops.flush()
-
-    def _record(self, sealed: _Sealed, version: int | None, seconds: float) -> None:
-        stream = self._streams[sealed.key]
-        with self._state_lock:
-            mark = stream.idle_mark
-            if mark is not None and stream.position == mark[1]:
-                stream.idle_mark = None
-            else:
-                mark = None
-        if self._ops is None:
-            return
-        batch, gap = sealed.batch, sealed.gap
-        self._ops.record(
-            CommitRecord(
-                layer="bronze",
-                kind="commit" if sealed.kind == "events" else "replay_gap",
-                visible_at=datetime.fromtimestamp(self._clock(), tz=timezone.utc),
-                topic=sealed.key,
-                table=str(stream.table),
-                version=version,
-                events=batch.events,
-                rows=len(batch),
-                payload_bytes=batch.nbytes,
-                newest_commit_at=_newest(batch.created),
-                duration_seconds=seconds,
-                message=(
-                    f"replay gap: {gap.rejected} -> {_shown(gap.resumed)} ({gap.reason})"
-                    if gap is not None
-                    else None
-                ),
-            )
-        )
-        if mark is not None:
-            self._record_caught_up(stream, mark[0])
-
-    def _land(self, sealed: _Sealed) -> int | None:
-        if sealed.kind != "events":
-            return None
-        stream = self._streams[sealed.key]
-        result = self._engine.append(
-            stream.table,
-            _arrow(sealed),
-            txn=Txn(bronze_app_id(sealed.key), sealed.batch_id),
-            metadata={"sfcdc.topic": sealed.key, "sfcdc.kind": "events"},
-            evolve_schema=False,
-            layout=STREAMING_BRONZE_LAYOUT,
-        )
-        if result.skipped:
-            raise CheckpointError(
-                f"{sealed.key}: bronze batch {sealed.batch_id} was already committed by another "
-                f"writer; two landings of the same channel into {stream.table} cannot run at once"
-            )
-        return result.version
-
-    @staticmethod
-    def _row(sealed: _Sealed, version: int | None) -> CheckpointRow:
-        gap = sealed.gap
-        if gap is not None:
-            return CheckpointRow(
-                topic=sealed.key,
-                batch_id=sealed.batch_id,
-                kind="replay_gap",
-                replay_id=None,
-                gap_requested=str(gap.rejected),
-                gap_resumed="earliest" if gap.resumed == REPLAY_ALL else "latest",
-                detail=gap.reason,
-            )
-        return CheckpointRow(
-            topic=sealed.key,
-            batch_id=sealed.batch_id,
-            kind="events",
-            replay_id=ReplayId(replay_bytes(sealed.position)),
-            event_count=sealed.batch.events,
-            payload_bytes=sealed.batch.nbytes,
-            bronze_version=version,
-        )
-
-    def _committed(self, sealed: _Sealed, seconds: float) -> None:
-        stream = self._streams[sealed.key]
-        batch = sealed.batch
-        with self._state_lock:
-            stream.position = sealed.position
-            stream.commits += 1
-            stream.events += batch.events
-            stream.malformed += len(batch) - batch.events
-            stream.nbytes += batch.nbytes
-            stream.gaps += sealed.kind == "replay_gap"
-            if sealed.position >= 0:
-                stream.last_replay_id = sealed.position
-        if sealed.kind == "replay_gap":
-            self._log.info(
-                "landed %s batch %d: replay gap recorded, resuming at %d, %.3f s",
-                sealed.key,
-                sealed.batch_id,
-                sealed.position,
-                seconds,
-            )
-            return
-        self._log.info(
-            "landed %s batch %d: %d notifications%s, %.2f MB, resuming after %s, %.3f s",
-            sealed.key,
-            sealed.batch_id,
-            batch.events,
-            f" and {len(batch) - batch.events} malformed" if len(batch) > batch.events else "",
-            batch.nbytes / 1e6,
-            _shown(sealed.position),
-            seconds,
-        )
-        every = self._ingest.maintain_every_commits
-        stream.since_maintenance += 1
-        if every > 0 and stream.since_maintenance >= every:
-            stream.since_maintenance = 0
-            try:
-                self._engine.maintain(stream.table)
-            except Exception as exc:  # maintenance must not stop landing
-                self._log.error("maintenance of %s failed (landing goes on): %s", stream.table, exc)
-
     def _result(self, seconds: float, stopped: str) -> LandingResult:
         with self._state_lock:
-            topics = tuple(
-                TopicResult(
-                    topic=s.spec.key,
-                    table=str(s.table),
-                    received=s.received,
-                    events=s.events,
-                    payload_bytes=s.nbytes,
-                    commits=s.commits,
-                    keepalive_commits=0,
-                    replay_gaps=s.gaps,
-                    redelivered_skipped=0,
-                    last_replay_id=str(s.last_replay_id) if s.last_replay_id is not None else None,
-                )
-                for s in self._streams.values()
-            )
+            topics = tuple(s.result() for s in self._streams.values())
         return LandingResult(topics, seconds, stopped)
-
-
-def _shown(position: int) -> str:
-    if position == REPLAY_ALL:
-        return "-2 (every retained notification)"
-    if position == REPLAY_NEW:
-        return "-1 (new notifications only)"
-    return f"replay id {position}"
-
-
-def _newest(created: Sequence[str | None]) -> datetime | None:
-    """The latest ``createdDate`` of a batch (ISO 8601; ``None`` when none parses)."""
-    newest = None
-    for text in created:
-        if not text:
-            continue
-        try:
-            value = datetime.fromisoformat(text)
-        except ValueError:
-            continue
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        if newest is None or value > newest:
-            newest = value
-    return newest
 
 
 def _path(value: str | None) -> Path | None:
     from pathlib import Path
 
     return Path(value) if value is not None else None
-
-
-def _arrow(sealed: _Sealed) -> pa.Table:
-    """The bronze rows of a batch, built column by column."""
-    batch = sealed.batch
-    n = len(batch)
-    received = np.repeat(
-        np.asarray(batch.times, dtype=np.int64), np.asarray(batch.counts, dtype=np.int64)
-    )
-    schema = STREAMING_BRONZE_SCHEMA
-    columns = [
-        pa.array(batch.replay_ids, pa.int64()),
-        pa.array(batch.channels, pa.string()),
-        pa.array(batch.types, pa.string()),
-        pa.array(batch.created, pa.string()),
-        pa.array(batch.uuids, pa.string()),
-        pa.array(batch.raws, pa.string()),
-        pa.array(batch.malformed, pa.string()),
-        pa.array(received, schema.field("received_at").type),
-        pa.array(np.full(n, sealed.batch_id, dtype=np.int64)),
-        pa.array(np.arange(n, dtype=np.int32)),
-    ]
-    return pa.Table.from_arrays(columns, schema=schema)

@@ -16,6 +16,10 @@ MODULES = [
     "pipelines.bronze.landing_state",
     "pipelines.bronze.batches",
     "pipelines.bronze.committer",
+    "pipelines.bronze.streaming",
+    "pipelines.bronze.streaming_batches",
+    "pipelines.bronze.streaming_commit",
+    "pipelines.bronze.streaming_state",
     "pipelines.connect",
     "pipelines.commands.ingest",
 ]
