@@ -8,6 +8,8 @@ import pytest
 
 PACKAGES = [
     "ingest",
+    "ingest.auth_flows",
+    "ingest.auth_secrets",
     "ingest.errors",
     "ingest.replay",
     "ingest.streaming",
