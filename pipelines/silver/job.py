@@ -35,49 +35,41 @@ The engine runs the batch functions where its rows are (this process for the loc
 Spark executors for the spark engine) and keeps a step's bronze rows and decoded rows while
 their parts are written. One silver run per lake at a time: runs do not coordinate with each
 other.
+
+:class:`~pipelines.silver.topic_run.TopicRun` runs one group's steps and writes,
+:mod:`pipelines.silver.registry` reads the schema registry and builds an object's silver
+columns, and :mod:`pipelines.silver.tables` names the tables and app ids; this module keeps
+:func:`run_silver` and re-exports their public names.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
-import pyarrow as pa
-from pyspark.sql import types as T
-
-from ingest.errors import ConfigError, LakeError
-from ingest.schema import EventSchema, parse_event_schema
-from pipelines.bronze.tables import (
-    CHECKPOINT_TABLE,
-    SCHEMA_FAILURES_TABLE,
-    SCHEMA_REGISTRY_TABLE,
-    bronze_tables,
-)
-from pipelines.chunking import plan_chunks, rows_between, version_sizes
-from pipelines.engines import LakeEngine, Rows, TableRef, Txn
-from pipelines.engines.arrow import same_type, spark_schema_to_arrow
-from pipelines.ops.newest import newest_time, time_column
+from ingest.errors import ConfigError
+from pipelines.bronze.tables import bronze_tables
+from pipelines.engines import LakeEngine, TableRef
 from pipelines.ops.table import CommitRecord
-from pipelines.progress import progress
-from pipelines.silver.columns import SilverLayout, build_layout
-from pipelines.silver.decode import BRONZE_COLUMNS, DecodePlan, SilverRows
-from pipelines.silver.quarantine import (
-    COUNTS_SCHEMA,
-    QUARANTINE_KEYS,
-    QUARANTINE_SCHEMA,
-    AfterBatch,
-    QuarantinePart,
-    SchemaCounts,
-    SilverPart,
-    Undecodable,
-    WithoutKeys,
+from pipelines.silver.registry import (
+    REGISTRY_TABLE,
+    RegistryEntry,
+    read_registry,
+    read_schema_failures,
+    silver_layout,
 )
-from pipelines.silver.shape import shaped_struct
-from pipelines.spec import Conf, ObjectSpec, parse_topic
+from pipelines.silver.tables import (
+    QUARANTINE_APP_PREFIX,
+    QUARANTINE_TABLE,
+    SILVER_APP_PREFIX,
+    app_id,
+    silver_table,
+)
+from pipelines.silver.topic_run import ObjectResult, TopicResult, TopicRun, maintain_on_schedule
+from pipelines.spec import Conf, ObjectSpec
 
 __all__ = [
     "QUARANTINE_APP_PREFIX",
@@ -89,6 +81,7 @@ __all__ = [
     "SilverResult",
     "TopicResult",
     "app_id",
+    "maintain_on_schedule",
     "read_registry",
     "read_schema_failures",
     "run_silver",
@@ -96,82 +89,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-SILVER_APP_PREFIX = "sfcdc.silver:"
-QUARANTINE_APP_PREFIX = "sfcdc.silver.quarantine:"
-QUARANTINE_TABLE = TableRef("silver", "sfcdc_quarantine")
-REGISTRY_TABLE = TableRef("bronze", SCHEMA_REGISTRY_TABLE)
-SCHEMA_FAILURES = TableRef("bronze", SCHEMA_FAILURES_TABLE)
-_META_BRONZE_TABLE = "sfcdc.silver.bronze_table"
-_META_VERSIONS = "sfcdc.silver.bronze_versions"
-_META_MAX_BATCH = "sfcdc.silver.bronze_max_batch_id"
-
-
-def app_id(obj: ObjectSpec) -> str:
-    """The Delta app id under which ``obj``'s silver table records the bronze version."""
-    return f"{SILVER_APP_PREFIX}{obj.api_name}"
-
-
-def _silver_table(obj: ObjectSpec) -> TableRef:
-    return TableRef("silver", obj.tables.silver)
-
-
-@dataclass(frozen=True)
-class RegistryEntry:
-    """One schema of the registry table, parsed (``schema`` is None when it does not parse,
-    and ``problem`` says why)."""
-
-    schema_id: str
-    schema_json: str
-    topic: str | None
-    first_seen_at: datetime | None
-    schema: EventSchema | None
-    problem: str | None = None
-
-
-@dataclass(frozen=True)
-class ObjectResult:
-    """What one run did for one object.
-
-    ``events``: bronze rows written with the object's schemas in the range read (decoded,
-    or quarantined when they could not be); ``rows``: silver rows written (events fanned out
-    per record id); ``commits``: silver commits made. ``bronze_version`` is where the
-    object's table stands afterwards.
-    """
-
-    object: str
-    table: TableRef
-    bronze_table: TableRef
-    after_version: int | None
-    bronze_version: int | None
-    events: int = 0
-    rows: int = 0
-    commits: int = 0
-    silver_version: int | None = None
-    duration_s: float = 0.0
-
-    @property
-    def up_to_date(self) -> bool:
-        """Nothing was new in bronze for this object."""
-        return self.commits == 0 and self.after_version == self.bronze_version
-
-
-@dataclass(frozen=True)
-class TopicResult:
-    """What one run did with one bronze table (for one group of objects at one version).
-
-    ``other_entities`` counts rows of objects that have no silver table here (on a channel).
-    """
-
-    topic: str
-    bronze_table: TableRef
-    after_version: int | None
-    bronze_version: int | None
-    bronze_rows: int
-    quarantined: int
-    objects: tuple[ObjectResult, ...]
-    other_entities: Mapping[str, int] = field(default_factory=dict)
-    full_read: bool = False
 
 
 @dataclass(frozen=True)
@@ -191,91 +108,6 @@ class SilverResult:
     @property
     def rows(self) -> int:
         return sum(o.rows for o in self.objects)
-
-
-# ------------------------------------------------------------------------- registry
-
-
-def read_registry(engine: LakeEngine, table: TableRef = REGISTRY_TABLE) -> dict[str, RegistryEntry]:
-    """The schema registry, one entry per schema id (the earliest row of an id wins: a
-    landing that crashed may have registered a schema twice)."""
-    if not engine.exists(table):
-        return {}
-    rows = engine.read_arrow(
-        table, columns=["schema_id", "schema_json", "topic", "first_seen_at"]
-    ).to_pylist()
-    entries: dict[str, RegistryEntry] = {}
-    ordered = sorted(
-        rows,
-        key=lambda r: (r["first_seen_at"] is None, r["first_seen_at"] or 0, r["schema_id"] or ""),
-    )
-    for row in ordered:
-        sid, text = row["schema_id"], row["schema_json"]
-        if not sid or sid in entries:
-            continue
-        schema: EventSchema | None = None
-        problem: str | None = None
-        try:
-            schema = parse_event_schema(str(text), expected_id=sid)
-        except Exception as exc:  # json, fastavro and our parser each raise their own
-            problem = f"schema {sid} in {table} is not a valid event schema: {exc}"
-        entries[sid] = RegistryEntry(
-            sid, str(text), row["topic"], row["first_seen_at"], schema, problem
-        )
-    return entries
-
-
-def read_schema_failures(engine: LakeEngine) -> dict[str, str]:
-    """The schema ids GetSchema refused when their events were landed, each with the server's
-    answer (its latest refusal)."""
-    if not engine.exists(SCHEMA_FAILURES):
-        return {}
-    rows = engine.read_arrow(
-        SCHEMA_FAILURES, columns=["schema_id", "status", "error_code", "error", "failed_at"]
-    ).to_pylist()
-    failures: dict[str, str] = {}
-    for row in sorted(rows, key=lambda r: r["failed_at"]):
-        code = f" {row['error_code']}" if row["error_code"] else ""
-        failures[row["schema_id"]] = (
-            f"GetSchema {row['schema_id']} failed when the event was landed ({row['status']}"
-            f"{code}): {row['error']}. `sfcdc silver --retry-quarantine` fetches it again and "
-            "decodes these rows"
-        )
-    return failures
-
-
-def _versions(obj: ObjectSpec, registry: Mapping[str, RegistryEntry]) -> list[EventSchema]:
-    return [
-        e.schema
-        for e in registry.values()
-        if e.schema is not None and e.schema.entity_name == obj.api_name
-    ]
-
-
-def silver_layout(obj: ObjectSpec, registry: Mapping[str, RegistryEntry]) -> SilverLayout:
-    """``obj``'s silver columns from every registry schema of its entity (oldest first).
-
-    With no schema yet the layout has only the metadata columns; fields arrive with the
-    first schema (schema evolution adds them).
-    """
-    versions = _versions(obj, registry)
-    change_events = obj.kind == "change_events"
-    wrong = [s.schema_id for s in versions if s.is_change_event != change_events]
-    if wrong:
-        raise ConfigError(
-            f"{obj.api_name} is configured as kind {obj.kind}, but its schemas "
-            f"{', '.join(wrong)} are {'platform' if change_events else 'change'} events"
-        )
-    compounds = obj.silver.compound_fields
-    if not versions:
-        return SilverLayout(obj.api_name, change_events, (), compounds)
-    try:
-        return build_layout(obj.api_name, versions, compounds=compounds)
-    except ValueError as exc:
-        raise ConfigError(f"silver columns of {obj.api_name}: {exc}") from exc
-
-
-# ----------------------------------------------------------------------------- run
 
 
 def _select_objects(conf: Conf, names: Sequence[str] | None) -> list[ObjectSpec]:
@@ -299,21 +131,6 @@ def _select_objects(conf: Conf, names: Sequence[str] | None) -> list[ObjectSpec]
     return [o for o in enabled if o.api_name in wanted]
 
 
-def maintain_on_schedule(
-    engine: LakeEngine, table: TableRef, version: int | None, every: int
-) -> None:
-    """Compact ``table`` and checkpoint its log when commit ``version`` is a multiple of
-    ``every`` (``ingest.maintain_every_commits``; 0: never), so a silver table that grows by
-    small appends for months keeps a bounded number of files and a short log to replay. By
-    version, so it holds across passes and processes. A failure is logged: silver goes on."""
-    if every <= 0 or version is None or version == 0 or version % every:
-        return
-    try:
-        engine.maintain(table)
-    except LakeError as exc:
-        _log.warning("silver: maintenance of %s failed (left for later): %s", table, exc)
-
-
 def run_silver(
     engine: LakeEngine,
     conf: Conf,
@@ -330,7 +147,7 @@ def run_silver(
     every silver commit."""
     selected = _select_objects(conf, objects)
     for obj in selected:
-        if _silver_table(obj) == QUARANTINE_TABLE:
+        if silver_table(obj) == QUARANTINE_TABLE:
             raise ConfigError(
                 f"{obj.api_name}: silver table name {QUARANTINE_TABLE.name!r} is reserved for "
                 "the quarantine; set tables.silver to another name"
@@ -347,9 +164,9 @@ def run_silver(
             continue
         groups: dict[int | None, list[ObjectSpec]] = {}
         for obj in objs:
-            groups.setdefault(engine.txn_version(_silver_table(obj), app_id(obj)), []).append(obj)
+            groups.setdefault(engine.txn_version(silver_table(obj), app_id(obj)), []).append(obj)
         for after in sorted(groups, key=lambda v: -1 if v is None else v):
-            group = _Group(
+            group = TopicRun(
                 engine,
                 topic,
                 bronze,
@@ -362,531 +179,3 @@ def run_silver(
             )
             results.append(group.run(after))
     return SilverResult(tuple(results))
-
-
-@dataclass
-class _Progress:
-    events: int = 0
-    rows: int = 0
-    commits: int = 0
-    version: int | None = None
-    seconds: float = 0.0
-
-
-class _Group:
-    """The objects of one topic that stand at the same bronze version."""
-
-    def __init__(
-        self,
-        engine: LakeEngine,
-        topic: str,
-        bronze: TableRef,
-        objs: list[ObjectSpec],
-        *,
-        registry_table: TableRef,
-        clock: Callable[[], float],
-        now: Callable[[], datetime],
-        on_commit: Callable[[CommitRecord], object] | None = None,
-        maintain_every: int = 0,
-    ) -> None:
-        self.engine = engine
-        self.now = now
-        self.on_commit = on_commit
-        self.maintain_every = maintain_every
-
-        self.topic = topic
-        self.bronze = bronze
-        self.objs = objs
-        self.registry_table = registry_table
-        self.clock = clock
-        self.at = now()
-        self.topic_entity = parse_topic(topic).entity
-        self.max_rows = min(o.silver.max_rows_per_commit for o in objs)
-        self.max_bytes = min(o.silver.max_bytes_per_commit for o in objs)
-        self.progress = {o.api_name: _Progress() for o in objs}
-        self.others: dict[str, int] = {}
-        self.quarantined = 0
-        self.bronze_rows = 0
-        self.full_read = False
-        self._registry_version: int | None = None
-        self._registry: dict[str, RegistryEntry] = {}
-
-    def run(self, after: int | None) -> TopicResult:
-        started = self.clock()
-        current = self.engine.version(self.bronze)
-        assert current is not None
-        if after is not None and after > current:
-            names = ", ".join(o.api_name for o in self.objs)
-            raise LakeError(
-                f"the silver tables of {names} processed {self.bronze} up to version {after}, "
-                f"but it is at version {current}: was it dropped and re-created? Drop those "
-                "silver tables to rebuild them from the new bronze table"
-            )
-        start = after
-        first = 0 if after is None else after + 1
-        history = self.engine.history(self.bronze, limit=max(current - first + 1, 1))
-        sizes = version_sizes(history, self._checkpoints(first))
-        chunks = plan_chunks(
-            sizes, after, current, max_rows=self.max_rows, max_bytes=self.max_bytes
-        )
-        with progress(
-            total=rows_between(sizes, after, current), unit="events", label=f"silver {self.bronze}"
-        ) as bar:
-            for end in chunks:
-                self._chunk(after, end)
-                bar.advance(rows_between(sizes, after, end))
-                after = end
-        if start == after:
-            _log.info("silver: %s has nothing new after version %s", self.bronze, start)
-        else:
-            _log.info(
-                "silver: %s versions %s..%s done: %d bronze rows, %d quarantined (%.1f s)",
-                self.bronze,
-                first,
-                after,
-                self.bronze_rows,
-                self.quarantined,
-                self.clock() - started,
-            )
-        objects = []
-        for obj in self.objs:
-            p = self.progress[obj.api_name]
-            table = _silver_table(obj)
-            version = p.version if p.version is not None else self.engine.version(table)
-            objects.append(
-                ObjectResult(
-                    obj.api_name,
-                    table,
-                    self.bronze,
-                    start,
-                    after,
-                    p.events,
-                    p.rows,
-                    p.commits,
-                    version,
-                    p.seconds,
-                )
-            )
-        return TopicResult(
-            self.topic,
-            self.bronze,
-            start,
-            after,
-            self.bronze_rows,
-            self.quarantined,
-            tuple(objects),
-            dict(self.others),
-            self.full_read,
-        )
-
-    def _checkpoints(self, first: int) -> list[dict[str, Any]]:
-        """Landing's checkpoint rows of this topic from bronze version ``first`` on (their
-        payload bytes size the steps); none when landing keeps no checkpoints here."""
-        table = TableRef("bronze", CHECKPOINT_TABLE)
-        if not self.engine.exists(table):
-            return []
-        rows = self.engine.read_arrow(
-            table,
-            columns=["bronze_version", "event_count", "payload_bytes"],
-            where=[("topic", "=", self.topic), ("bronze_version", ">=", first)],
-        )
-        return list(rows.to_pylist())
-
-    def registry(self) -> dict[str, RegistryEntry]:
-        version = self.engine.version(self.registry_table)
-        if version != self._registry_version or not self._registry:
-            self._registry = read_registry(self.engine, self.registry_table)
-            self._registry_version = version
-        return self._registry
-
-    def _chunk(self, after: int | None, end: int) -> None:
-        engine = self.engine
-        changes = engine.read_appends(
-            self.bronze, after_version=after, until_version=end, columns=BRONZE_COLUMNS
-        )
-        if changes.start_version is None:
-            return
-        rows = changes.rows
-        if changes.full_read and after is not None:
-            self.full_read = True
-            rows = engine.map_batches(
-                rows, AfterBatch(_last_processed(engine, self.bronze, self.objs, after)), _BRONZE
-            )
-        # Read once: counted, then decoded by each object, then searched for undecodable rows.
-        rows = engine.persist(rows)
-        held = [rows]
-        try:
-            started = self.clock()
-            stats = _schema_counts(
-                engine.to_arrow(engine.map_batches(rows, SchemaCounts(), COUNTS_SCHEMA))
-            )
-            total = sum(n for n, _ in stats.values())
-            _log.debug(
-                "silver: %s versions %s..%s: %d rows counted per schema id in %.2f s",
-                self.bronze,
-                changes.start_version,
-                end,
-                total,
-                self.clock() - started,
-            )
-            if total == 0:
-                return
-            self.bronze_rows += total
-            registry = self.registry()
-            max_batch = max((b for _, b in stats.values() if b is not None), default=None)
-            metadata = {
-                _META_BRONZE_TABLE: self.bronze.name,
-                _META_VERSIONS: f"{changes.start_version}-{end}",
-            }
-            if max_batch is not None:
-                metadata[_META_MAX_BATCH] = str(max_batch)
-            passes = []
-            decodable: set[str] = set()
-            for obj in self.objs:
-                ids = [s.schema_id for s in _versions(obj, registry)]
-                decodable.update(ids)
-                events = sum(stats[sid][0] for sid in ids if sid in stats)
-                passes.append(
-                    self._decode(obj, rows, registry=registry, ids=ids, events=events, held=held)
-                )
-            undecodable = self._undecodable(rows, stats, registry, decodable)
-            self._commit_step(passes, undecodable, after=after, end=end, metadata=metadata)
-        finally:
-            for kept in held:
-                engine.release(kept)
-
-    def _commit_step(
-        self,
-        decoded: Sequence[tuple[ObjectSpec, SilverLayout, Rows, Rows | None, int]],
-        undecodable: Rows | None,
-        *,
-        after: int | None,
-        end: int,
-        metadata: Mapping[str, str],
-    ) -> None:
-        """Commit a decoded step: quarantine first, then each object's silver rows."""
-        # The quarantine first: a run that dies before the silver writes decodes this
-        # range again and finds the quarantine already holding it.
-        quarantined: dict[str, int] = {}
-        for obj, _, _, bad, _ in decoded:
-            if bad is not None:
-                quarantined[obj.api_name] = self._quarantine(
-                    bad, app_for=obj.api_name, after=after, end=end, metadata=metadata
-                )
-        if undecodable is not None:
-            self._quarantine(
-                undecodable, app_for=self.bronze.name, after=after, end=end, metadata=metadata
-            )
-        for obj, layout, data, _, events in decoded:
-            self._write(
-                obj,
-                layout,
-                data,
-                events=events,
-                end=end,
-                metadata=metadata,
-                quarantined=quarantined.get(obj.api_name, 0),
-            )
-
-    def _undecodable(
-        self,
-        rows: Rows,
-        stats: Mapping[str, tuple[int, Any]],
-        registry: Mapping[str, RegistryEntry],
-        decodable: set[str],
-    ) -> Rows | None:
-        """Rows no configured object decodes: counted when they belong to another object on a
-        channel, quarantined otherwise (unknown or unusable schema id, another object's
-        schema on a single-object topic)."""
-        split = self._split_undecodable(stats, registry, decodable)
-        if split is None:
-            return None
-        skipped, reasons = split
-        function = Undecodable(
-            decodable=skipped,
-            reasons=reasons,
-            registry=str(self.registry_table),
-            bronze_table=self.bronze.name,
-            topic=self.topic,
-            at=self.at,
-        )
-        return self.engine.map_batches(rows, function, QUARANTINE_SCHEMA)
-
-    def _split_undecodable(
-        self,
-        stats: Mapping[str, tuple[int, Any]],
-        registry: Mapping[str, RegistryEntry],
-        decodable: set[str],
-    ) -> tuple[set[str], dict[str, tuple[str, str]]] | None:
-        """The schema ids to leave out of the quarantine (decoded, or another object's on a
-        channel, whose rows are counted in ``others``) and the quarantine reasons of the
-        rest; None when no row needs quarantining."""
-        reasons = self._reasons(registry, decodable)
-        skipped = set(decodable)
-        for sid, (n, _) in stats.items():
-            entry = registry.get(sid) if sid else None
-            if sid in skipped or entry is None or entry.schema is None or sid in reasons:
-                continue
-            skipped.add(sid)
-            entity = entry.schema.entity_name
-            self.others[entity] = self.others.get(entity, 0) + n
-        if all(sid in skipped and sid not in reasons for sid in stats):
-            return None
-        return skipped, reasons
-
-    def _reasons(
-        self, registry: Mapping[str, RegistryEntry], decodable: set[str]
-    ) -> dict[str, tuple[str, str]]:
-        reasons: dict[str, tuple[str, str]] = {}
-        for sid, text in read_schema_failures(self.engine).items():
-            if sid not in registry:
-                reasons[sid] = ("schema_unavailable", text)
-        for sid, entry in registry.items():
-            if entry.problem is not None:
-                reasons[sid] = ("invalid_schema", entry.problem)
-            elif (
-                entry.schema is not None
-                and sid not in decodable
-                and self.topic_entity is not None
-                and entry.schema.entity_name != self.topic_entity
-            ):
-                reasons[sid] = (
-                    "wrong_entity",
-                    f"schema {sid} is a {entry.schema.entity_name} schema, but {self.topic} "
-                    f"carries {self.topic_entity} events",
-                )
-        return reasons
-
-    def _decode(
-        self,
-        obj: ObjectSpec,
-        rows: Rows,
-        *,
-        registry: Mapping[str, RegistryEntry],
-        ids: list[str],
-        events: int,
-        held: list[Rows],
-    ) -> tuple[ObjectSpec, SilverLayout, Rows, Rows | None, int]:
-        """One pass over the object's rows: its silver rows and its quarantine rows (``None``
-        when every row decoded). What must be kept for the writes is added to ``held``."""
-        started = self.clock()
-        engine = self.engine
-        layout = silver_layout(obj, registry)
-        _check_types(engine, _silver_table(obj), layout)
-        if not events:
-            # Nothing for this object in the range: an empty commit still records the bronze
-            # version (and creates the table the first time).
-            empty = spark_schema_to_arrow(layout.silver_schema()).empty_table()
-            return obj, layout, empty, None, 0
-        plan = DecodePlan(
-            layout=layout,
-            schemas={sid: registry[sid].schema_json for sid in ids},
-            registry=str(self.registry_table),
-        )
-        decoded = engine.persist(engine.map_batches(rows, SilverRows(plan), shaped_struct(layout)))
-        held.append(decoded)
-        schema = layout.silver_schema()
-        silver = engine.map_batches(decoded, SilverPart(schema.names), schema)
-        function = QuarantinePart(
-            bronze_table=self.bronze.name, topic=self.topic, at=self.at, entity=obj.api_name
-        )
-        bad = engine.persist(engine.map_batches(decoded, function, QUARANTINE_SCHEMA))
-        held.append(bad)
-        seconds = self.clock() - started
-        _log.debug("silver: %s decoded in %.2f s", obj.api_name, seconds)
-        self.progress[obj.api_name].seconds += seconds
-        return obj, layout, silver, bad if engine.count(bad) else None, events
-
-    def _write(
-        self,
-        obj: ObjectSpec,
-        layout: SilverLayout,
-        data: Rows,
-        *,
-        events: int,
-        end: int,
-        metadata: Mapping[str, str],
-        quarantined: int = 0,
-    ) -> None:
-        started = self.clock()
-        table = _silver_table(obj)
-        if not self.engine.exists(table):
-            # Created from the layout, so every column is nullable whatever the first rows
-            # hold (Spark marks literal and coalesced columns NOT NULL).
-            self.engine.ensure_table(table, layout.silver_schema())
-        newest = None
-        if self.on_commit is not None and events:
-            column = time_column(layout.silver_schema().names, change_events=layout.change_events)
-            newest = newest_time(self.engine, data, column)
-        result = self.engine.append(table, data, txn=Txn(app_id(obj), end), metadata=metadata)
-        _log.debug("silver: %s written in %.2f s", table, self.clock() - started)
-        if not result.skipped:
-            maintain_on_schedule(self.engine, table, result.version, self.maintain_every)
-        p = self.progress[obj.api_name]
-        p.events += events
-        p.rows += result.rows
-        p.commits += 0 if result.skipped else 1
-        p.version = result.version
-        p.seconds += self.clock() - started
-        if self.on_commit is not None and not result.skipped:
-            self.on_commit(
-                CommitRecord(
-                    layer="silver",
-                    kind="commit",
-                    visible_at=self.now(),
-                    topic=self.topic,
-                    object=obj.api_name,
-                    table=str(table),
-                    version=result.version,
-                    events=events,
-                    rows=result.rows,
-                    quarantined=quarantined,
-                    newest_commit_at=newest,
-                    duration_seconds=self.clock() - started,
-                )
-            )
-        _log.info(
-            "silver: %s <- %s up to version %d: %d events, %d rows, version %s%s",
-            table,
-            self.bronze,
-            end,
-            events,
-            result.rows,
-            result.version,
-            " (already committed)" if result.skipped else "",
-        )
-
-    def _quarantine(
-        self,
-        rows: Rows,
-        *,
-        app_for: str,
-        after: int | None,
-        end: int,
-        metadata: Mapping[str, str],
-    ) -> int:
-        """Append quarantine rows of the bronze range ``(after, end]`` under the txn
-        ``sfcdc.silver.quarantine:<app_for>`` (an object's undecodable rows, or the bronze
-        table's rows no object decodes); the rows appended."""
-        engine = self.engine
-        app = f"{QUARANTINE_APP_PREFIX}{app_for}"
-        done = engine.txn_version(QUARANTINE_TABLE, app)
-        if done is not None and done >= end:
-            _log.info("silver: quarantine %s up to version %d already committed", app, end)
-            return 0
-        if engine.count(rows) == 0:
-            return 0
-        if done is not None and (after is None or done > after):
-            # An earlier run quarantined part of this range (it stopped at another version).
-            rows = _without_quarantined(engine, rows, self.bronze)
-        if not engine.exists(QUARANTINE_TABLE):
-            engine.ensure_table(QUARANTINE_TABLE, QUARANTINE_SCHEMA)
-        result = engine.append(QUARANTINE_TABLE, rows, txn=Txn(app, end), metadata=metadata)
-        self.quarantined += result.rows
-        _log.warning(
-            "silver: %d rows of %s could not be decoded (%s); quarantined in %s (version %s)",
-            result.rows,
-            self.bronze,
-            app_for,
-            QUARANTINE_TABLE,
-            result.version,
-        )
-        return result.rows
-
-
-# The bronze columns silver reads.
-_BRONZE = T.StructType(
-    [
-        T.StructField("batch_id", T.LongType()),
-        T.StructField("batch_seq", T.IntegerType()),
-        T.StructField("event_id", T.StringType()),
-        T.StructField("replay_id", T.BinaryType()),
-        T.StructField("schema_id", T.StringType()),
-        T.StructField("payload", T.BinaryType()),
-    ]
-)
-
-
-def _schema_counts(counts: pa.Table) -> dict[str, tuple[int, int | None]]:
-    """Rows and highest batch id per schema id, from :class:`SchemaCounts` rows."""
-    grouped = counts.group_by("schema_id").aggregate([("rows", "sum"), ("max_batch_id", "max")])
-    return {
-        sid: (int(n), None if top is None else int(top))
-        for sid, n, top in zip(
-            grouped.column("schema_id").to_pylist(),
-            grouped.column("rows_sum").to_pylist(),
-            grouped.column("max_batch_id_max").to_pylist(),
-            strict=True,
-        )
-    }
-
-
-def _without_quarantined(engine: LakeEngine, rows: Rows, bronze: TableRef) -> Rows:
-    existing = engine.read_arrow(
-        QUARANTINE_TABLE, columns=list(QUARANTINE_KEYS), where=[("bronze_table", "=", bronze.name)]
-    )
-    seen = set(zip(*(existing.column(k).to_pylist() for k in QUARANTINE_KEYS), strict=True))
-    return engine.map_batches(rows, WithoutKeys(seen), QUARANTINE_SCHEMA)
-
-
-def _last_processed(
-    engine: LakeEngine, bronze: TableRef, objs: Iterable[ObjectSpec], after: int
-) -> int:
-    """Bronze could not be read incrementally (its change data feed no longer covers the
-    range) and the whole table is read instead: the last batch processed, which every silver
-    commit records, says which rows are new."""
-    processed: list[int] = []
-    for obj in objs:
-        for entry in engine.history(_silver_table(obj), limit=100):
-            if entry.txn is not None and entry.txn.app_id == app_id(obj):
-                value = entry.metadata.get(_META_MAX_BATCH)
-                if value is not None and value.isdigit():
-                    processed.append(int(value))
-                break
-    if not processed:
-        raise LakeError(
-            f"{bronze} cannot be read incrementally after version {after} and the silver "
-            "commits do not say which bronze batches they processed; rebuild the silver "
-            f"tables of {', '.join(o.api_name for o in objs)} (drop them and run again)"
-        )
-    last = min(processed)
-    _log.warning(
-        "silver: reading all of %s and keeping the batches after %d, the last processed",
-        bronze,
-        last,
-    )
-    return last
-
-
-def _check_types(engine: LakeEngine, table: TableRef, layout: SilverLayout) -> None:
-    current = engine.schema(table)
-    if current is None:
-        return
-    have = {f.name.lower(): f for f in current.fields}
-    for f in layout.silver_schema().fields:
-        old = have.get(f.name.lower())
-        if old is None or same_type(old.dataType, f.dataType) or _grows(old.dataType, f.dataType):
-            continue
-        raise LakeError(
-            f"{table}: column {f.name!r} is {old.dataType.simpleString()} but the schema "
-            f"versions of {layout.entity} now make it {f.dataType.simpleString()} (a field "
-            "changed type in Salesforce); rebuild the silver table (drop it and run again) so "
-            "the column takes a type that holds every version's values"
-        )
-
-
-def _grows(old: Any, new: Any) -> bool:
-    """Whether ``new`` only adds struct fields to ``old`` (appends evolve the table)."""
-    from pyspark.sql import types as T
-
-    if isinstance(old, T.StructType) and isinstance(new, T.StructType):
-        theirs = {f.name.lower(): f for f in new.fields}
-        return all(
-            f.name.lower() in theirs
-            and (
-                same_type(f.dataType, theirs[f.name.lower()].dataType)
-                or _grows(f.dataType, theirs[f.name.lower()].dataType)
-            )
-            for f in old.fields
-        )
-    return False

@@ -37,19 +37,17 @@ from pipelines.bronze.tables import SCHEMA_REGISTRY_SCHEMA
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.silver.decode import DecodePlan, SilverRows
-from pipelines.silver.job import (
-    _BRONZE,
-    QUARANTINE_TABLE,
+from pipelines.silver.quarantine import QUARANTINE_KEYS, QUARANTINE_SCHEMA, SilverPart
+from pipelines.silver.registry import (
     REGISTRY_TABLE,
     RegistryEntry,
-    _check_types,
-    _silver_table,
-    _versions,
+    object_schemas,
     read_registry,
     silver_layout,
 )
-from pipelines.silver.quarantine import QUARANTINE_KEYS, QUARANTINE_SCHEMA, SilverPart
 from pipelines.silver.shape import shaped_struct
+from pipelines.silver.tables import QUARANTINE_TABLE, silver_table
+from pipelines.silver.topic_run import BRONZE_READ_SCHEMA, check_types
 from pipelines.spec import Conf, ObjectSpec
 
 __all__ = ["RETRIED_KINDS", "RetryResult", "retry_quarantine"]
@@ -128,9 +126,9 @@ def _decode(
     """The silver rows of the quarantined ``rows`` that now decode, and the bronze coordinates
     of every row that decoded."""
     layout = silver_layout(obj, entries)
-    table = _silver_table(obj)
-    _check_types(engine, table, layout)
-    ids = [s.schema_id for s in _versions(obj, entries)]
+    table = silver_table(obj)
+    check_types(engine, table, layout)
+    ids = [s.schema_id for s in object_schemas(obj, entries)]
     bronze = pa.table(
         {
             "batch_id": rows.column("bronze_batch_id"),
@@ -147,7 +145,9 @@ def _decode(
         registry=str(REGISTRY_TABLE),
     )
     decoded = engine.to_arrow(
-        engine.map_batches(engine.rows(bronze, _BRONZE), SilverRows(plan), shaped_struct(layout))
+        engine.map_batches(
+            engine.rows(bronze, BRONZE_READ_SCHEMA), SilverRows(plan), shaped_struct(layout)
+        )
     )
     schema = layout.silver_schema()
     ok = decoded.filter(pc.is_null(decoded.column("_cdc_error")))
@@ -213,7 +213,7 @@ def retry_quarantine(
             obj = objects[name]
             rows = of_topic.filter(pc.is_in(of_topic.column("schema_id"), pa.array(sids)))
             silver, decoded = _decode(engine, obj, rows, registry)
-            table = _silver_table(obj)
+            table = silver_table(obj)
             held = _held(engine, table, rows)
             if held:
                 keep = [
