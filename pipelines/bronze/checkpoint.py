@@ -323,7 +323,8 @@ class CheckpointStore:
     def write_all(self, rows: Sequence[CheckpointRow]) -> list[CommitResult]:
         """Append ``rows`` (of distinct topics), each under its topic's checkpoint transaction
         ``row.batch_id``: in one commit holding every transaction where the engine can (the
-        local engine), one commit per row otherwise (a Spark write records one transaction).
+        local engine; the spark engine on a lake of paths with Delta's JVM classes at hand),
+        one commit per row otherwise (a Spark DataFrameWriter records one transaction).
         Either way a row is durable together with its transaction, which is all the protocol
         needs."""
         topics = [row.topic for row in rows]

@@ -6,7 +6,9 @@ recorded that transaction already. The table's own record is the snapshot's appl
 transactions, read through Delta's JVM classes; where those cannot be reached (Spark Connect),
 this process's writes and the ``userMetadata`` of the table's history stand in. Delta itself
 also skips a write whose ``txnAppId`` / ``txnVersion`` it has committed, which the version
-left unchanged after the write shows.
+left unchanged after the write shows. Several parts, each with its own transaction, go into
+one commit through Delta's ``OptimisticTransaction`` where its JVM classes are at hand (a
+lake of paths); a DataFrameWriter commits one part at a time otherwise.
 
 :class:`SparkWriteMixin` is part of :class:`~pipelines.engines.spark.SparkEngine`.
 """
@@ -40,6 +42,7 @@ from pipelines.engines.spark_sql import (
     metric_int,
     write_options,
 )
+from pipelines.engines.spark_tables import _jvm_class
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -184,8 +187,91 @@ class SparkWriteMixin:
         *,
         metadata: Mapping[str, str] | None = None,
     ) -> list[CommitResult]:
-        # A Delta Spark write records one application transaction: a commit per part.
+        app_ids = [txn.app_id for _, txn in parts]
+        if len(set(app_ids)) != len(app_ids):
+            raise LakeError(f"{table}: one commit cannot record one app id twice ({app_ids})")
+        if len(parts) > 1 and self.location is not None and self.exists(table):
+            together = self._append_in_one_commit(table, parts, metadata)
+            if together is not None:
+                return together
+        # A DataFrameWriter records one application transaction: a commit per part.
         return [self.append(table, data, txn=txn, metadata=metadata) for data, txn in parts]
+
+    def _append_in_one_commit(
+        self,
+        table: TableRef,
+        parts: Sequence[tuple[pa.Table, Txn]],
+        metadata: Mapping[str, str] | None,
+    ) -> list[CommitResult] | None:
+        """The parts appended in one Delta commit that records every part's transaction,
+        through Delta's own ``OptimisticTransaction`` (reached over the JVM gateway): the
+        transaction reads each app id's version (so a concurrent commit of one of them is a
+        conflict, as it is for a DataFrameWriter's ``txnAppId``), writes the rows of the parts
+        not applied yet, and commits their files with a ``SetTransaction`` each. ``None`` --
+        a commit per part instead -- where that is not possible here: no JVM gateway, a
+        runtime whose classes differ, or rows whose columns are not exactly the table's (a
+        DataFrameWriter evolves the schema, this path does not)."""
+        opened = self._delta_log(table)
+        if opened is None:
+            return None
+        delta_log, snapshot = opened
+        jvm: Any = self._spark._jvm
+        try:
+            package = str(delta_log.getClass().getPackage().getName())
+            write_operation = _jvm_class(jvm, f"{package}.DeltaOperations$Write")
+            columns = [str(name) for name in snapshot.metadata().schema().fieldNames()]
+        except Exception as exc:  # a runtime without these classes: a commit per part
+            _log.debug("%s: no one-commit append on this runtime: %s", table, exc)
+            return None
+        if any(set(data.column_names) != set(columns) for data, _ in parts):
+            return None
+        try:
+            rows = pa.concat_tables([data.select(columns) for data, _ in parts])
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # parts of different types
+            return None
+        with self._errors("append", table):
+            transaction = delta_log.startTransaction()
+            version = int(snapshot.version())
+            results: list[CommitResult] = []
+            keep: list[int] = []
+            for index, (_, txn) in enumerate(parts):
+                recorded = int(transaction.txnVersion(txn.app_id))
+                if txn_applied(table, txn, None if recorded < 0 else recorded, _log):
+                    results.append(CommitResult(table, version, skipped=True, rows=0))
+                else:
+                    keep.append(index)
+                    results.append(CommitResult(table, None, skipped=False, rows=0))
+            if not keep:
+                return results
+            if len(keep) < len(parts):
+                rows = pa.concat_tables([parts[i][0].select(columns) for i in keep])
+            with self._session_conf(PRESERVE_NULL_STRUCTS):
+                files = transaction.writeFiles(self._dataframe(rows)._jdf)
+            option = jvm.scala.Option
+            now = option.apply(jvm.java.lang.Long.valueOf(int(self._clock() * 1000)))
+            txns = [parts[i][1] for i in keep]
+            for txn in txns:
+                transaction.updateSetTransaction(txn.app_id, txn.version, now)
+            text = encode_user_metadata(metadata, txns[0] if len(txns) == 1 else None)
+            none = option.empty()
+            operation = write_operation(
+                jvm.org.apache.spark.sql.SaveMode.Append,
+                none,
+                none,
+                option.apply(text) if text else none,
+                none,
+                none,
+                none,
+            )
+            committed = int(transaction.commit(files, operation))
+        for txn in txns:
+            self._remember(table, txn)
+        for index in keep:
+            results[index] = CommitResult(
+                table, committed, skipped=False, rows=parts[index][0].num_rows
+            )
+        _log.debug("%s: appended %d parts as version %d", table, len(keep), committed)
+        return results
 
     def overwrite(
         self,

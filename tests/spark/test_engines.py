@@ -100,6 +100,8 @@ def test_append_parts_record_each_txn(lake_engine: LakeEngine) -> None:
         BRONZE, [(events(1, 1), Txn("a", 1)), (events(2, 2), Txn("b", 1))]
     )
     assert [(r.skipped, r.rows) for r in results] == [(False, 1), (False, 2)]
+    # Both engines record the parts' transactions in one commit.
+    assert results[0].version == results[1].version == lake_engine.version(BRONZE)
     assert lake_engine.txn_version(BRONZE, "a") == 1
     assert lake_engine.txn_version(BRONZE, "b") == 1
     again = lake_engine.append_parts(
@@ -107,6 +109,8 @@ def test_append_parts_record_each_txn(lake_engine: LakeEngine) -> None:
     )
     assert [(r.skipped, r.rows) for r in again] == [(True, 0), (False, 1)]
     assert ids(lake_engine, lake_engine.read(BRONZE)) == ["e0", "e1", "e2", "e3", "e4"]
+    with pytest.raises(LakeError, match="app id twice"):
+        lake_engine.append_parts(BRONZE, [(events(5, 1), Txn("c", 1)), (events(6, 1), Txn("c", 2))])
 
 
 def test_empty_appends(lake_engine: LakeEngine) -> None:
