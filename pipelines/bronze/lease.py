@@ -125,18 +125,33 @@ class LeaseStore:
 
     def latest(self, topic: str) -> Lease | None:
         """The topic's latest lease row, if it ever had one."""
-        if not self._engine.exists(self.table):
-            return None
-        generation = self._engine.txn_version(self.table, lease_app_id(topic))
-        if generation is None:
-            return None
+        return self.latest_of([topic])[topic]
+
+    def latest_of(self, topics: Sequence[str]) -> dict[str, Lease | None]:
+        """Each topic's latest lease row (``None``: it never had one), read in one pass over
+        the table: each topic's generation is its transaction version in one snapshot, and
+        one read fetches the rows of those topics and generations."""
+        found: dict[str, Lease | None] = dict.fromkeys(topics)
+        if not topics or not self._engine.exists(self.table):
+            return found
+        generations = {
+            topic: generation
+            for topic in found
+            if (generation := self._engine.txn_version(self.table, lease_app_id(topic))) is not None
+        }
+        if not generations:
+            return found
         rows = self._engine.read_arrow(
-            self.table, where=[("topic", "=", topic), ("generation", "=", generation)]
+            self.table,
+            where=[
+                ("topic", "in", sorted(generations)),
+                ("generation", "in", sorted(set(generations.values()))),
+            ],
         ).to_pylist()
-        if not rows:
-            return None
-        row = rows[0]
-        return Lease(**{name: row[name] for name in LEASE_SCHEMA.names})
+        for row in rows:
+            if generations.get(row["topic"]) == row["generation"]:
+                found[row["topic"]] = Lease(**{name: row[name] for name in LEASE_SCHEMA.names})
+        return found
 
     def write(self, leases: Sequence[Lease]) -> list[bool]:
         """Append ``leases`` (distinct topics), each under its topic's transaction version
@@ -208,8 +223,9 @@ class LeaseHolder:
         """Take every topic's lease, or raise naming who holds one (taking none)."""
         now = self._store.now()
         wanted: list[Lease] = []
+        latest = self._store.latest_of(self._topics)
         for topic in self._topics:
-            current = self._store.latest(topic)
+            current = latest[topic]
             if current is not None and self._in_force(current, now):
                 raise self._held_error(topic, current)
             wanted.append(self._row(topic, (current.generation if current else 0) + 1, now, now))

@@ -5,6 +5,10 @@ once."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
 from ingest.errors import LeaseHeldError
@@ -67,3 +71,49 @@ def test_a_lease_is_refused_while_held_and_taken_over_after_it_expires(
         third.release()
     finally:
         first.release()
+
+
+def _race(holders: list[LeaseHolder]) -> list[str]:
+    """Each holder acquires in its own thread, all at once: "held" or the refusal's text."""
+    start = threading.Barrier(len(holders))
+    outcomes = [""] * len(holders)
+
+    def take(n: int) -> None:
+        start.wait()
+        try:
+            holders[n].acquire()
+            outcomes[n] = "held"
+        except LeaseHeldError as exc:
+            outcomes[n] = str(exc)
+
+    threads = [threading.Thread(target=take, args=(n,)) for n in range(len(holders))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return outcomes
+
+
+def test_two_landings_taking_the_same_leases_at_once_get_them_once(
+    make_engine: Callable[..., LakeEngine], tmp_path: Path
+) -> None:
+    """Two landings (each with its own engine over one lake, as two processes would) both
+    read the leases free, then both commit the next generation of every topic: Delta lets one
+    commit through and refuses the other (a concurrent transaction of the same app ids), so
+    exactly one holds the leases, and the other names the holder or the race."""
+    now = [1_800_000_000.0]
+    lost: list[LeaseHeldError] = []
+    engines = [make_engine(tmp_path / "lake") for _ in range(2)]
+    for attempt in range(3):
+        holders = [
+            _holder(engines[n], now, host=f"driver-{attempt}-{n}", pid=100 + n, lost=lost)
+            for n in range(2)
+        ]
+        outcomes = _race(holders)
+        assert sorted(o == "held" for o in outcomes) == [False, True], outcomes
+        winner = outcomes.index("held")
+        assert set(holders[winner].held) == set(TOPICS)
+        assert holders[1 - winner].held == {}
+        assert "another landing" in outcomes[1 - winner]
+        holders[winner].release()
+    assert not lost
