@@ -196,30 +196,54 @@ class CheckpointStore:
 
     def latest(self, topic: str) -> Checkpoint | None:
         """The topic's latest checkpoint (the row of the table's transaction version)."""
-        batch = self._engine.txn_version(self._tables.checkpoints, checkpoint_app_id(topic))
-        if batch is None:
-            return None
+        return self.latest_of([topic])[topic]
+
+    def latest_of(self, topics: Sequence[str]) -> dict[str, Checkpoint | None]:
+        """Each topic's latest checkpoint (``None``: it has none yet), in one read of the
+        checkpoint table: the rows of those topics at their transaction versions."""
+        found: dict[str, Checkpoint | None] = dict.fromkeys(topics)
+        batches = {
+            topic: batch
+            for topic in found
+            if (
+                batch := self._engine.txn_version(
+                    self._tables.checkpoints, checkpoint_app_id(topic)
+                )
+            )
+            is not None
+        }
+        if not batches:
+            return found
         rows = self._engine.read_arrow(
             self._tables.checkpoints,
-            where=[("topic", "=", topic), ("batch_id", "=", batch)],
-        )
-        if rows.num_rows == 0:
-            raise CheckpointError(
-                f"{topic}: the checkpoint table records batch {batch} as committed but holds no "
-                f"row for it; was {self._tables.checkpoints} rewritten? Restore it (Delta "
-                "RESTORE) rather than deleting rows"
+            where=[
+                ("topic", "in", sorted(batches)),
+                ("batch_id", "in", sorted(set(batches.values()))),
+            ],
+        ).to_pylist()
+        for row in rows:
+            topic = row["topic"]
+            if batches.get(topic) != row["batch_id"] or found[topic] is not None:
+                continue
+            replay = row["replay_id"]
+            found[topic] = Checkpoint(
+                topic=topic,
+                batch_id=int(row["batch_id"]),
+                kind=row["kind"],
+                replay_id=ReplayId(replay) if replay else None,
+                committed_at=row["committed_at"],
+                gap_resumed=row["gap_resumed"],
+                server_acked_batch_id=row["server_acked_batch_id"],
             )
-        row = rows.slice(0, 1).to_pylist()[0]
-        replay = row["replay_id"]
-        return Checkpoint(
-            topic=topic,
-            batch_id=int(row["batch_id"]),
-            kind=row["kind"],
-            replay_id=ReplayId(replay) if replay else None,
-            committed_at=row["committed_at"],
-            gap_resumed=row["gap_resumed"],
-            server_acked_batch_id=row["server_acked_batch_id"],
-        )
+        missing = [topic for topic in batches if found[topic] is None]
+        if missing:
+            topic = missing[0]
+            raise CheckpointError(
+                f"{topic}: the checkpoint table records batch {batches[topic]} as committed but "
+                f"holds no row for it; was {self._tables.checkpoints} rewritten? Restore it "
+                "(Delta RESTORE) rather than deleting rows"
+            )
+        return found
 
     def recover(self, topic: str, *, default_start: StartPosition) -> Recovery:
         """Bring the topic's checkpoint in line with its bronze table and say where to resume.
@@ -227,9 +251,22 @@ class CheckpointStore:
         When bronze holds a batch the checkpoints do not (a kill between the two commits),
         the missing row is written first, from the batch's last event.
         """
+        return self.recover_all({topic: default_start})[topic]
+
+    def recover_all(self, starts: Mapping[str, StartPosition]) -> dict[str, Recovery]:
+        """:meth:`recover` for each topic of ``starts`` (topic -> where to start without a
+        checkpoint), reading the topics' checkpoints in one pass."""
+        latests = self.latest_of(list(starts))
+        return {
+            topic: self._recover(topic, latests[topic], default_start)
+            for topic, default_start in starts.items()
+        }
+
+    def _recover(
+        self, topic: str, latest: Checkpoint | None, default_start: StartPosition
+    ) -> Recovery:
         bronze = self._tables.bronze(topic)
         b = self._engine.txn_version(bronze, bronze_app_id(topic))
-        latest = self.latest(topic)
         c = latest.batch_id if latest is not None else 0
         recovered = None
         if b is not None and b > c:

@@ -262,9 +262,12 @@ class BronzeLanding:
     def _prepare(self) -> None:
         ensure_tables(self._engine, self.tables)
         self._batch_committer.load_schemas()
+        starts: dict[str, StartPosition] = {
+            spec.topic: spec.replay.start_position() for spec in self._specs
+        }
+        recoveries = self._store.recover_all(starts)
         for spec in self._specs:
-            default: StartPosition = spec.replay.start_position()
-            recovery = self._store.recover(spec.topic, default_start=default)
+            recovery = recoveries[spec.topic]
             topic = TopicState(
                 spec=spec,
                 table=self.tables.bronze(spec.topic),

@@ -261,3 +261,30 @@ def test_rows_of_several_topics_are_written_together(lake: Fixture) -> None:
                 CheckpointRow(OTHER, 3, "keepalive", rid(2)),
             ]
         )
+
+
+def test_recover_all_reads_every_topic_in_one_pass_and_repairs_each(lake: Fixture) -> None:
+    """Topics recover together: one with a checkpointed batch and a batch in bronze whose
+    checkpoint was never written, one with only a keepalive checkpoint; each gets what
+    recovering it alone gives, and a topic without checkpoints reads as none."""
+    lake.land(1, 100, 3)
+    lake.land(2, 103, 2, checkpoint=False)  # killed between the two commits
+    lake.store.write(CheckpointRow(OTHER, 1, "keepalive", rid(999)))
+    latest = lake.store.latest_of([TOPIC, OTHER, "/data/ContactChangeEvent"])
+    assert latest[TOPIC] is not None and latest[TOPIC].batch_id == 1
+    assert latest[OTHER] is not None and latest[OTHER].replay_id == rid(999)
+    assert latest["/data/ContactChangeEvent"] is None
+    starts = {TOPIC: Earliest(), OTHER: Latest()}
+    recoveries = lake.store.recover_all(starts)
+    assert recoveries[TOPIC].recovered_batch == 2
+    assert recoveries[TOPIC].start == After(rid(104)) and recoveries[TOPIC].next_batch_id == 3
+    assert recoveries[OTHER].recovered_batch is None
+    assert recoveries[OTHER].start == After(rid(999)) and recoveries[OTHER].next_batch_id == 2
+    # Recovering again finds the repaired checkpoint and writes nothing more.
+    version = lake.engine.version(lake.tables.checkpoints)
+    again = {t: lake.store.recover(t, default_start=s) for t, s in starts.items()}
+    assert {t: (r.start, r.next_batch_id, r.recovered_batch) for t, r in again.items()} == {
+        TOPIC: (After(rid(104)), 3, None),
+        OTHER: (After(rid(999)), 2, None),
+    }
+    assert lake.engine.version(lake.tables.checkpoints) == version
