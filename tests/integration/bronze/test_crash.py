@@ -6,7 +6,6 @@ Spark driver with delta-spark (a JVM start per run), so it is killed fewer times
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from ingest.emulator.managed import ManagedSubscriptionConfig
 from ingest.emulator.server import Emulator, EmulatorConfig
 from ingest.emulator.workload import Workload
 from pipelines.engines import LocalEngine, TableRef
+from tests.cli_env import cli_env
 from tests.integration.bronze.conftest import checkpoint_rows, expected, landed
 
 # Each spark-engine run starts a Spark driver: allow for it on a busy machine.
@@ -105,7 +105,7 @@ class Producer(threading.Thread):
 
 
 def _ingest(conf: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = cli_env()
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "pipelines.cli", "ingest", "--conf", str(conf), *extra],

@@ -19,7 +19,6 @@ once more after a final drain. Then, for every object:
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -44,6 +43,7 @@ from pipelines.gold.resync import RESYNC_TABLE
 from pipelines.silver.columns import FieldLayout, LeafKind
 from pipelines.silver.job import read_registry, run_silver, silver_layout
 from pipelines.spec import Conf, load_conf
+from tests.cli_env import cli_env
 
 # Each spark-engine run starts a Spark driver: allow for it on a busy machine.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -96,7 +96,7 @@ def _conf(root: Path, emulator: Emulator, engine: str) -> Path:
 
 
 def _ingest(conf: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = cli_env()
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "pipelines.cli", "ingest", "--conf", str(conf), *extra],

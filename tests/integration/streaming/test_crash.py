@@ -8,7 +8,6 @@ and the producer stops after a few hundred notifications (the final drain stays 
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from ingest.emulator.server import Emulator
 from pipelines.bronze.streaming_tables import replay_number
 from pipelines.engines import TableRef
 from pipelines.engines.local import LocalEngine
+from tests.cli_env import cli_env
 from tests.integration.streaming.lake import (
     ACCOUNT_QUERY,
     account,
@@ -91,7 +91,7 @@ class Producer(threading.Thread):
 
 
 def _ingest(conf: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = cli_env()
     with log.open("wb") as out:
         return subprocess.Popen(
             [
