@@ -128,9 +128,11 @@ class LeaseStore:
         return self.latest_of([topic])[topic]
 
     def latest_of(self, topics: Sequence[str]) -> dict[str, Lease | None]:
-        """Each topic's latest lease row (``None``: it never had one), read in one pass over
-        the table: each topic's generation is its transaction version in one snapshot, and
-        one read fetches the rows of those topics and generations."""
+        """Each topic's latest lease row (``None``: it never had one), with one read of the
+        table: each topic's generation is its transaction version, looked up topic by topic
+        (an engine may refresh the log between two lookups), and then one read fetches the
+        rows of those topics at those generations. A row is written in the commit that
+        records its generation, so the read, which comes after the lookups, finds it."""
         found: dict[str, Lease | None] = dict.fromkeys(topics)
         if not topics or not self._engine.exists(self.table):
             return found

@@ -225,10 +225,9 @@ class SparkWriteMixin:
             return None
         if any(set(data.column_names) != set(columns) for data, _ in parts):
             return None
-        try:
-            rows = pa.concat_tables([data.select(columns) for data, _ in parts])
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # parts of different types
-            return None
+        selected = [data.select(columns) for data, _ in parts]
+        if any(not part.schema.equals(selected[0].schema) for part in selected[1:]):
+            return None  # parts of different types
         with self._errors("append", table):
             transaction = delta_log.startTransaction()
             version = int(snapshot.version())
@@ -243,8 +242,7 @@ class SparkWriteMixin:
                     results.append(CommitResult(table, None, skipped=False, rows=0))
             if not keep:
                 return results
-            if len(keep) < len(parts):
-                rows = pa.concat_tables([parts[i][0].select(columns) for i in keep])
+            rows = pa.concat_tables([selected[i] for i in keep])
             with self._session_conf(PRESERVE_NULL_STRUCTS):
                 files = transaction.writeFiles(self._dataframe(rows)._jdf)
             option = jvm.scala.Option
