@@ -97,6 +97,33 @@ def _python_workers() -> dict[str, str]:
     }
 
 
+def local_session_conf(
+    *,
+    delta: bool = False,
+    workdir: str | Path | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The settings :func:`local_session` starts a session with. The warehouse and Derby home
+    are ``workdir``'s (each lake's, for a command), so two runs over two lakes never share a
+    metastore."""
+    warehouse, derby = spark_dirs(workdir or Path.home() / ".cache" / "sfcdc")
+    settings: dict[str, str] = {
+        **LOCAL_SESSION_CONF,
+        "spark.sql.warehouse.dir": str(warehouse),
+        "spark.driver.extraJavaOptions": " ".join(
+            [f"-Dderby.system.home={derby}", _JVM_OPTIONS, os.environ.get(JAVA_OPTIONS_ENV, "")]
+        ).strip(),
+        **_python_workers(),
+    }
+    if delta:
+        from pipelines.delta_jars import find_jars
+
+        settings.update(DELTA_SESSION_CONF)
+        settings["spark.jars"] = find_jars().class_path
+    settings.update(conf or {})
+    return settings
+
+
 def local_session(
     app_name: str = "sfcdc",
     *,
@@ -114,21 +141,7 @@ def local_session(
     """
     from pyspark.sql import SparkSession
 
-    warehouse, derby = spark_dirs(workdir or Path.home() / ".cache" / "sfcdc")
-    settings: dict[str, str] = {
-        **LOCAL_SESSION_CONF,
-        "spark.sql.warehouse.dir": str(warehouse),
-        "spark.driver.extraJavaOptions": " ".join(
-            [f"-Dderby.system.home={derby}", _JVM_OPTIONS, os.environ.get(JAVA_OPTIONS_ENV, "")]
-        ).strip(),
-        **_python_workers(),
-    }
-    if delta:
-        from pipelines.delta_jars import find_jars
-
-        settings.update(DELTA_SESSION_CONF)
-        settings["spark.jars"] = find_jars().class_path
-    settings.update(conf or {})
+    settings = local_session_conf(delta=delta, workdir=workdir, conf=conf)
     builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
