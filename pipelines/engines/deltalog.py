@@ -38,6 +38,7 @@ import logging
 import math
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -194,6 +195,14 @@ class DirectAppender:
         self._path_of = path_of
         self._clock = clock
         self._state: dict[TableRef, _State] = {}
+        # One append per table at a time: threads sharing this writer would otherwise read
+        # and reset one table's state under each other. Appends to other tables go on.
+        self._locks: dict[TableRef, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def _lock(self, table: TableRef) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(table, threading.Lock())
 
     def forget(self, table: TableRef) -> None:
         """Drop what is known of ``table`` (another write path changed it)."""
@@ -257,6 +266,17 @@ class DirectAppender:
         as one file in one commit; a part whose txn is applied already is left out and
         reported ``skipped``. Nothing is committed when every part is skipped, or when there
         are neither rows nor transactions."""
+        with self._lock(table):
+            return self._append_parts(table, parts, metadata=metadata, layout=layout)
+
+    def _append_parts(
+        self,
+        table: TableRef,
+        parts: Sequence[tuple[pa.Table, Txn | None]],
+        *,
+        metadata: Mapping[str, str] | None,
+        layout: WriteLayout | None,
+    ) -> list[CommitResult]:
         state = self._state.get(table)
         if state is None or state.schema is None:
             raise LakeError(f"{table}: a direct append needs an accepted table")

@@ -6,6 +6,7 @@ data feed -- including after compaction by either engine. Also the bronze batch'
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -270,3 +271,38 @@ def test_nulls_in_not_null_columns_are_refused_before_anything_is_written(tmp_pa
         engine.append(TABLE, broken, txn=Txn("a", 1))
     assert list(engine.path(TABLE).glob("*.parquet")) == []
     assert engine.version(TABLE) == before
+
+
+def test_two_threads_appending_to_one_table_through_one_engine_lose_nothing(
+    tmp_path: Path,
+) -> None:
+    engine = _engine(tmp_path)
+    appends = 40
+    failures: list[BaseException] = []
+
+    def write(app: str, first_batch: int) -> None:
+        try:
+            for n in range(1, appends + 1):
+                engine.append(
+                    TABLE,
+                    _reference(_batch(first_batch + n, 3)),
+                    txn=Txn(app, n),
+                    evolve_schema=False,
+                    layout=BRONZE_LAYOUT,
+                )
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [
+        threading.Thread(target=write, args=("writer-a", 0)),
+        threading.Thread(target=write, args=("writer-b", 100)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    batches = engine.read_arrow(TABLE).column("batch_id").to_pylist()
+    assert sorted(batches) == sorted(b for b in [*range(1, 41), *range(101, 141)] for _ in range(3))
+    assert engine.txn_version(TABLE, "writer-a") == appends
+    assert engine.txn_version(TABLE, "writer-b") == appends
