@@ -27,7 +27,7 @@ SOURCE = spark.conf.get("sfcdc.source")
 TOPIC = spark.conf.get("sfcdc.topic")
 
 
-def salesforce(decode: str):
+def salesforce(decode: str, **options: str):
     return (
         spark.readStream.format("salesforce")
         .option("pipeline", PIPELINE_YML)
@@ -35,6 +35,7 @@ def salesforce(decode: str):
         .option("topic", TOPIC)
         .option("startingReplay", "earliest")
         .option("decode", decode)
+        .options(**options)
         .load()
     )
 
@@ -44,10 +45,11 @@ def salesforce(decode: str):
 
 @dlt.table(
     name="salesforce_bronze_events",
-    comment="Raw Pub/Sub API events (Avro payload, schema id, replay id), exactly once.",
+    comment="Raw Pub/Sub API events (Avro payload, schema id, replay id), exactly once; a "
+    "replay gap is a row of its own with replay_gap set.",
 )
 def salesforce_bronze_events():
-    return salesforce("raw")
+    return salesforce("raw", replayGaps="rows")
 
 
 @dlt.table(

@@ -37,6 +37,7 @@ _KEYS = {
     "startingreplay": "earliest, latest, or a stored replay id in base64",
     "oncorrupted": "fail, earliest or latest: what a rejected stored replay id does",
     "decode": "raw (bronze columns) or silver (decoded columns)",
+    "replaygaps": "raw reads: log (default) or rows (a replay_gap column and a row per gap)",
     "maxeventspertrigger": "events per micro-batch at most (all topics together)",
     "maxwaitseconds": "how long one micro-batch waits for its first events",
     "batchidleseconds": "a batch read ends after this many seconds without an event",
@@ -61,6 +62,7 @@ class SourceOptions:
     batch_idle_seconds: float
     max_events: int
     num_requested: int
+    gap_rows: bool = False
 
 
 def _number(options: Mapping[str, str], key: str, default: float, *, integer: bool) -> Any:
@@ -155,6 +157,14 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
             f"{_SHOWN}: decode=silver reads one object's topic per query (got {len(topics)} "
             "topics); read raw events of several topics, or one query per object"
         )
+    gaps = (lowered.get("replaygaps") or ("rows" if decode == "silver" else "log")).strip().lower()
+    if gaps not in ("log", "rows"):
+        raise ConfigError(f"{_SHOWN}: replayGaps must be 'log' or 'rows' (got {gaps!r})")
+    if decode == "silver" and gaps == "log":
+        raise ConfigError(
+            f"{_SHOWN}: decode=silver always records a replay gap as a row (_cdc_error_kind "
+            "replay_gap); replayGaps=log applies to raw reads only"
+        )
     num_requested = _number(lowered, "numrequested", 100, integer=True)
     if num_requested > 100:
         raise ConfigError(f"{_SHOWN}: numRequested must be at most 100 (got {num_requested})")
@@ -169,4 +179,5 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         batch_idle_seconds=_number(lowered, "batchidleseconds", 2.0, integer=False),
         max_events=_number(lowered, "maxevents", 10_000_000, integer=True),
         num_requested=num_requested,
+        gap_rows=gaps == "rows",
     )

@@ -16,6 +16,7 @@ query stops, and started again it reads the new columns (a Delta sink takes them
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -33,7 +34,14 @@ from pipelines.spark_source.errors import SchemaChangedError
 from pipelines.spark_source.feed import Events
 from pipelines.spark_source.offsets import GapMark
 
-__all__ = ["RAW_SCHEMA", "SilverDecoding", "gap_detail", "raw_batch", "silver_decoding"]
+__all__ = [
+    "RAW_GAPS_SCHEMA",
+    "RAW_SCHEMA",
+    "SilverDecoding",
+    "gap_detail",
+    "raw_batch",
+    "silver_decoding",
+]
 
 RAW_SCHEMA = T.StructType(
     [
@@ -47,22 +55,53 @@ RAW_SCHEMA = T.StructType(
 )
 _RAW_ARROW = spark_schema_to_arrow(RAW_SCHEMA)
 
+# replayGaps=rows: a replay gap is a row of its own, with its topic, the time it was met and
+# its explanation in ``replay_gap``; its event columns are null (events have no replay_gap).
+RAW_GAPS_SCHEMA = T.StructType(
+    [
+        T.StructField(f.name, f.dataType, f.name not in ("topic", "received_at"))
+        for f in RAW_SCHEMA.fields
+    ]
+    + [T.StructField("replay_gap", T.StringType(), True)]
+)
+_RAW_GAPS_ARROW = spark_schema_to_arrow(RAW_GAPS_SCHEMA)
 
-def raw_batch(topic: str, events: Events) -> pa.RecordBatch:
-    """``events`` of ``topic`` as one batch of :data:`RAW_SCHEMA`."""
+
+def raw_batch(topic: str, events: Events, *, gap_rows: bool = False) -> pa.RecordBatch:
+    """``events`` of ``topic`` as one batch of :data:`RAW_SCHEMA`; with ``gap_rows``, of
+    :data:`RAW_GAPS_SCHEMA`, each replay gap a row placed before the event it preceded."""
     n = len(events)
     received = pa.array([int(t * 1_000_000) for t in events.received_at], pa.int64())
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(events.replay_ids, pa.binary()),
-            pa.array(events.event_ids, pa.string()),
-            pa.array(events.schema_ids, pa.string()),
-            pa.array(events.payloads, pa.binary()),
-            pa.array([topic] * n, pa.string()),
-            received.cast(pa.timestamp("us", tz="UTC")),
-        ],
-        schema=_RAW_ARROW,
+    columns = [
+        pa.array(events.replay_ids, pa.binary()),
+        pa.array(events.event_ids, pa.string()),
+        pa.array(events.schema_ids, pa.string()),
+        pa.array(events.payloads, pa.binary()),
+        pa.array([topic] * n, pa.string()),
+        received.cast(pa.timestamp("us", tz="UTC")),
+    ]
+    if not gap_rows:
+        return pa.RecordBatch.from_arrays(columns, schema=_RAW_ARROW)
+    gaps = events.gaps
+    # A gap's row carries the receive time of the event it preceded (of the batch's last
+    # event when none followed it; of this read when the batch has no event).
+    met = [events.received_at[min(g.at, n - 1)] if n else time.time() for g in gaps]
+    stamps = pa.array([int(t * 1_000_000) for t in met], pa.int64())
+    gap_part = [
+        *(pa.nulls(len(gaps), c.type) for c in columns[:4]),
+        pa.array([topic] * len(gaps), pa.string()),
+        stamps.cast(pa.timestamp("us", tz="UTC")),
+        pa.array([gap_detail(topic, g) for g in gaps], pa.string()),
+    ]
+    event_part = [*columns, pa.nulls(n, pa.string())]
+    table = pa.Table.from_arrays(
+        [pa.concat_arrays([a, b]) for a, b in zip(event_part, gap_part, strict=True)],
+        schema=_RAW_GAPS_ARROW,
     )
+    # Each gap before the event it preceded (``at`` events of the batch came before it).
+    order = sorted(range(n + len(gaps)), key=lambda i: (i, 1) if i < n else (gaps[i - n].at, 0))
+    ordered = table.take(pa.array(order, pa.int64())).combine_chunks().to_batches()
+    return ordered[0] if ordered else pa.RecordBatch.from_pylist([], schema=_RAW_GAPS_ARROW)
 
 
 @dataclass(frozen=True)

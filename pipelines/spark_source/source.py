@@ -33,6 +33,7 @@ from pipelines.spark_source.feed import Events, Feed
 from pipelines.spark_source.offsets import BatchOffset, TopicOffset
 from pipelines.spark_source.options import SourceOptions, parse_options
 from pipelines.spark_source.rows import (
+    RAW_GAPS_SCHEMA,
     RAW_SCHEMA,
     SilverDecoding,
     gap_detail,
@@ -86,10 +87,10 @@ class _Rows:
                     "s" if len(events.gaps) > 1 else "",
                     "; ".join(gap_detail(topic, g) for g in events.gaps),
                 )
-            if not len(events) and (self.silver is None or not events.gaps):
+            if not len(events) and not (events.gaps and self.options.gap_rows):
                 continue
             if self.silver is None:
-                out.append(raw_batch(topic, events))
+                out.append(raw_batch(topic, events, gap_rows=self.options.gap_rows))
                 continue
             if self._cache is None:
                 source = self.source()
@@ -235,7 +236,7 @@ class SalesforceSource(DataSource):
     def schema(self) -> StructType:
         options = self._options(streaming=False)
         if options.decode == "raw":
-            return RAW_SCHEMA
+            return RAW_GAPS_SCHEMA if options.gap_rows else RAW_SCHEMA
         with _open(options) as source:
             cache = SchemaCache(source.channel, tokens=source.tokens)
             self._silver = silver_decoding(cache, options.topics[0])

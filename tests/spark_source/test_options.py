@@ -130,3 +130,40 @@ def test_connection_options_override_a_pipeline_file(tmp_path: Path) -> None:
     parsed = parse_options(options, streaming=True)
     assert parsed.connection.emulator.mode == "external"
     assert parsed.connection.emulator.grpc_port == 7443
+
+
+def test_replay_gaps_are_rows_for_silver_and_logged_for_raw_unless_asked() -> None:
+    assert not parse_options(EMULATOR, streaming=True).gap_rows
+    assert parse_options({**EMULATOR, "replayGaps": "ROWS"}, streaming=True).gap_rows
+    assert parse_options({**EMULATOR, "decode": "silver"}, streaming=True).gap_rows
+    with pytest.raises(ConfigError, match="replayGaps must be 'log' or 'rows'"):
+        parse_options({**EMULATOR, "replayGaps": "drop"}, streaming=True)
+    with pytest.raises(ConfigError, match="replayGaps=log applies to raw reads only"):
+        parse_options({**EMULATOR, "decode": "silver", "replayGaps": "log"}, streaming=True)
+
+
+def test_a_raw_gap_row_sits_before_the_event_it_preceded() -> None:
+    from pipelines.spark_source.feed import Events
+    from pipelines.spark_source.rows import RAW_GAPS_SCHEMA, raw_batch
+
+    events = Events(
+        replay_ids=[b"\x01", b"\x02"],
+        event_ids=["e1", "e2"],
+        schema_ids=["s", "s"],
+        payloads=[b"p1", b"p2"],
+        received_at=[1.0, 2.0],
+        gaps=[GapMark(at=1, requested="after 01", resumed="latest", reason="purged")],
+    )
+    plain = raw_batch("/event/X__e", events)
+    assert plain.num_rows == 2 and "replay_gap" not in plain.schema.names
+    rows = raw_batch("/event/X__e", events, gap_rows=True).to_pylist()
+    assert [r["event_id"] for r in rows] == ["e1", None, "e2"]
+    assert rows[1]["replay_gap"].startswith(
+        "replay gap on /event/X__e: the stored position after 01"
+    )
+    assert rows[1]["received_at"] == rows[2]["received_at"]
+    nullable = {f.name for f in RAW_GAPS_SCHEMA.fields if f.nullable}
+    assert nullable == {"replay_id", "event_id", "schema_id", "payload", "replay_gap"}
+    only_gap = Events(gaps=[GapMark(at=0, requested="r", resumed="latest", reason="x")])
+    assert raw_batch("/event/X__e", only_gap, gap_rows=True).num_rows == 1
+    assert raw_batch("/event/X__e", Events(), gap_rows=True).num_rows == 0

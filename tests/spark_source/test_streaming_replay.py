@@ -1,7 +1,7 @@
 """A streaming query (shared Spark session, Delta sink, the emulator over a socket) whose
 stored replay id the server rejects: under ``fail`` the query stops naming the position,
 under ``earliest`` it lands every retained event exactly once, and a ``decode=silver`` query
-lands the replay gap as a row of its own."""
+(or a raw one with ``replayGaps=rows``) lands the replay gap as a row of its own."""
 
 from __future__ import annotations
 
@@ -127,3 +127,47 @@ def test_a_silver_query_records_the_replay_gap_in_its_offsets_and_as_a_row(
     assert sum('"gaps"' in text for text in offsets) == 1
     decoded = [r for r in rows() if r["_cdc_error"] is None]
     assert {r["_cdc_event_id"] for r in decoded} == after
+
+
+def test_a_raw_query_with_gap_rows_lands_the_replay_gap_as_a_row(
+    spark: SparkSession, org: Org, tmp_path: Path
+) -> None:
+    stored = corrupted(org)
+    gone = base64.b64decode(stored).hex()
+    options = org.options(startingReplay=stored, onCorrupted="latest", replayGaps="rows")
+    query = start(spark, options, tmp_path)
+    table = tmp_path / "table"
+
+    def rows() -> list[dict[str, object]]:
+        if not DeltaTable.is_deltatable(str(table)):
+            return []
+        got: list[dict[str, object]] = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+        return got
+
+    def wait_for(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 120
+        while not done():
+            assert query.exception() is None, query.exception()
+            assert time.monotonic() < deadline, "the query did not land it in time"
+            time.sleep(0.5)
+
+    try:
+        wait_for(lambda: any(r["replay_gap"] for r in rows()))
+        before = len(org.emulator.log(ACCOUNT))
+        org.publish(60)
+        after = [e.replay_id for e in org.emulator.log(ACCOUNT)[before:]]
+        assert after
+        wait_for(lambda: set(after) <= {r["replay_id"] for r in rows()})
+    finally:
+        query.stop()
+    gaps = [r for r in rows() if r["replay_gap"]]
+    assert len(gaps) == 1, "the gap is one row, in one micro-batch"
+    (gap,) = gaps
+    assert f"after {gone}" in str(gap["replay_gap"])
+    assert "resumed at latest" in str(gap["replay_gap"])
+    assert gap["topic"] == ACCOUNT and gap["received_at"] is not None
+    assert (gap["replay_id"], gap["event_id"], gap["schema_id"], gap["payload"]) == (None,) * 4
+    # Every event after the gap landed once, with no gap text of its own.
+    events = [r for r in rows() if not r["replay_gap"]]
+    assert sorted(r["replay_id"] for r in events) == sorted(after)
+    assert all(r["payload"] for r in events)
