@@ -82,7 +82,10 @@ def raw_batch(topic: str, events: Events, *, gap_rows: bool = False) -> pa.Recor
     ]
     if not gap_rows:
         return pa.RecordBatch.from_arrays(columns, schema=_RAW_ARROW)
+    columns.append(pa.nulls(n, pa.string()))
     gaps = events.gaps
+    if not gaps:
+        return pa.RecordBatch.from_arrays(columns, schema=_RAW_GAPS_ARROW)
     # A gap's row carries the receive time of the event it preceded (of the batch's last
     # event when none followed it; of this read when the batch has no event).
     met = [events.received_at[min(g.at, n - 1)] if n else time.time() for g in gaps]
@@ -93,15 +96,13 @@ def raw_batch(topic: str, events: Events, *, gap_rows: bool = False) -> pa.Recor
         stamps.cast(pa.timestamp("us", tz="UTC")),
         pa.array([gap_detail(topic, g) for g in gaps], pa.string()),
     ]
-    event_part = [*columns, pa.nulls(n, pa.string())]
     table = pa.Table.from_arrays(
-        [pa.concat_arrays([a, b]) for a, b in zip(event_part, gap_part, strict=True)],
+        [pa.concat_arrays([a, b]) for a, b in zip(columns, gap_part, strict=True)],
         schema=_RAW_GAPS_ARROW,
     )
     # Each gap before the event it preceded (``at`` events of the batch came before it).
     order = sorted(range(n + len(gaps)), key=lambda i: (i, 1) if i < n else (gaps[i - n].at, 0))
-    ordered = table.take(pa.array(order, pa.int64())).combine_chunks().to_batches()
-    return ordered[0] if ordered else pa.RecordBatch.from_pylist([], schema=_RAW_GAPS_ARROW)
+    return table.take(pa.array(order, pa.int64())).combine_chunks().to_batches()[0]
 
 
 @dataclass(frozen=True)

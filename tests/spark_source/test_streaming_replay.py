@@ -35,6 +35,22 @@ def start(spark: SparkSession, options: dict[str, str], root: Path) -> Streaming
     )
 
 
+def landed(table: Path) -> list[dict[str, object]]:
+    """The rows of the query's Delta sink so far."""
+    if not DeltaTable.is_deltatable(str(table)):
+        return []
+    got: list[dict[str, object]] = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+    return got
+
+
+def wait_for(query: StreamingQuery, done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 120
+    while not done():
+        assert query.exception() is None, query.exception()
+        assert time.monotonic() < deadline, "the query did not land it in time"
+        time.sleep(0.5)
+
+
 def corrupted(org: Org) -> str:
     """A stored replay id the server no longer accepts (its events were purged)."""
     org.publish(120)
@@ -88,23 +104,9 @@ def test_a_silver_query_records_the_replay_gap_in_its_offsets_and_as_a_row(
     options = org.options(startingReplay=stored, onCorrupted="latest", decode="silver")
     query = start(spark, options, tmp_path)
     table = tmp_path / "table"
-
-    def rows() -> list[dict[str, object]]:
-        if not DeltaTable.is_deltatable(str(table)):
-            return []
-        got: list[dict[str, object]] = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
-        return got
-
-    def wait_for(done: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 120
-        while not done():
-            assert query.exception() is None, query.exception()
-            assert time.monotonic() < deadline, "the query did not land it in time"
-            time.sleep(0.5)
-
     try:
         # latest: nothing follows the gap yet, and the micro-batch still carries it.
-        wait_for(lambda: any(r["_cdc_error_kind"] == "replay_gap" for r in rows()))
+        wait_for(query, lambda: any(r["_cdc_error_kind"] == "replay_gap" for r in landed(table)))
         # Read now: Spark keeps the last 100 offsets only, and keepalives make batches.
         offsets = [
             p.read_text()
@@ -115,20 +117,21 @@ def test_a_silver_query_records_the_replay_gap_in_its_offsets_and_as_a_row(
         org.publish(60)
         after = {e.event_id for e in org.emulator.log(ACCOUNT)[before:]}
         assert after
-        wait_for(lambda: after <= {r["_cdc_event_id"] for r in rows()})
+        wait_for(query, lambda: after <= {r["_cdc_event_id"] for r in landed(table)})
     finally:
         query.stop()
-    gaps = [r for r in rows() if r["_cdc_error_kind"] == "replay_gap"]
+    gaps = [r for r in landed(table) if r["_cdc_error_kind"] == "replay_gap"]
     assert len(gaps) == 1, "the gap is one row, in one micro-batch"
     detail = str(gaps[0]["_cdc_error"])
     assert f"after {gone}" in detail and "resumed at latest" in detail
     assert gaps[0]["_cdc_entity"] == "Account" and gaps[0]["_cdc_event_id"] is None
     # The offset that ends the gap's micro-batch records it (so a re-read brings it back).
     assert sum('"gaps"' in text for text in offsets) == 1
-    decoded = [r for r in rows() if r["_cdc_error"] is None]
+    decoded = [r for r in landed(table) if r["_cdc_error"] is None]
     assert {r["_cdc_event_id"] for r in decoded} == after
 
 
+@pytest.mark.timeout(300)
 def test_a_raw_query_with_gap_rows_lands_the_replay_gap_as_a_row(
     spark: SparkSession, org: Org, tmp_path: Path
 ) -> None:
@@ -137,30 +140,16 @@ def test_a_raw_query_with_gap_rows_lands_the_replay_gap_as_a_row(
     options = org.options(startingReplay=stored, onCorrupted="latest", replayGaps="rows")
     query = start(spark, options, tmp_path)
     table = tmp_path / "table"
-
-    def rows() -> list[dict[str, object]]:
-        if not DeltaTable.is_deltatable(str(table)):
-            return []
-        got: list[dict[str, object]] = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
-        return got
-
-    def wait_for(done: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 120
-        while not done():
-            assert query.exception() is None, query.exception()
-            assert time.monotonic() < deadline, "the query did not land it in time"
-            time.sleep(0.5)
-
     try:
-        wait_for(lambda: any(r["replay_gap"] for r in rows()))
+        wait_for(query, lambda: any(r["replay_gap"] for r in landed(table)))
         before = len(org.emulator.log(ACCOUNT))
         org.publish(60)
         after = [e.replay_id for e in org.emulator.log(ACCOUNT)[before:]]
         assert after
-        wait_for(lambda: set(after) <= {r["replay_id"] for r in rows()})
+        wait_for(query, lambda: set(after) <= {r["replay_id"] for r in landed(table)})
     finally:
         query.stop()
-    gaps = [r for r in rows() if r["replay_gap"]]
+    gaps = [r for r in landed(table) if r["replay_gap"]]
     assert len(gaps) == 1, "the gap is one row, in one micro-batch"
     (gap,) = gaps
     assert f"after {gone}" in str(gap["replay_gap"])
@@ -168,6 +157,6 @@ def test_a_raw_query_with_gap_rows_lands_the_replay_gap_as_a_row(
     assert gap["topic"] == ACCOUNT and gap["received_at"] is not None
     assert (gap["replay_id"], gap["event_id"], gap["schema_id"], gap["payload"]) == (None,) * 4
     # Every event after the gap landed once, with no gap text of its own.
-    events = [r for r in rows() if not r["replay_gap"]]
+    events = [r for r in landed(table) if not r["replay_gap"]]
     assert sorted(r["replay_id"] for r in events) == sorted(after)
     assert all(r["payload"] for r in events)
