@@ -1,4 +1,5 @@
-"""The one place sfcdc writes Delta log entries itself: one-file blind appends to local tables.
+"""sfcdc's own Delta log entries for one-file blind appends to local tables (the MERGE the local
+engine runs itself, :mod:`pipelines.engines.direct_merge`, commits with the helpers here).
 
 delta-rs' ``write_deltalake`` lists a table's whole ``_delta_log`` directory on every commit
 on a local disk, so the cost of a commit grows with the number of commits a table has had
@@ -23,8 +24,9 @@ hand-written part (:func:`expire_log`, used by both engines on tables on a local
 ``cleanup_metadata`` only honours that table property, and setting it would be a commit of its
 own on every maintenance run, which the appenders here would have to re-read.
 
-Everything else -- creating tables, schema changes, merges, overwrites, reads, the change data
-feed, compaction, checkpoints -- goes through delta-rs' public API, and VACUUM through it as
+Everything else -- creating tables, schema changes, the merges the local engine does not run
+itself, overwrites, reads, the change data feed, compaction, checkpoints -- goes through
+delta-rs' public API, and VACUUM through it as
 far as it reaches (:mod:`pipelines.engines.vacuum` does the rest). Tests check that
 delta-rs and delta-spark read these commits (rows, statistics, transactions, history, change
 data feed).
@@ -67,8 +69,11 @@ __all__ = [
     "StaleTable",
     "expire_log",
     "file_stats",
+    "last_checkpoint",
     "log_entries",
     "plain_protocol",
+    "put_if_absent",
+    "write_parquet",
 ]
 
 _log = logging.getLogger(__name__)
@@ -158,7 +163,7 @@ def file_stats(table: pa.Table, *, unindexed: Sequence[str] = ()) -> str:
     )
 
 
-def _write_parquet(data: pa.Table, path: Path, layout: WriteLayout | None) -> None:
+def write_parquet(data: pa.Table, path: Path, layout: WriteLayout | None) -> None:
     if layout is None:
         pq.write_table(data, str(path))
         return
@@ -334,7 +339,7 @@ class DirectAppender:
         try:
             if data.num_rows:
                 name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-                _write_parquet(data, root / name, layout)
+                write_parquet(data, root / name, layout)
                 size = (root / name).stat().st_size
                 unindexed = layout.unindexed if layout is not None else ()
                 add = {
@@ -371,8 +376,8 @@ class DirectAppender:
         version = state.version + 1
         for _attempt in range(_COMMIT_ATTEMPTS):
             path = log / f"{version:020d}.json"
-            if _put_if_absent(path, actions):
-                last = _last_checkpoint(log)
+            if put_if_absent(path, actions):
+                last = last_checkpoint(log)
                 if version > last or (version == last and self._checkpointed(table, txns)):
                     # (A checkpoint at this very version may have been made from this commit
                     # by maintenance on another thread: its transactions say so.)
@@ -435,7 +440,7 @@ def _actions(
     return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
 
 
-def _last_checkpoint(log: Path) -> float:
+def last_checkpoint(log: Path) -> float:
     """The version ``_last_checkpoint`` names (-1: none yet; infinite when it cannot be read
     (being rewritten), so the caller re-reads the table rather than trust its commit)."""
     try:
@@ -446,7 +451,7 @@ def _last_checkpoint(log: Path) -> float:
         return math.inf
 
 
-def _put_if_absent(path: Path, text: str) -> bool:
+def put_if_absent(path: Path, text: str) -> bool:
     """Create ``path`` holding ``text`` in one step, unless it exists (then False)."""
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     temporary.write_text(text, encoding="utf-8")
