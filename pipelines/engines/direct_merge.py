@@ -22,7 +22,8 @@ exactly -- :class:`DirectMerger` runs it itself, with the semantics of Delta's M
 - the commit (``remove``, ``add``, ``cdc``, ``txn`` and ``commitInfo`` actions) is written
   put-if-absent as the version after the one read. The caller holds the table's rewrite lock,
   so only a blind append can take that version first; then the files written are deleted
-  and the caller runs the MERGE through delta-rs on the newer version.
+  and the caller runs the MERGE through delta-rs on the newer version (as it does when a
+  data file's path is not a plain relative name, which the log may spell escaped).
 
 Files are processed two at a time (pyarrow releases the GIL while it reads, compares and
 encodes). Tests run each MERGE both ways and compare rows, counts and change feed.
@@ -35,6 +36,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -63,6 +65,8 @@ __all__ = ["DirectMerger", "MergePlan"]
 _log = logging.getLogger(__name__)
 _WORKERS = max(1, min(2, os.cpu_count() or 1))
 _STATS_PREFIX = 32
+# Data file paths this writer removes: relative, and spelt the same escaped or not.
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._=/-]+")
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,8 @@ class DirectMerger:
         (or when delta-rs must refuse it with its own error)."""
         if len(on) != 1 or not plain_protocol(dt):
             return None
+        if dt.metadata().configuration.get("delta.appendOnly", "false").lower() == "true":
+            return None  # delta-rs refuses it, with its own message
         schema = pa.schema(dt.schema().to_arrow())
         if [(f.name, f.type) for f in schema] != [(f.name, f.type) for f in source.schema]:
             return None
@@ -128,7 +134,10 @@ class DirectMerger:
         except UnsupportedCondition as exc:
             _log.debug("MERGE through delta-rs: %s", exc)
             return None
-        source = source.cast(schema).combine_chunks()
+        try:
+            source = source.cast(schema).combine_chunks()
+        except pa.ArrowException:
+            return None
         return MergePlan(key, source, update, delete, insert, f"target.{key} = source.{key}")
 
     def merge(
@@ -141,13 +150,16 @@ class DirectMerger:
     ) -> dict[str, int] | None:
         """Run ``plan`` against ``dt`` (its latest version, read under the table's rewrite
         lock) and commit it; delta-rs' metric names and counts, or ``None`` when another
-        writer took the next version first (nothing is left behind then)."""
+        writer took the next version first, or a file to rewrite has a path this writer does
+        not remove (nothing is left behind then)."""
         root = Path(data_file(dt.table_uri))
         schema = plan.source.schema
         cdf = dt.metadata().configuration.get(CDF_PROPERTY, "false").lower() == "true"
         files = pa.table(dt.get_add_actions(flatten=True))
         # Largest first: two threads then finish close together.
         candidates = sorted(_candidates(files, plan), key=lambda e: -int(e["size_bytes"]))  # type: ignore[call-overload]
+        if not all(_PLAIN_PATH.fullmatch(str(e["path"])) for e in candidates):
+            return None  # a path the log may spell otherwise (escaped, absolute)
         written: list[Path] = []
         try:
             with ThreadPoolExecutor(_WORKERS, thread_name_prefix="sfcdc-merge") as pool:

@@ -274,3 +274,15 @@ def test_delta_spark_reads_the_merged_table_and_its_change_feed(tmp_path: Path, 
     assert kinds.count("insert") == metrics.inserted
     assert kinds.count("delete") == metrics.deleted
     assert kinds.count("update_postimage") == kinds.count("update_preimage") == metrics.updated
+
+
+def test_an_append_only_table_refuses_the_merge_as_delta_rs_does(tmp_path: Path) -> None:
+    engine = LocalEngine(location=tmp_path)
+    engine.ensure_table(
+        GOLD, arrow_schema_to_spark(SCHEMA), properties={"delta.appendOnly": "true"}
+    )
+    engine.append(GOLD, _source(1, [1, 2]))
+    version = engine.version(GOLD)
+    with pytest.raises(LakeError, match="merge into"):
+        engine.merge(GOLD, _source(2, [2, 3]), on=["Id"])
+    assert engine.version(GOLD) == version and engine.count(engine.read(GOLD)) == 2
