@@ -1,5 +1,5 @@
-"""sfcdc's own Delta log entries for one-file blind appends to local tables (the MERGE the local
-engine runs itself, :mod:`pipelines.engines.direct_merge`, commits with the helpers here).
+"""The one place sfcdc writes Delta log entries itself: one-file blind appends to local tables,
+and the commits of the MERGE the local engine runs itself.
 
 delta-rs' ``write_deltalake`` lists a table's whole ``_delta_log`` directory on every commit
 on a local disk, so the cost of a commit grows with the number of commits a table has had
@@ -19,6 +19,13 @@ the Delta protocol defines it:
   the writer that took it recorded none of this commit's transactions (maintenance compacting
   the table); otherwise the append fails as a concurrent write.
 
+The MERGE the local engine runs itself (:mod:`pipelines.engines.direct_merge` matches the
+rows in Arrow; delta-rs' MERGE takes twice as long) commits through :func:`commit_rewrite`:
+``remove`` actions for the files it replaces, ``add`` actions with statistics for the files
+it writes (:func:`write_data_file`), ``cdc`` actions for its change data files
+(:func:`write_change_file`), its ``txn`` and ``commitInfo``, as the version after the one it
+read, put-if-absent, under the table's rewrite lock.
+
 Log cleanup with a retention shorter than a table's ``delta.logRetentionDuration`` is the other
 hand-written part (:func:`expire_log`, used by both engines on tables on a local disk): delta-rs'
 ``cleanup_metadata`` only honours that table property, and setting it would be a commit of its
@@ -26,10 +33,11 @@ own on every maintenance run, which the appenders here would have to re-read.
 
 Everything else -- creating tables, schema changes, the merges the local engine does not run
 itself, overwrites, reads, the change data feed, compaction, checkpoints -- goes through
-delta-rs' public API, and VACUUM through it as
-far as it reaches (:mod:`pipelines.engines.vacuum` does the rest). Tests check that
-delta-rs and delta-spark read these commits (rows, statistics, transactions, history, change
-data feed).
+delta-rs' public API, and VACUUM through it as far as it reaches
+(:mod:`pipelines.engines.vacuum` does the rest). Tests check that delta-rs and delta-spark
+read these commits (rows, statistics, transactions, history, change data feed;
+``tests/spark/test_deltalog.py`` for appends, ``tests/spark/test_direct_merge.py`` for the
+MERGE).
 """
 
 from __future__ import annotations
@@ -66,13 +74,18 @@ from pipelines.engines.base import (
 
 __all__ = [
     "DirectAppender",
+    "Rewrite",
     "StaleTable",
+    "commit_rewrite",
     "expire_log",
     "file_stats",
     "last_checkpoint",
     "log_entries",
     "plain_protocol",
     "put_if_absent",
+    "remove_action",
+    "write_change_file",
+    "write_data_file",
     "write_parquet",
 ]
 
@@ -176,6 +189,113 @@ def write_parquet(data: pa.Table, path: Path, layout: WriteLayout | None) -> Non
         use_dictionary=[n for n in names if n not in layout.distinct],
         write_statistics=[n for n in names if n not in layout.unindexed],
     )
+
+
+def write_data_file(
+    root: Path,
+    data: pa.Table,
+    now_ms: int,
+    *,
+    layout: WriteLayout | None = None,
+    written: list[Path] | None = None,
+) -> dict[str, object]:
+    """Write ``data`` as a new data file of the table at ``root``; its ``add`` action (with
+    statistics). ``written`` gets the file's path before it is written."""
+    name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    if written is not None:
+        written.append(root / name)
+    write_parquet(data, root / name, layout)
+    return {
+        "path": name,
+        "partitionValues": {},
+        "size": (root / name).stat().st_size,
+        "modificationTime": now_ms,
+        "dataChange": True,
+        "stats": file_stats(data, unindexed=layout.unindexed if layout is not None else ()),
+    }
+
+
+def write_change_file(
+    root: Path, changes: pa.Table, *, written: list[Path] | None = None
+) -> dict[str, object]:
+    """Write ``changes`` (the table's columns and ``_change_type``) as a change data file of
+    the table at ``root``; its ``cdc`` action. ``written`` as for :func:`write_data_file`."""
+    name = f"_change_data/cdc-00000-{uuid.uuid4()}.c000.snappy.parquet"
+    (root / "_change_data").mkdir(exist_ok=True)
+    if written is not None:
+        written.append(root / name)
+    write_parquet(changes, root / name, None)
+    return {
+        "path": name,
+        "partitionValues": {},
+        "size": (root / name).stat().st_size,
+        "dataChange": False,
+    }
+
+
+def remove_action(path: str, size: int, now_ms: int) -> dict[str, object]:
+    """The ``remove`` action of a data file (``path`` as the log spells it) a commit
+    replaces."""
+    return {
+        "path": path,
+        "deletionTimestamp": now_ms,
+        "dataChange": True,
+        "extendedFileMetadata": True,
+        "partitionValues": {},
+        "size": size,
+    }
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """The actions of a commit that replaces data files (the local engine's own MERGE)."""
+
+    operation: str
+    parameters: Mapping[str, str]
+    read_version: int
+    metrics: Mapping[str, int]
+    removes: Sequence[Mapping[str, object]] = ()
+    adds: Sequence[Mapping[str, object]] = ()
+    changes: Sequence[Mapping[str, object]] = ()
+
+
+def commit_rewrite(
+    root: Path,
+    rewrite: Rewrite,
+    now_ms: int,
+    *,
+    txn: Txn | None,
+    metadata: Mapping[str, str] | None,
+) -> bool:
+    """Write ``rewrite`` as the version after its ``read_version`` of the table at ``root``,
+    put-if-absent; False when that version is taken (then nothing was written). The caller
+    holds the table's rewrite lock, so only blind appends can commit meanwhile."""
+    info: dict[str, object] = {
+        "timestamp": now_ms,
+        "operation": rewrite.operation,
+        "operationParameters": dict(rewrite.parameters),
+        "readVersion": rewrite.read_version,
+        "isBlindAppend": False,
+        "operationMetrics": dict(rewrite.metrics),
+        "engineInfo": "sfcdc",
+    }
+    text = encode_user_metadata(metadata, txn)
+    if text:
+        info["userMetadata"] = text
+    actions: list[dict[str, object]] = [{"commitInfo": info}]
+    actions.extend({"remove": dict(r)} for r in rewrite.removes)
+    actions.extend({"add": dict(a)} for a in rewrite.adds)
+    actions.extend({"cdc": dict(c)} for c in rewrite.changes)
+    if txn is not None:
+        actions.append(
+            {"txn": {"appId": txn.app_id, "version": txn.version, "lastUpdated": now_ms}}
+        )
+    log = root / "_delta_log"
+    version = rewrite.read_version + 1
+    if version <= last_checkpoint(log):
+        return False  # taken, and its entry expired after a checkpoint already
+    text_lines = "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
+    return put_if_absent(log / f"{version:020d}.json", text_lines)
 
 
 @dataclass
@@ -338,18 +458,7 @@ class DirectAppender:
         add: dict[str, object] | None = None
         try:
             if data.num_rows:
-                name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-                write_parquet(data, root / name, layout)
-                size = (root / name).stat().st_size
-                unindexed = layout.unindexed if layout is not None else ()
-                add = {
-                    "path": name,
-                    "partitionValues": {},
-                    "size": size,
-                    "modificationTime": now_ms,
-                    "dataChange": True,
-                    "stats": file_stats(data, unindexed=unindexed),
-                }
+                add = write_data_file(root, data, now_ms, layout=layout)
             actions = _actions(now_ms, add, data.num_rows, text=text, txns=txns)
             return self._put(table, state, actions, txns)
         except StaleTable:

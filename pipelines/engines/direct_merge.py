@@ -19,8 +19,9 @@ exactly -- :class:`DirectMerger` runs it itself, with the semantics of Delta's M
 - with the change data feed on (every table of the engine), the commit carries change
   files: pre- and post-images of updated rows, deleted and inserted rows, as delta-rs writes
   them (one file per data file rewritten, and one for the inserts);
-- the commit (``remove``, ``add``, ``cdc``, ``txn`` and ``commitInfo`` actions) is written
-  put-if-absent as the version after the one read. The caller holds the table's rewrite lock,
+- the commit (``remove``, ``add``, ``cdc``, ``txn`` and ``commitInfo`` actions, written by
+  :func:`~pipelines.engines.deltalog.commit_rewrite`) is put-if-absent as the version after
+  the one read. The caller holds the table's rewrite lock,
   so only a blind append can take that version first; then the files written are deleted
   and the caller runs the MERGE through delta-rs on the newer version (as it does when a
   data file's path is not a plain relative name, which the log may spell escaped).
@@ -38,7 +39,6 @@ import logging
 import os
 import re
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,13 +49,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from pipelines.engines.base import CDF_PROPERTY, Txn, encode_user_metadata
+from pipelines.engines.base import CDF_PROPERTY, Txn
 from pipelines.engines.deltalog import (
-    file_stats,
-    last_checkpoint,
+    Rewrite,
+    commit_rewrite,
     plain_protocol,
-    put_if_absent,
-    write_parquet,
+    remove_action,
+    write_change_file,
+    write_data_file,
 )
 from pipelines.engines.merge_predicate import Condition, UnsupportedCondition, parse_condition
 from pipelines.engines.parquet_read import data_file, read_parquet
@@ -161,6 +162,7 @@ class DirectMerger:
         if not all(_PLAIN_PATH.fullmatch(str(e["path"])) for e in candidates):
             return None  # a path the log may spell otherwise (escaped, absolute)
         written: list[Path] = []
+        committed = False  # else the files written go again
         try:
             with ThreadPoolExecutor(_WORKERS, thread_name_prefix="sfcdc-merge") as pool:
                 results = list(
@@ -182,9 +184,11 @@ class DirectMerger:
             cdc = [r.cdc for r in results if r.cdc is not None]
             now_ms = int(self._clock() * 1000)
             if inserts.num_rows:
-                adds.append(self._write(root, inserts, now_ms, written))
+                adds.append(write_data_file(root, inserts, now_ms, written=written))
                 if cdf:
-                    cdc.append(self._write_changes(root, [_labelled(inserts, "insert")], written))
+                    cdc.append(
+                        write_change_file(root, _labelled(inserts, "insert"), written=written)
+                    )
             metrics = {
                 "num_source_rows": plan.source.num_rows,
                 "num_target_rows_inserted": inserts.num_rows,
@@ -199,29 +203,16 @@ class DirectMerger:
                 "num_target_files_removed": len(removes),
             }
             if not adds and not removes and txn is None:
-                return metrics  # nothing changed and nothing to record: no commit
-            actions = _actions(
-                now_ms,
-                dt.version(),
-                plan,
-                metrics,
-                adds=adds,
-                removes=removes,
-                cdc=cdc,
-                text=encode_user_metadata(metadata, txn),
-                txn=txn,
-            )
-            if not _commit(root, dt.version() + 1, actions):
+                committed = True  # nothing changed and nothing to record: no commit
+                return metrics
+            rewrite = Rewrite("MERGE", _parameters(plan), dt.version(), metrics, removes, adds, cdc)
+            committed = commit_rewrite(root, rewrite, now_ms, txn=txn, metadata=metadata)
+            return metrics if committed else None
+        finally:
+            if not committed:
                 for path in written:
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
-                return None
-        except BaseException:
-            for path in written:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-            raise
-        return metrics
 
     def _rewrite(
         self,
@@ -267,16 +258,9 @@ class DirectMerger:
         now_ms = int(self._clock() * 1000)
         result.updated, result.deleted = n_updated, n_deleted
         result.copied = count - n_updated - n_deleted
-        result.remove = {
-            "path": path,
-            "deletionTimestamp": now_ms,
-            "dataChange": True,
-            "extendedFileMetadata": True,
-            "partitionValues": {},
-            "size": int(entry["size_bytes"]),  # type: ignore[call-overload]
-        }
+        result.remove = remove_action(path, int(entry["size_bytes"]), now_ms)  # type: ignore[call-overload]
         if output.num_rows:
-            result.add = self._write(root, output, now_ms, written)
+            result.add = write_data_file(root, output, now_ms, written=written)
         if cdf:
             # Written here, by the thread that rewrote the file, rather than all at the end.
             changes = [
@@ -284,37 +268,8 @@ class DirectMerger:
                 _labelled(replacements, "update_postimage"),
                 _labelled(target.filter(deleted), "delete"),
             ]
-            result.cdc = self._write_changes(root, changes, written)
+            result.cdc = write_change_file(root, pa.concat_tables(changes), written=written)
         return result
-
-    @staticmethod
-    def _write(root: Path, data: pa.Table, now_ms: int, written: list[Path]) -> dict[str, object]:
-        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-        written.append(root / name)
-        write_parquet(data, root / name, None)
-        return {
-            "path": name,
-            "partitionValues": {},
-            "size": (root / name).stat().st_size,
-            "modificationTime": now_ms,
-            "dataChange": True,
-            "stats": file_stats(data),
-        }
-
-    @staticmethod
-    def _write_changes(
-        root: Path, changes: Sequence[pa.Table], written: list[Path]
-    ) -> dict[str, object]:
-        name = f"_change_data/cdc-00000-{uuid.uuid4()}.c000.snappy.parquet"
-        (root / "_change_data").mkdir(exist_ok=True)
-        written.append(root / name)
-        write_parquet(pa.concat_tables(changes), root / name, None)
-        return {
-            "path": name,
-            "partitionValues": {},
-            "size": (root / name).stat().st_size,
-            "dataChange": False,
-        }
 
 
 def _labelled(rows: pa.Table, change: str) -> pa.Table:
@@ -348,18 +303,8 @@ def _cut(bound: object) -> bool:
     return isinstance(bound, str) and len(bound) >= _STATS_PREFIX
 
 
-def _actions(
-    now_ms: int,
-    read_version: int,
-    plan: MergePlan,
-    metrics: Mapping[str, int],
-    *,
-    adds: Sequence[Mapping[str, object]],
-    removes: Sequence[Mapping[str, object]],
-    cdc: Sequence[Mapping[str, object]],
-    text: str | None,
-    txn: Txn | None,
-) -> str:
+def _parameters(plan: MergePlan) -> dict[str, str]:
+    """The MERGE's ``operationParameters``, named as delta-rs names them."""
     matched = [
         {"actionType": kind, "predicate": clause.text}
         if clause is not None
@@ -367,36 +312,9 @@ def _actions(
         for kind, clause in (("delete", plan.delete), ("update", plan.update))
         if kind == "update" or clause is not None
     ]
-    info: dict[str, object] = {
-        "timestamp": now_ms,
-        "operation": "MERGE",
-        "operationParameters": {
-            "mergePredicate": plan.predicate,
-            "matchedPredicates": json.dumps(matched),
-            "notMatchedPredicates": json.dumps([{"actionType": "insert"}] if plan.insert else []),
-            "notMatchedBySourcePredicates": "[]",
-        },
-        "readVersion": read_version,
-        "isBlindAppend": False,
-        "operationMetrics": dict(metrics),
-        "engineInfo": "sfcdc",
+    return {
+        "mergePredicate": plan.predicate,
+        "matchedPredicates": json.dumps(matched),
+        "notMatchedPredicates": json.dumps([{"actionType": "insert"}] if plan.insert else []),
+        "notMatchedBySourcePredicates": "[]",
     }
-    if text:
-        info["userMetadata"] = text
-    actions: list[dict[str, object]] = [{"commitInfo": info}]
-    actions.extend({"remove": dict(r)} for r in removes)
-    actions.extend({"add": dict(a)} for a in adds)
-    actions.extend({"cdc": dict(c)} for c in cdc)
-    if txn is not None:
-        actions.append(
-            {"txn": {"appId": txn.app_id, "version": txn.version, "lastUpdated": now_ms}}
-        )
-    return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions)
-
-
-def _commit(root: Path, version: int, actions: str) -> bool:
-    """Write ``actions`` as ``version`` of the table at ``root``; False when it is taken."""
-    log = root / "_delta_log"
-    if version <= last_checkpoint(log):
-        return False  # taken, and its entry already expired after a checkpoint
-    return put_if_absent(log / f"{version:020d}.json", actions)
