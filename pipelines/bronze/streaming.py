@@ -354,11 +354,19 @@ class StreamingLanding:
                 self._stamp(stream.open, stamp)
 
     def _idle(self) -> None:
-        # An empty connect: every channel with nothing open is caught up as of now, once what
-        # it sealed is committed (at once when it already is).
+        # An empty connect: every channel is caught up as of now, once what it has received
+        # is committed (at once when it already is). A channel whose open batch holds
+        # notifications is caught up at that batch's position, when it is committed (a --once
+        # run seals it as it stops; without this mark its last notifications' commit times,
+        # on the org's clock, would be the only measure of its lag).
         now = self._clock()
         with self._open_lock:
-            marks = [(s, s.sealed_position) for s in self._streams.values() if not len(s.open)]
+            marks = [
+                (s, s.sealed_position if s.open.position is None else s.open.position)
+                for s in self._streams.values()
+                # (malformed messages alone have no position: the next empty connect tells)
+                if not len(s.open) or s.open.position is not None
+            ]
         for stream, position in marks:
             with self._state_lock:
                 committed = stream.position == position
