@@ -274,7 +274,8 @@ class OpsSpec:
         default=True,
         metadata=meta(
             "Record every landing, silver and gold commit (and every failure) as a row of the "
-            "bronze schema's sfcdc_commits table, which `sfcdc status` and the dashboard read."
+            "bronze schema's sfcdc_commits table, which `sfcdc status` and the dashboard read "
+            "(the table exists either way, empty when this is off)."
         ),
     )
     flush_seconds: float = field(

@@ -68,7 +68,9 @@ from ingest.client import (
 )
 from ingest.errors import LeaseHeldError, PermanentError, PubSubError
 from ingest.replay import After, Earliest, ReplayId, StartPosition
+from pipelines.bookkeeping import ensure_bookkeeping
 from pipelines.bronze.batches import OpenBatch, SealedBatch
+from pipelines.bronze.bookkeeping import BOOKKEEPING
 from pipelines.bronze.checkpoint import CheckpointStore, describe_position
 from pipelines.bronze.committer import BatchCommitter, CommitThread, Maintainer
 from pipelines.bronze.landing_state import LandingResult, TopicResult, TopicState
@@ -260,6 +262,7 @@ class BronzeLanding:
     # -- start --------------------------------------------------------------------------------
 
     def _prepare(self) -> None:
+        ensure_bookkeeping(self._engine, BOOKKEEPING, logger=self._log)
         ensure_tables(self._engine, self.tables)
         self._batch_committer.load_schemas()
         starts: dict[str, StartPosition] = {

@@ -48,6 +48,8 @@ from ingest.streaming import (
     ReplayGap,
     StreamingSubscription,
 )
+from pipelines.bookkeeping import ensure_bookkeeping
+from pipelines.bronze.bookkeeping import BOOKKEEPING
 from pipelines.bronze.landing import LandingResult
 from pipelines.bronze.streaming_batches import (
     StreamingOpenBatch,
@@ -240,6 +242,7 @@ class StreamingLanding:
     # -- start --------------------------------------------------------------------------------
 
     def _prepare(self) -> dict[str, int]:
+        ensure_bookkeeping(self._engine, BOOKKEEPING, logger=self._log)
         ensure_streaming_tables(self._engine, self.tables)
         positions: dict[str, int] = {}
         for spec in self._specs:

@@ -151,6 +151,7 @@ class Status:
     topics: tuple[TopicStatus, ...]
     objects: tuple[ObjectStatus, ...]
     now: str = ""
+    # The commits table holds records (lag and rates can be told).
     commits_table: bool = False
 
     @property
@@ -265,7 +266,8 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
         tuple(topics),
         tuple(objects),
         now=_iso(now) or "",
-        commits_table=summary.exists,
+        # Every layer's run creates the table (empty): what tells is whether it holds rows.
+        commits_table=bool(summary.groups),
     )
 
 
@@ -479,7 +481,7 @@ def _health_lines(status: Status) -> list[str]:
     lines = [f"health at {status.now}: {status.state}"]
     if not status.commits_table:
         lines.append(
-            "  (no commits table yet: lag and rates appear once landing, silver and gold have "
+            "  (no commit records yet: lag and rates appear once landing, silver and gold have "
             "committed with ops.commits_table on)"
         )
     for o in status.objects:

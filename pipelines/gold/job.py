@@ -53,6 +53,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ingest.errors import ConfigError
+from pipelines.bookkeeping import ensure_bookkeeping
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold.dataflow import batch_wildcards, fold_rows, history_changes
 from pipelines.gold.object_run import (
@@ -63,6 +64,7 @@ from pipelines.gold.object_run import (
 )
 from pipelines.gold.resync import RESYNC_TABLE, replay_gap_rows
 from pipelines.gold.tables import (
+    BOOKKEEPING,
     GOLD_APP_PREFIX,
     HISTORY_APP_PREFIX,
     TOMBSTONE_APP_PREFIX,
@@ -160,6 +162,7 @@ def run_gold(
     and ``now`` stamps ``_cdc_updated_at`` and re-sync rows (one value per run) and the
     records ``on_commit`` receives, one per gold MERGE."""
     selected, events = _select(conf, objects)
+    ensure_bookkeeping(engine, BOOKKEEPING, logger=_log)
     if events:
         _log.info("gold: platform events have no current-state table: %s", ", ".join(events))
     processed_at = now()

@@ -4,15 +4,22 @@ An object's gold table is ``gold.<tables.gold>``; hard deletes are remembered in
 ``<gold table>_tombstones`` and the SCD2 history is ``<gold table>_history``. Each of the three
 MERGEs carries a Delta transaction (app id + silver version) so a step retried after a crash
 applies once.
+
+:data:`BOOKKEEPING`: the tables every gold run creates, empty, before it merges anything
+(:mod:`pipelines.bookkeeping`): the re-sync table and the commits table.
 """
 
 from __future__ import annotations
 
 from ingest.errors import ConcurrentWriteError
+from pipelines.bookkeeping import BookkeepingTable
 from pipelines.engines import TableRef
+from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE
+from pipelines.ops.table import COMMITS_BOOKKEEPING
 from pipelines.spec import ObjectSpec
 
 __all__ = [
+    "BOOKKEEPING",
     "GOLD_APP_PREFIX",
     "HISTORY_APP_PREFIX",
     "TOMBSTONE_APP_PREFIX",
@@ -26,6 +33,10 @@ __all__ = [
 GOLD_APP_PREFIX = "sfcdc.gold:"
 TOMBSTONE_APP_PREFIX = "sfcdc.gold.tombstones:"
 HISTORY_APP_PREFIX = "sfcdc.gold.history:"
+BOOKKEEPING: tuple[BookkeepingTable, ...] = (
+    BookkeepingTable(RESYNC_TABLE, RESYNC_SCHEMA),
+    COMMITS_BOOKKEEPING,
+)
 
 
 def app_id(obj: ObjectSpec) -> str:

@@ -41,9 +41,11 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from pipelines.bookkeeping import BookkeepingTable
 from pipelines.engines.base import TableRef
 
 __all__ = [
+    "COMMITS_BOOKKEEPING",
     "COMMITS_TABLE",
     "OPS_SCHEMA",
     "OPS_TABLE",
@@ -81,6 +83,9 @@ OPS_SCHEMA = pa.schema(
         pa.field("message", pa.string()),
     ]
 )
+# Every layer records its commits here, so every layer's run creates it (pipelines.bookkeeping):
+# empty with ops.commits_table off, so the dashboard and the alerts find it all the same.
+COMMITS_BOOKKEEPING = BookkeepingTable(OPS_TABLE, OPS_SCHEMA)
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ingest.errors import ConfigError
+from pipelines.bookkeeping import ensure_bookkeeping
 from pipelines.bronze.tables import bronze_tables
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.ops.table import CommitRecord
@@ -62,6 +63,7 @@ from pipelines.silver.registry import (
     silver_layout,
 )
 from pipelines.silver.tables import (
+    BOOKKEEPING,
     QUARANTINE_APP_PREFIX,
     QUARANTINE_TABLE,
     SILVER_APP_PREFIX,
@@ -152,6 +154,7 @@ def run_silver(
                 f"{obj.api_name}: silver table name {QUARANTINE_TABLE.name!r} is reserved for "
                 "the quarantine; set tables.silver to another name"
             )
+    ensure_bookkeeping(engine, BOOKKEEPING, logger=_log)
     by_topic: dict[str, list[ObjectSpec]] = {}
     for obj in selected:
         by_topic.setdefault(obj.topic, []).append(obj)
