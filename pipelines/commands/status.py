@@ -345,7 +345,10 @@ def object_status(
     caught_up = [True, progress.bronze_lag == 0]
     if progress.gold is not None:
         chain.append(("gold", str(progress.gold)))
-        caught_up.append(progress.silver_lag == 0)
+        # No silver table although silver has read all of bronze (a topic without events yet):
+        # gold has nothing to apply, so it is as current as silver.
+        empty = progress.silver_version is None and progress.bronze_lag == 0
+        caught_up.append(progress.silver_lag == 0 or empty)
     health = _health(
         summary,
         now=now,
