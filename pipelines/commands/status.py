@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from pipelines.bronze import CHECKPOINT_TABLE
 from pipelines.bronze.tables import TOPIC_FAILURES_TABLE
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
+from pipelines.commands.empty_lake import empty_lake_note
 from pipelines.commands.streaming_report import stream_status
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold import job as gold_job
@@ -555,10 +556,13 @@ def format_status(status: Status) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """Print the status of ``args.conf``'s lake."""
     conf = conf_from_args(args)
-    status = read_status(engine_for(conf.pipeline.lake), conf)
+    engine = engine_for(conf.pipeline.lake)
+    status = read_status(engine, conf)
     if args.format == "json":
         print(json.dumps({**asdict(status), "state": status.state}, indent=2))
     else:
+        if not engine.tables():
+            print(f"note: {empty_lake_note(conf, 'status')}")
         for line in format_status(status):
             print(line)
     return 1 if getattr(args, "check", False) and status.state == "FAIL" else 0
