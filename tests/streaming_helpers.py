@@ -5,8 +5,10 @@ manager logging in against the emulator."""
 from __future__ import annotations
 
 import io
+import json
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -178,3 +180,18 @@ def bayeux(emu: Emulator) -> Iterator[Bayeux]:
     client = Bayeux(emu)
     yield client
     client.close()
+
+
+DOCUMENTED = Path(__file__).parent / "fixtures" / "streaming_api"
+DOCUMENTED_KINDS = ("pushtopic", "generic", "platform_event", "change_event")
+
+
+def documented_text(kind: str) -> str:
+    """The documented messages of one channel kind (``tests/fixtures/streaming_api``) as the
+    text of a connect reply's array."""
+    return (DOCUMENTED / f"{kind}.json").read_text()
+
+
+def documented_messages(kind: str) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = json.loads(documented_text(kind))
+    return messages
