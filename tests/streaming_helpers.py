@@ -159,7 +159,13 @@ class Bayeux:
                 break
         return out
 
+    def disconnect(self) -> list[Any]:
+        return self.send({"channel": "/meta/disconnect", "clientId": self.client_id, "id": "x"})
+
     def close(self) -> None:
+        """Disconnect the session (if one was made) and close the HTTP client."""
+        if self.client_id:
+            self.disconnect()
         self.http.close()
 
 
@@ -168,11 +174,28 @@ def clock() -> FakeClock:
     return FakeClock(1_735_689_600.0)
 
 
+def assert_sessions_closed(request: pytest.FixtureRequest, emulator: Emulator) -> None:
+    """Fail the test when it left CometD sessions open on ``emulator``: sfcdc's client sends
+    ``/meta/disconnect`` when it stops and before it handshakes again (an org allows only so
+    many concurrent clients). Tests that leave sessions on purpose (raw protocol exchanges,
+    SIGKILLed landings) are marked ``leaves_sessions``."""
+    if request.node.get_closest_marker("leaves_sessions") is not None:
+        return
+    left = emulator.streaming.sessions_left_open()
+    assert left == 0, (
+        f"{left} CometD session(s) left open: the client must send /meta/disconnect when it "
+        "stops and before a new handshake"
+    )
+
+
 @pytest.fixture
-def emu(clock: FakeClock) -> Iterator[Emulator]:
+def emu(clock: FakeClock, request: pytest.FixtureRequest) -> Iterator[Emulator]:
     emulator = start_emulator(clock)
-    yield emulator
-    emulator.close()
+    try:
+        yield emulator
+        assert_sessions_closed(request, emulator)
+    finally:
+        emulator.close()
 
 
 @pytest.fixture
