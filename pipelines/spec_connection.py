@@ -385,7 +385,8 @@ class EmulatorSpec:
         metadata=meta(
             "In-process emulator: seconds of silence before an idle stream gets a keepalive "
             "(Salesforce: about 270), and how long a Streaming API long poll is held "
-            "(Salesforce: 110). Short keeps `sfcdc ingest --once` quick.",
+            "(Salesforce: 110). Short keeps the caught-up marks of idle topics fresh; `--once` "
+            "does not wait for either (ingest.once_quiet_seconds).",
             exclusive_minimum=0,
         ),
     )

@@ -245,6 +245,18 @@ class IngestSpec:
             exclusive_minimum=0,
         ),
     )
+    once_quiet_seconds: float = field(
+        default=3.0,
+        metadata=meta(
+            "`--once` runs: a Pub/Sub topic whose server owes events (requested, not yet "
+            "sent) yet sends nothing for this long, or a Streaming API long poll held this long "
+            "(the connect asks the server for no longer), has delivered everything it held; the "
+            "landing then stops without waiting for Salesforce's keepalive (about 270 s) or "
+            "long-poll timeout (110 s). Raise it if an org is slow to start delivering.",
+            exclusive_minimum=0,
+            maximum=110,
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -256,6 +256,8 @@ class Subscription:
             buffered=self._window.buffered,
             server_pending=self._window.server_pending,
             window=self._window.window,
+            open=stream is not None,
+            quiet_seconds=stream.quiet_seconds() if stream is not None else 0.0,
         )
 
     def __repr__(self) -> str:

@@ -13,7 +13,9 @@ session (:class:`~ingest.streaming.StreamingSubscription`) and lands what it yie
 - a :class:`~ingest.streaming.ReplayGap`: a ``replay_gap`` checkpoint row (gold records a
   whole-object re-sync for it), after the channel's open batch;
 - an :class:`~ingest.streaming.IdleConnect`: with ``once``, nothing is pending on any channel
-  and the landing stops.
+  and the landing stops. A ``once`` landing asks the server to hold each long poll at most
+  ``ingest.once_quiet_seconds`` (Salesforce holds one for 110 s otherwise), so it stops within
+  that time of the last notification.
 
 A batch is sealed when it reaches ``batching.max_events`` notifications or ``max_bytes``
 characters of JSON, or when its oldest message is ``max_age_seconds`` old (checked by a ticker
@@ -209,6 +211,7 @@ class StreamingLanding:
                 max_backoff=retry.max_backoff_seconds,
                 multiplier=retry.multiplier,
             ),
+            poll_timeout=self._ingest.once_quiet_seconds if once else None,
             clock=self._clock,
             logger=self._log,
         )

@@ -84,8 +84,10 @@ def register(subparsers: Any) -> None:
     until.add_argument(
         "--once",
         action="store_true",
-        help="land what was published before the run started and stop (once every topic has "
-        "had a keepalive or two responses the server could not fill), whatever the traffic",
+        help="land what was published before the run started and stop once every topic has "
+        "caught up (a keepalive, two responses the server could not fill, or "
+        "ingest.once_quiet_seconds without an event while the server owes some), whatever the "
+        "traffic",
     )
     until.add_argument(
         "--for",
