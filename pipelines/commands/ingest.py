@@ -234,9 +234,7 @@ def decode_progress(line: str) -> LandingResult | None:
         ) from None
 
 
-def _reporting(
-    landing: Landing, every: float, write: Callable[[str], None]
-) -> Callable[[], None]:
+def _reporting(landing: Landing, every: float, write: Callable[[str], None]) -> Callable[[], None]:
     """Writes a snapshot of ``landing`` every ``every`` seconds until the returned function
     is called."""
     done = threading.Event()
