@@ -196,6 +196,16 @@ class RetrySpec:
     multiplier: float = field(
         default=2.0, metadata=meta("Growth factor of the wait per failed attempt.", minimum=1)
     )
+    first_contact_seconds: float = field(
+        default=10.0,
+        metadata=meta(
+            "A subscription that has never reached its server (a name that does not resolve, a "
+            "refused connection, a login endpoint that is down) stops within this long, naming "
+            "the address and the cause; once the server has answered, outages are retried as "
+            "max_attempts allows.",
+            minimum=0,
+        ),
+    )
 
     def _problems(self) -> list[tuple[str, str]]:
         if self.max_backoff_seconds >= self.initial_backoff_seconds:

@@ -558,12 +558,18 @@ class _Recovery:
         sleep: Callable[[float], None],
         rand: Callable[[], float],
         log: logging.Logger,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._retry = retry
         self._tokens = tokens
         self._sleep = sleep
         self._rand = rand
         self._log = log
+        self._clock = clock
+        self._since = clock()
+        # A handshake succeeded once: the server was reached.
+        self.contacted = False
         self.attempts = 0
         self.auth_failures = 0
 
@@ -572,6 +578,7 @@ class _Recovery:
         return max(self.attempts, self.auth_failures)
 
     def handshook(self) -> None:
+        self.contacted = True
         self.auth_failures = 0
 
     def healthy(self) -> None:
@@ -621,6 +628,15 @@ class _Recovery:
             self._log.info("streaming: %s; handshaking again", error)
         else:
             delay = self._retry.delay(self.attempts, rand=self._rand)
+            waited = self._clock() - self._since
+            if not self.contacted and self._retry.first_contact_over(waited, delay):
+                # Never reached: a wrong instance URL, a name that does not resolve, a login
+                # endpoint that is down. Said now, rather than after every backoff.
+                raise StreamingUnavailableError(
+                    f"the first connection failed ({self.attempts} attempts in {waited:.1f} "
+                    f"s, the server never answered): {error}",
+                    channel=getattr(error, "channel", ""),
+                ) from error
             self._log.warning(
                 "streaming: %s; reconnecting in %.2f s (attempt %d of %d)",
                 error,

@@ -65,13 +65,12 @@ class BayeuxTransport:
             if idle_on_timeout:
                 return None
             raise StreamingUnavailableError(
-                f"{stage}: no answer from {url} within {timeout:.0f} s ({type(exc).__name__}); "
-                "reconnecting",
+                f"{stage}: no answer from {url} within {timeout:.0f} s ({type(exc).__name__})",
                 channel=stage,
             ) from exc
         except httpx.HTTPError as exc:
             raise StreamingUnavailableError(
-                f"{stage}: the request to {url} failed ({type(exc).__name__}); reconnecting",
+                f"{stage}: the request to {url} failed ({type(exc).__name__}: {exc})",
                 channel=stage,
             ) from exc
         if response.status_code >= 500:

@@ -318,6 +318,7 @@ class BronzeLanding:
             initial_backoff=retry.initial_backoff_seconds,
             max_backoff=retry.max_backoff_seconds,
             multiplier=retry.multiplier,
+            first_contact=retry.first_contact_seconds,
         )
         if spec.managed_subscription is not None:
             return ManagedSubscription(

@@ -210,6 +210,7 @@ class StreamingLanding:
                 initial_backoff=retry.initial_backoff_seconds,
                 max_backoff=retry.max_backoff_seconds,
                 multiplier=retry.multiplier,
+                first_contact=retry.first_contact_seconds,
             ),
             poll_timeout=self._ingest.once_quiet_seconds if once else None,
             clock=self._clock,
