@@ -447,9 +447,9 @@ class Pipeline:
         self._topics = select_topics(conf, self.objects, streams=self.objects is None)
         # Two engines: the landing commits from its own thread (or process) while passes run.
         self._landing_engine = landing_engine or (
-            lambda: engine_for(conf.pipeline.lake, environ=environ or os.environ)
+            lambda: engine_for(conf.pipeline.lake, write=True, environ=environ or os.environ)
         )
-        self._engine_factory = engine or (lambda: engine_for(conf.pipeline.lake))
+        self._engine_factory = engine or (lambda: engine_for(conf.pipeline.lake, write=True))
         self._pass_engine: LakeEngine | None = None
         self._log = logger or _log
         self._report = report or (lambda line: self._log.info("%s", line))

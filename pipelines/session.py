@@ -182,12 +182,24 @@ def session_for(lake: LakeSpec, *, environ: Mapping[str, str] = os.environ) -> S
 
 
 def engine_for(
-    lake: LakeSpec, *, sql: bool = False, environ: Mapping[str, str] = os.environ
+    lake: LakeSpec,
+    *,
+    sql: bool = False,
+    write: bool = False,
+    environ: Mapping[str, str] = os.environ,
 ) -> LakeEngine:
     """The lake engine a command runs ``lake`` with. The local engine needs no Spark session
     (``sql``: it gets one, to answer Spark SQL); the spark engine gets :func:`session_for`'s.
     ``auto`` is the spark engine on Databricks or in an active session that has Delta Lake,
-    else the local engine."""
+    else the local engine. ``write``: the command writes the lake, so a folder it cannot
+    write raises :class:`~ingest.errors.LakeError` at once, naming it and the cause."""
+    engine = _engine_for(lake, sql=sql, environ=environ)
+    if write:
+        engine.ensure_writable()
+    return engine
+
+
+def _engine_for(lake: LakeSpec, *, sql: bool, environ: Mapping[str, str]) -> LakeEngine:
     from pipelines.engines import local_engine, make_engine
 
     choice = lake.engine

@@ -206,6 +206,8 @@ class BronzeLanding:
             raise ValueError(f"duration must be > 0 seconds (got {duration})")
         started = self._started = self._monotonic()
         self._once = once
+        # A lake that cannot be written is said as such, before a lease commit fails on it.
+        self._engine.ensure_writable()
         # Refused at once, naming the holder, when another landing has one of the topics.
         self._leases.acquire()
         try:

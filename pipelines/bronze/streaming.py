@@ -194,6 +194,7 @@ class StreamingLanding:
             raise ValueError(f"duration must be > 0 seconds (got {duration})")
         started = self._started = self._monotonic()
         deadline = started + duration if duration is not None else None
+        self._engine.ensure_writable()
         positions = self._prepare()
         policy = self._specs[0].replay.on_corrupted
         retry = self._ingest.retry

@@ -148,7 +148,7 @@ def _land(engine: LakeEngine, conf: Conf, source: Source, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Bootstrap the object the parsed arguments name."""
     conf = conf_from_args(args)
-    engine = engine_for(conf.pipeline.lake)
+    engine = engine_for(conf.pipeline.lake, write=True)
     with open_rest(conf, secrets=secrets_from_args(args)) as (source, rest):
         schemas = SchemaCache(source.channel, tokens=source.tokens)
         result = bootstrap_object(

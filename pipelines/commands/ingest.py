@@ -291,7 +291,7 @@ def land(
     alone when ``conf`` has no Pub/Sub object."""
     topics = select_topics(conf, objects, streams=streams)
     environ = environ or dict(os.environ)
-    engine = engine_for(conf.pipeline.lake, environ=environ)
+    engine = engine_for(conf.pipeline.lake, write=True, environ=environ)
     if secrets is None:
         secrets = secret_resolver(environ=environ)
     ops = recorder_for(engine, conf)

@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Re-sync the objects the parsed arguments select."""
     conf = conf_from_args(args)
-    engine = engine_for(conf.pipeline.lake)
+    engine = engine_for(conf.pipeline.lake, write=True)
     names = [args.object] if args.object else None
     with open_rest(conf, secrets=secrets_from_args(args)) as (_source, rest):
         results = resync_objects(engine, conf, names, rest=snapshot_source(rest, args))
