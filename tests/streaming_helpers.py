@@ -64,13 +64,15 @@ def change_event(
     *,
     changed: Sequence[str] = (),
     nulled: Sequence[str] = (),
+    diffed: Sequence[str] = (),
     commit_ms: int = 1_735_689_600_000,
 ) -> EmittedEvent:
-    """A change event on a shipped object, written with its current schema."""
+    """A change event on a shipped object, written with its current schema (``diffed``: the
+    fields whose values are diffs)."""
     schema = schema_of(emu, entity)
     body = dict(values or {})
     if change_type == "UPDATE":
-        changed = tuple(dict.fromkeys([*changed, *nulled, "LastModifiedDate"]))
+        changed = tuple(dict.fromkeys([*changed, *nulled, *diffed, "LastModifiedDate"]))
         body.setdefault("LastModifiedDate", commit_ms)
     header = {
         **_HEADER_DEFAULTS,
@@ -80,7 +82,7 @@ def change_event(
         "transactionKey": str(uuid.uuid4()),
         "commitTimestamp": commit_ms,
         "nulledFields": encode_field_names(schema, nulled),
-        "diffFields": [],
+        "diffFields": encode_field_names(schema, diffed),
         "changedFields": encode_field_names(schema, changed),
     }
     buf = io.BytesIO()

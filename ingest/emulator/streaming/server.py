@@ -145,6 +145,12 @@ class StreamingApi:
         ``401::Authentication invalid``."""
         self.bayeux.revoke(client_id)
 
+    @property
+    def unapplied_diffs(self) -> int:
+        """Diffs the record state behind PushTopic notifications could not apply (its record
+        lacked the value the diff was made against; the field keeps its previous value)."""
+        return self._records.unapplied_diffs
+
     def sessions_left_open(self) -> int:
         """CometD sessions that ended without a ``/meta/disconnect`` (they expired) plus those
         still open: after a client stopped, anything above zero is a session it left for the

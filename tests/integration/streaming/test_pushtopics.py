@@ -3,6 +3,7 @@ current values, and NotifyForFields, the operation flags and the WHERE clause de
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -185,3 +186,24 @@ def test_gap_events_update_state_without_notifying(emu: Emulator, bayeux: Bayeux
     update(emu, Name="After gap")
     got = notifications(bayeux, channel)
     assert [d["sobject"]["Name"] for d in got] == ["Acme", "After gap"]
+
+
+def test_a_diff_the_record_state_cannot_apply_is_no_warning(
+    emu: Emulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An update whose long text is a diff against a value the emulator never saw (the
+    # record was created before it started): the state keeps the field as it was. That is the
+    # emulator's own bookkeeping, not something a user of sfcdc can act on, so `sfcdc -q`
+    # shows nothing about it (it printed a WARNING line on every start).
+    caplog.set_level(logging.DEBUG, logger="ingest.emulator")
+    diff = "--- \n+++ 0000\n@@ -1,1 +1,1 @@\n-old\n+new"
+    emu.append(
+        [
+            change_event(
+                emu, "Account", "UPDATE", [ACC], {"Description": diff}, diffed=["Description"]
+            )
+        ]
+    )
+    assert emu.streaming.unapplied_diffs == 1
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any("diff not applied" in r.getMessage() for r in caplog.records)
