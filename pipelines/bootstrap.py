@@ -65,7 +65,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -74,15 +74,18 @@ import pyarrow as pa
 from ingest.errors import CheckpointError, ConfigError
 from ingest.schema import EventSchema, FieldInfo
 from pipelines.bronze.checkpoint import Checkpoint, CheckpointStore
+from pipelines.bronze.streaming_setup import read_describes
 from pipelines.bronze.tables import bronze_tables
 from pipelines.engines import LakeEngine, MergeMetrics, TableRef
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.gold.columns import DELETED, ID, body_fields, gold_schema
 from pipelines.gold.job import gold_table, run_gold
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE
+from pipelines.gold.streaming import gold_object, run_streaming_gold
 from pipelines.progress import progress
 from pipelines.silver.columns import SilverLayout
 from pipelines.silver.job import REGISTRY_TABLE, read_registry, run_silver, silver_layout
+from pipelines.silver.streaming_job import run_streaming_silver, streaming_plan
 from pipelines.snapshot_read import RecordReader, SnapshotSource
 from pipelines.snapshot_rows import record_infos, rest_row, snapshot_soql
 from pipelines.snapshot_write import (
@@ -93,6 +96,7 @@ from pipelines.snapshot_write import (
     snapshot_key,
 )
 from pipelines.spec import Conf, ObjectSpec
+from pipelines.spec_streaming import StreamingObjectSpec
 
 __all__ = [
     "CHUNK_ROWS",
@@ -215,6 +219,7 @@ def refresh_from_rest(
     ids: Sequence[str] | None,
     position: Checkpoint | None = None,
     registry_table: TableRef = REGISTRY_TABLE,
+    layout: SilverLayout | None = None,
     chunk_rows: int = CHUNK_ROWS,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     clock: Callable[[], float] = time.perf_counter,
@@ -222,6 +227,10 @@ def refresh_from_rest(
     """Steps 3 to 5 of the module docstring for ``obj``: read the whole object (``ids``
     ``None``) or those records, MERGE them into gold as snapshot rows, and resolve the open
     re-sync rows that were detected before the read began.
+
+    ``layout`` gives gold's fields when they do not come from the registered event schemas
+    (a Streaming API channel's, from its stored describes; its ``entity`` is the object
+    read).
 
     ``rest`` is where records come from: a :class:`SnapshotSource` (REST for named records;
     REST, Bulk API or a choice by size for a whole object) or a plain reader used for both.
@@ -232,14 +241,18 @@ def refresh_from_rest(
         raise ValueError(f"chunk_rows must be >= 1 (got {chunk_rows})")
     started = clock()
     at = now()
-    registry = read_registry(engine, registry_table)
-    layout = silver_layout(obj, registry)
-    if not layout.fields:
-        raise ConfigError(
-            f"{mode} of {obj.api_name}: no schema of {obj.topic} is registered, so gold's "
-            "columns are unknown; run `sfcdc bootstrap` (which fetches it) or `sfcdc ingest` first"
-        )
-    infos = record_infos(obj, registry)
+    if layout is None:
+        registry = read_registry(engine, registry_table)
+        layout = silver_layout(obj, registry)
+        if not layout.fields:
+            raise ConfigError(
+                f"{mode} of {obj.api_name}: no schema of {obj.topic} is registered, so gold's "
+                "columns are unknown; run `sfcdc bootstrap` (which fetches it) or `sfcdc "
+                "ingest` first"
+            )
+        infos = record_infos(obj, registry)
+    else:
+        infos = {}
     gold = gold_table(obj)
     silver = TableRef("silver", obj.tables.silver)
     silver_schema = engine.schema(silver) or layout.silver_schema()
@@ -445,6 +458,28 @@ def bootstrap_object(
     )
 
 
+def _stream(conf: Conf, name: str) -> StreamingObjectSpec | None:
+    """The Streaming API channel ``name`` names (its key ``streaming:/topic/X`` or its
+    channel ``/topic/X``), or ``None`` when it names an object."""
+    if not name.startswith(("streaming:", "/")):
+        return None
+    known = {s.key: s for s in conf.streams} | {s.channel: s for s in conf.streams}
+    spec = known.get(name)
+    if spec is None:
+        listed = ", ".join(sorted(s.key for s in conf.streams)) or "none"
+        raise ConfigError(
+            f"resync: no Streaming API channel {name!r} in {conf.conf_dir} (configured: {listed})"
+        )
+    if not spec.enabled:
+        raise ConfigError(f"resync: {spec.key} is disabled (enabled: false in its file)")
+    if not spec.has_gold:
+        raise ConfigError(
+            f"resync: {spec.key} has no gold table to re-read records into: only PushTopic "
+            "(/topic/...) and change event (/data/...) channels have records"
+        )
+    return spec
+
+
 def resync_objects(
     engine: LakeEngine,
     conf: Conf,
@@ -454,16 +489,36 @@ def resync_objects(
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
 ) -> list[SnapshotResult]:
     """``sfcdc resync [<name>]``: for each object (default: every enabled change event
-    object), catch silver and gold up, then re-read what its open re-sync rows list: the
-    whole object when one of them has no record id (overflow, replay gap), else those
-    records. Objects with nothing open are skipped."""
+    object, and every PushTopic and change event channel of the Streaming API, named
+    ``streaming:<channel>``), catch silver and gold up, then re-read what its open re-sync
+    rows list: the whole object when one of them has no record id (overflow, replay gap),
+    else those records. A channel's records are read with its gold's fields (a PushTopic's:
+    its query's, over every record of the object: the query's WHERE clause is not applied).
+    Objects with nothing open are skipped."""
+    targets: list[tuple[ObjectSpec, StreamingObjectSpec | None]] = []
     if names:
-        objs = [_change_event_object(conf, n, "resync") for n in names]
+        for name in names:
+            stream = _stream(conf, name)
+            if stream is None:
+                targets.append((_change_event_object(conf, name, "resync"), None))
+            else:
+                targets.append((gold_object(stream), stream))
     else:
-        objs = [o for o in conf.enabled_objects() if o.kind == "change_events"]
+        targets = [(o, None) for o in conf.enabled_objects() if o.kind == "change_events"]
+        targets += [(gold_object(s), s) for s in conf.enabled_streams() if s.has_gold]
     results = []
-    for obj in objs:
-        _catch_up(engine, conf, obj)
+    for obj, stream in targets:
+        layout: SilverLayout | None = None
+        if stream is None:
+            _catch_up(engine, conf, obj)
+        else:
+            run_streaming_silver(engine, conf, streams=[stream.key])
+            run_streaming_gold(engine, conf, streams=[stream.key])
+            plan = streaming_plan(stream, read_describes(engine).get(stream.key, []))
+            if plan.layout is None or stream.api_name is None:
+                _log.info("resync: %s has no stored describe yet; skipped", stream.key)
+                continue
+            layout = replace(plan.layout, entity=stream.api_name)
         if not engine.exists(gold_table(obj)):
             _log.info("resync: %s has no gold table yet; skipped", obj.api_name)
             continue
@@ -481,6 +536,7 @@ def resync_objects(
                 rest=rest,
                 mode="resync",
                 ids=ids,
+                layout=layout,
                 now=now,
             )
         )

@@ -49,6 +49,7 @@ from typing import IO, TYPE_CHECKING, Any
 from ingest.auth import SecretResolver
 from ingest.errors import LakeError, ReplayIdError, SfcdcError
 from pipelines.bronze import BronzeLanding, LandingResult
+from pipelines.bronze.streaming import StreamingLanding
 from pipelines.commands.conf_options import METRICS_PORT_KEY
 from pipelines.connect import connect, secret_resolver
 from pipelines.gold.job import GoldResult, run_gold
@@ -63,6 +64,7 @@ from pipelines.streaming_pipeline import (
     land_topics_and_streams,
     push_topic_provisioner,
     run_streaming_pass,
+    streaming_landing,
 )
 
 if TYPE_CHECKING:
@@ -441,12 +443,13 @@ class Pipeline:
 
         self.conf = conf
         self.objects = tuple(objects) if objects else None
-        self._topics = select_topics(conf, self.objects)
+        # A conf/ of Streaming API channels alone has no topic: the channels land by themselves.
+        self._topics = select_topics(conf, self.objects, streams=self.objects is None)
         # Two engines: the landing commits from its own thread (or process) while passes run.
         self._landing_engine = landing_engine or (
-            lambda: engine_for(conf.pipeline.lake, environ=environ or os.environ)
+            lambda: engine_for(conf.pipeline.lake, write=True, environ=environ or os.environ)
         )
-        self._engine_factory = engine or (lambda: engine_for(conf.pipeline.lake))
+        self._engine_factory = engine or (lambda: engine_for(conf.pipeline.lake, write=True))
         self._pass_engine: LakeEngine | None = None
         self._log = logger or _log
         self._report = report or (lambda line: self._log.info("%s", line))
@@ -455,7 +458,7 @@ class Pipeline:
         self._monotonic = monotonic
         self._stop = threading.Event()
         self._stop_reason: str | None = None
-        self._landing: BronzeLanding | None = None
+        self._landing: BronzeLanding | StreamingLanding | None = None
         self._landing_process = landing_process
         self._child: _ChildLanding | None = None
         self._lock = threading.Lock()
@@ -738,6 +741,18 @@ class Pipeline:
         with ops.watching("bronze"):
             return self._land_with(engine, ops, once=once, duration=duration, ready=ready)
 
+    def _register(
+        self, landing: BronzeLanding | StreamingLanding, ready: threading.Event | None
+    ) -> None:
+        """Make ``landing`` the one :meth:`stop` stops (at once when a stop came first)."""
+        with self._lock:
+            self._landing = landing
+            reason = self._stop_reason
+        if reason is not None:
+            landing.stop(reason)
+        if ready is not None:
+            ready.set()
+
     def _land_with(
         self,
         engine: LakeEngine,
@@ -753,6 +768,12 @@ class Pipeline:
         with connect(
             conf.pipeline.connection, secrets=secrets, topics=self._topics, on_start=provision
         ) as source:
+            if not self._topics:
+                alone = streaming_landing(
+                    conf, engine=engine, tokens=source.tokens, ca_file=source.ca_file, ops=ops
+                )
+                self._register(alone, ready)
+                return alone.run(once=once, duration=duration)
             landing = BronzeLanding(
                 engine,
                 self._topics,
@@ -761,13 +782,7 @@ class Pipeline:
                 ingest=conf.pipeline.ingest,
                 ops=ops,
             )
-            with self._lock:
-                self._landing = landing
-                reason = self._stop_reason
-            if reason is not None:
-                landing.stop(reason)
-            if ready is not None:
-                ready.set()
+            self._register(landing, ready)
             try:
                 result, channels = land_topics_and_streams(
                     conf,

@@ -11,7 +11,9 @@ is reported at once, in one :class:`~ingest.errors.ConfigError`.
 from __future__ import annotations
 
 import copy
+import difflib
 import re
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,15 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from ingest.errors import ConfigError
-from pipelines.spec_fields import INVALID, Problems, join, parse_model, resolve_paths
+from pipelines.spec_fields import (
+    INVALID,
+    Problems,
+    join,
+    parse_model,
+    resolve_paths,
+    show,
+    yaml_fields,
+)
 from pipelines.spec_models import (
     _IDENTIFIER_MAX,
     _LAYERS,
@@ -331,6 +341,19 @@ def _load_pipeline(
     return spec  # type: ignore[no-any-return]
 
 
+def object_kinds() -> tuple[str, ...]:
+    """Every value an object file's ``kind`` may take, from the models that read the files
+    (:class:`ObjectSpec`'s kinds, then ``streaming_api``)."""
+    from pipelines.spec_streaming import StreamingObjectSpec
+
+    kinds: list[str] = []
+    for model in (ObjectSpec, StreamingObjectSpec):
+        for key, _field, tp in yaml_fields(model):
+            if key == "kind":
+                kinds.extend(str(k) for k in typing.get_args(tp))
+    return tuple(kinds)
+
+
 def _load_object(
     path: Path, defaults: DefaultsSpec, lake: LakeSpec, ctx: Problems
 ) -> ObjectSpec | StreamingObjectSpec | None:
@@ -340,7 +363,17 @@ def _load_object(
     if data is _EMPTY:
         ctx.add("", "is empty; an object file needs at least 'object' and 'kind'")
         return None
-    if isinstance(data, dict) and data.get("kind") == "streaming_api":
+    kind = data.get("kind") if isinstance(data, dict) else None
+    kinds = object_kinds()
+    if kind is not None and kind not in kinds:
+        # Which model reads the rest depends on the kind: say only this.
+        close = difflib.get_close_matches(kind, kinds, n=1) if isinstance(kind, str) else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        listed = ", ".join(repr(k) for k in kinds)
+        shown = repr(kind) if isinstance(kind, str) else show(kind)
+        ctx.add("kind", f"must be one of {listed} (got {shown}){hint}")
+        return None
+    if kind == "streaming_api":
         return _load_stream(data, defaults, ctx)
     # Sections the file leaves out, and keys a section leaves out, come from the defaults.
     inherited = {

@@ -196,6 +196,16 @@ class RetrySpec:
     multiplier: float = field(
         default=2.0, metadata=meta("Growth factor of the wait per failed attempt.", minimum=1)
     )
+    first_contact_seconds: float = field(
+        default=10.0,
+        metadata=meta(
+            "A subscription that has never reached its server (a name that does not resolve, a "
+            "refused connection, a login endpoint that is down) stops within this long, naming "
+            "the address and the cause; once the server has answered, outages are retried as "
+            "max_attempts allows.",
+            minimum=0,
+        ),
+    )
 
     def _problems(self) -> list[tuple[str, str]]:
         if self.max_backoff_seconds >= self.initial_backoff_seconds:
@@ -243,6 +253,18 @@ class IngestSpec:
             "third of it). A second landing of a leased topic into the same lake is refused at "
             "start; a lease left by a killed process is taken over once it expires.",
             exclusive_minimum=0,
+        ),
+    )
+    once_quiet_seconds: float = field(
+        default=3.0,
+        metadata=meta(
+            "`--once` runs: a Pub/Sub topic whose server owes events (requested, not yet "
+            "sent) yet sends nothing for this long, or a Streaming API long poll held this long "
+            "(the connect asks the server for no longer), has delivered everything it held; the "
+            "landing then stops without waiting for Salesforce's keepalive (about 270 s) or "
+            "long-poll timeout (110 s). Raise it if an org is slow to start delivering.",
+            exclusive_minimum=0,
+            maximum=110,
         ),
     )
 

@@ -326,6 +326,11 @@ class Emulator:
                 ("grpc.max_send_message_length", _MAX_GRPC_MESSAGE),
                 # Two emulators must never share a port silently.
                 ("grpc.so_reuseport", 0),
+                # Clients keep idle streams alive with HTTP/2 pings (sfcdc's every 60 s, while
+                # a stream waits up to 270 s for a keepalive). gRPC servers accept a ping
+                # without data only every 5 minutes by default and answer the third with
+                # GOAWAY too_many_pings, which ended every quiet stream after 3 minutes.
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ],
         )
         self._service.register(server)

@@ -195,9 +195,12 @@ class BronzeLanding:
 
     def run(self, *, once: bool = False, duration: float | None = None) -> LandingResult:
         """Land until stopped (:meth:`stop`), for ``duration`` seconds, or with ``once``
-        until every topic has caught up: it received a keepalive, or two responses in a row
-        holding fewer events than the server owed (the server had no more to send), so every event
-        published before the run started is landed; steady traffic cannot keep it going."""
+        until every topic has caught up, so every event published before the run started is
+        landed and steady traffic cannot keep it going. A topic has caught up when its server
+        had nothing more to send: it sent a keepalive, or two responses in a row holding fewer
+        events than it owed, or, while it owed events and everything it sent was landed, it
+        sent nothing for ``ingest.once_quiet_seconds`` (a server with events sends them as
+        soon as they are owed; Salesforce's keepalive comes only after about 270 s)."""
         if self._ran:
             raise RuntimeError("a BronzeLanding runs once; create a new one to resume")
         self._ran = True
@@ -205,6 +208,8 @@ class BronzeLanding:
             raise ValueError(f"duration must be > 0 seconds (got {duration})")
         started = self._started = self._monotonic()
         self._once = once
+        # A lake that cannot be written is said as such, before a lease commit fails on it.
+        self._engine.ensure_writable()
         # Refused at once, naming the holder, when another landing has one of the topics.
         self._leases.acquire()
         try:
@@ -318,6 +323,7 @@ class BronzeLanding:
             initial_backoff=retry.initial_backoff_seconds,
             max_backoff=retry.max_backoff_seconds,
             multiplier=retry.multiplier,
+            first_contact=retry.first_contact_seconds,
         )
         if spec.managed_subscription is not None:
             return ManagedSubscription(
@@ -567,7 +573,33 @@ class BronzeLanding:
 
     def _on_idle(self) -> bool:
         self._next_tick = 0.0
+        if self._once:
+            self._quiet_topics()
         return self._tick()
+
+    def _quiet_topics(self) -> None:
+        # Only when nothing is waiting to be handled (on_idle): a response the consumer has not
+        # taken yet is not silence. The stream's own clock counts from its last request or
+        # response, so a top-up sent just now restarts it.
+        quiet = self._ingest.once_quiet_seconds
+        for t in self._topics.values():
+            if t.caught_up:
+                continue
+            stats = t.sub.stats()
+            if (
+                stats.open
+                and stats.outstanding > 0
+                and stats.buffered == 0
+                and stats.quiet_seconds >= quiet
+            ):
+                t.caught_up = True
+                self._log.info(
+                    "%s: caught up: the server owed %d events and sent nothing for %.1f s "
+                    "(ingest.once_quiet_seconds)",
+                    t.spec.topic,
+                    stats.outstanding,
+                    stats.quiet_seconds,
+                )
 
     def _tick(self) -> bool:
         """Seal aged batches, log progress, and stop when asked; True once stopped."""
@@ -595,7 +627,8 @@ class BronzeLanding:
         if reason is None and self._once and all(t.caught_up for t in self._topics.values()):
             reason = (
                 "drained: every topic received all events published before the run started "
-                "(a keepalive, or responses the server could not fill)"
+                "(a keepalive, responses the server could not fill, or its silence while it "
+                "owed events)"
             )
         if reason is None:
             return False

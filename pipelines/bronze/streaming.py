@@ -13,7 +13,9 @@ session (:class:`~ingest.streaming.StreamingSubscription`) and lands what it yie
 - a :class:`~ingest.streaming.ReplayGap`: a ``replay_gap`` checkpoint row (gold records a
   whole-object re-sync for it), after the channel's open batch;
 - an :class:`~ingest.streaming.IdleConnect`: with ``once``, nothing is pending on any channel
-  and the landing stops.
+  and the landing stops. A ``once`` landing asks the server to hold each long poll at most
+  ``ingest.once_quiet_seconds`` (Salesforce holds one for 110 s otherwise), so it stops within
+  that time of the last notification.
 
 A batch is sealed when it reaches ``batching.max_events`` notifications or ``max_bytes``
 characters of JSON, or when its oldest message is ``max_age_seconds`` old (checked by a ticker
@@ -194,6 +196,7 @@ class StreamingLanding:
             raise ValueError(f"duration must be > 0 seconds (got {duration})")
         started = self._started = self._monotonic()
         deadline = started + duration if duration is not None else None
+        self._engine.ensure_writable()
         positions = self._prepare()
         policy = self._specs[0].replay.on_corrupted
         retry = self._ingest.retry
@@ -210,7 +213,9 @@ class StreamingLanding:
                 initial_backoff=retry.initial_backoff_seconds,
                 max_backoff=retry.max_backoff_seconds,
                 multiplier=retry.multiplier,
+                first_contact=retry.first_contact_seconds,
             ),
+            poll_timeout=self._ingest.once_quiet_seconds if once else None,
             clock=self._clock,
             logger=self._log,
         )

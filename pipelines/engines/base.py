@@ -240,6 +240,13 @@ class LakeEngine(Protocol):
         """The name SQL users type for ``table`` (quoted, e.g. ```gold`.`account```)."""
         ...
 
+    def ensure_writable(self) -> None:
+        """Raise :class:`~ingest.errors.LakeError` naming the lake's folder and the cause when
+        it cannot be written (a read-only file system, no permission), before a command
+        writes anything; a lake this engine cannot check (a catalog, object storage) passes.
+        Checked once per engine."""
+        ...
+
     def exists(self, table: TableRef) -> bool:
         """Whether ``table`` exists as a Delta table."""
         ...

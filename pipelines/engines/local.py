@@ -68,6 +68,7 @@ from pipelines.engines.parquet_read import data_file
 from pipelines.engines.rewrite_lock import rewrite_lock
 from pipelines.engines.sql import quote_identifier
 from pipelines.engines.vacuum import vacuum
+from pipelines.engines.writable import check_writable
 from pipelines.spec import LakeSpec, SchemasSpec, is_identifier
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ class LocalEngine(LocalReads, LocalWrites):
         self._views: ViewRegistry | None = None
         self._direct = DirectAppender(self.path)
         self._merger = DirectMerger()
+        self._writable = False
 
     @classmethod
     def from_spec(
@@ -203,6 +205,11 @@ class LocalEngine(LocalReads, LocalWrites):
             raise
         except (DeltaError, pa.ArrowException, OSError) as exc:
             raise LakeError(f"{action} {table} ({self.path(table)}) failed: {exc}") from exc
+
+    def ensure_writable(self) -> None:
+        if not self._writable:
+            check_writable(self.location)
+            self._writable = True
 
     def exists(self, table: TableRef) -> bool:
         return self._load(table) is not None

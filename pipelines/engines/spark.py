@@ -60,6 +60,7 @@ from pipelines.engines.sql import (
     quote_identifier,
     quote_string,
 )
+from pipelines.engines.writable import check_writable
 from pipelines.spec import LakeSpec, SchemasSpec
 
 if TYPE_CHECKING:
@@ -115,6 +116,7 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         self.table_prefix = table_prefix
         self.default_properties = dict(default_properties)
         self._clock = clock
+        self._writable = False
         self._txns: dict[tuple[TableRef, str], int] = {}
 
     @classmethod
@@ -227,6 +229,13 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         return frame
 
     # ----------------------------------------------------------------------- metadata
+
+    def ensure_writable(self) -> None:
+        location = self.location
+        if self._writable or location is None or "://" in location:
+            return  # catalog tables and object storage: their permissions are theirs to say
+        check_writable(Path(location.removeprefix("file:")))
+        self._writable = True
 
     def exists(self, table: TableRef) -> bool:
         if self.location is None:

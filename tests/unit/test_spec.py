@@ -646,7 +646,12 @@ def test_wrong_types(tmp_path: Path) -> None:
         ),
         (
             "object: Account\nkind: cdc\n",
-            "kind: must be one of 'change_events', 'platform_event' (got 'cdc')",
+            "kind: must be one of 'change_events', 'platform_event', 'streaming_api' (got 'cdc')",
+        ),
+        (
+            "kind: streaming-api\nchannel: /topic/InvoiceUpdates\n",
+            "kind: must be one of 'change_events', 'platform_event', 'streaming_api' (got "
+            "'streaming-api') (did you mean 'streaming_api'?)",
         ),
     ],
 )

@@ -5,7 +5,7 @@ API and PushTopic queries also name their parts as fields of their own (``Billin
 ``HQ_Location__Latitude__s``, ``FirstName``). :class:`ObjectFields` lists both, with:
 
 - how to read each one from a ground-truth record, as the REST API shows it (a notification's
-  ``subject``) and normalized for a ``WHERE`` comparison (dates as epoch milliseconds);
+  ``sobject``) and normalized for a ``WHERE`` comparison (dates as epoch milliseconds);
 - which change event field names (``changedFields`` entries such as ``BillingAddress.City``)
   count as a change of it, following the guide's compound-field rules: a person ``Name``
   changes when any part changes (its parts alone never notify), an Address or Geolocation

@@ -145,6 +145,18 @@ class StreamingApi:
         ``401::Authentication invalid``."""
         self.bayeux.revoke(client_id)
 
+    @property
+    def unapplied_diffs(self) -> int:
+        """Diffs the record state behind PushTopic notifications could not apply (its record
+        lacked the value the diff was made against; the field keeps its previous value)."""
+        return self._records.unapplied_diffs
+
+    def sessions_left_open(self) -> int:
+        """CometD sessions that ended without a ``/meta/disconnect`` (they expired) plus those
+        still open: after a client stopped, anything above zero is a session it left for the
+        server to expire, holding one of the org's concurrent clients meanwhile."""
+        return self.bayeux.left_open()
+
     def purge(self, channel: str, *, through: int) -> int:
         """Drop a PushTopic or generic channel's messages up to replay id ``through`` (their
         ids become invalid for replay). Bus channels: use ``emu.faults.purge``."""

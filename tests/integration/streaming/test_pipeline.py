@@ -108,9 +108,9 @@ def test_channels_land_once_decode_merge_and_quarantine(
     account(emu, "CREATE", B, {"Name": "Beta", "Industry": "Retail", "NumberOfEmployees": 7})
     account(emu, "UPDATE", A, {"Industry": "Banking"})
     unknown = inject(
-        emu, "/topic/Accts", {"event": {"type": "updated"}, "subject": {"Id": A, "Bogus__c": 1}}
+        emu, "/topic/Accts", {"event": {"type": "updated"}, "sobject": {"Id": A, "Bogus__c": 1}}
     )
-    no_subject = inject(emu, "/topic/Accts", {"event": {"type": "updated"}})
+    no_sobject = inject(emu, "/topic/Accts", {"event": {"type": "updated"}})
     account(emu, "DELETE", B)
     emu.streaming.push(channel_id, "plain text, not JSON", '{"a": 1}')
     account(emu, "UPDATE", A, {"NumberOfEmployees": 9})
@@ -190,12 +190,12 @@ def test_channels_land_once_decode_merge_and_quarantine(
     got = {(r["reason_kind"], r["replay_id"]) for r in bad_rows}
     assert got == {
         ("unknown_field", str(unknown).encode()),
-        ("malformed_message", str(no_subject).encode()),
+        ("malformed_message", str(no_sobject).encode()),
         ("not_json", None),
     }
     reasons = {r["reason_kind"]: r["reason"] for r in bad_rows}
     assert "Bogus__c" in reasons["unknown_field"]
-    assert "subject" in reasons["malformed_message"]
+    assert "data.sobject" in reasons["malformed_message"]
     assert "not JSON" in reasons["not_json"]
     assert any(r["payload"] == NOT_JSON for r in bad_rows)
 
@@ -259,7 +259,7 @@ def _late(replay_id: int, industry: str, batch_id: int, seq: int) -> dict[str, A
         "channel": "/topic/Accts",
         "data": {
             "event": {"createdDate": CREATED, "replayId": replay_id, "type": "updated"},
-            "subject": {"Id": A, "Name": "Acme", "Industry": industry, "NumberOfEmployees": 5},
+            "sobject": {"Id": A, "Name": "Acme", "Industry": industry, "NumberOfEmployees": 5},
         },
     }
     return {
