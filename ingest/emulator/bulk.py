@@ -52,11 +52,13 @@ from typing import TYPE_CHECKING, Any
 from ingest.emulator.managed import salesforce_id_18
 from ingest.emulator.oauth import GrantInfo, TokenStore
 from ingest.emulator.rest import (
+    MODSTAMP,
     RestApi,
     SoqlProblem,
     invalid_field,
     invalid_type,
     parse_select,
+    stamped,
 )
 from ingest.emulator.routes import HttpAnswer, HttpRequest, json_answer
 
@@ -417,6 +419,8 @@ class BulkQueryApi:
             by_15 = {r[:15]: r for r in records} if any(len(i) == 15 for i in job.ids) else {}
             wanted = list(dict.fromkeys(by_15.get(i, i) for i in job.ids))
         readers = [(c.wire, c.kind) for c in job.columns]
+        wants_stamp = any(c.name == MODSTAMP for c in job.columns)
+        stamps = truth.modstamps(job.entity) if wants_stamp else None
         sep = job.delimiter
         out = []
         for record_id in wanted:
@@ -426,6 +430,8 @@ class BulkQueryApi:
             is_deleted = record_id in deleted
             if is_deleted and job.operation != "queryAll":
                 continue
+            if stamps is not None:
+                values = stamped(values, stamps.get(record_id))
             out.append(
                 sep.join(
                     _quoted(_csv_text(read(record_id, values, is_deleted), kind))

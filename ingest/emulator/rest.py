@@ -36,7 +36,7 @@ import re
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -47,6 +47,7 @@ from ingest.schema import HEADER_FIELD, FieldInfo
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
+    "MODSTAMP",
     "RestApi",
     "RestResponse",
     "Select",
@@ -55,9 +56,12 @@ __all__ = [
     "invalid_type",
     "parse_select",
     "rest_readers",
+    "stamped",
 ]
 
 DEFAULT_PAGE_SIZE = 2000
+# Not a field of change event schemas: the truth keeps it beside each record's values.
+MODSTAMP = "SystemModstamp"
 _MAX_CURSORS = 64
 _VERSION = re.compile(r"^/services/data/v(\d{2}\.\d)(/.*)?$")
 _QUERY = re.compile(
@@ -209,6 +213,38 @@ def _full_name(parts: Mapping[str, Any] | None) -> str | None:
     return " ".join(words) or None
 
 
+class _Stamped(Mapping[str, Any]):
+    """A record's values with its ``SystemModstamp`` (epoch ms) added, without a copy."""
+
+    __slots__ = ("_stamp", "_values")
+
+    def __init__(self, values: Mapping[str, Any], stamp: int | None) -> None:
+        self._values = values
+        self._stamp = stamp
+
+    def __getitem__(self, key: str) -> Any:
+        if key == MODSTAMP:
+            return self._stamp
+        return self._values[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key == MODSTAMP:
+            return self._stamp
+        return self._values.get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._values
+        yield MODSTAMP
+
+    def __len__(self) -> int:
+        return len(self._values) + 1
+
+
+def stamped(values: Mapping[str, Any], stamp: int | None) -> Mapping[str, Any]:
+    """``values`` with ``SystemModstamp`` readable (what the field readers expect)."""
+    return _Stamped(values, stamp)
+
+
 @dataclass(frozen=True)
 class _Column:
     """How one SOQL field is read from a truth record."""
@@ -217,10 +253,16 @@ class _Column:
     read: Callable[[str, Mapping[str, Any], bool], Any]
 
 
+def _modstamp(rid: str, rec: Mapping[str, Any], deleted: bool) -> Any:
+    stamp = rec.get(MODSTAMP)
+    return None if stamp is None else _datetime(stamp)
+
+
 def _columns(entity: str, fields: Sequence[FieldInfo]) -> dict[str, _Column]:
     cols: dict[str, _Column] = {
         "Id": _Column("Id", lambda rid, rec, deleted: rid),
         "IsDeleted": _Column("IsDeleted", lambda rid, rec, deleted: deleted),
+        MODSTAMP: _Column(MODSTAMP, _modstamp),
     }
 
     def add(name: str, read: Callable[[str, Mapping[str, Any], bool], Any]) -> None:
@@ -403,6 +445,7 @@ class RestApi:
     ) -> list[dict[str, Any]]:
         records = truth.records(entity)
         deleted = truth.deleted(entity)
+        stamps = truth.modstamps(entity) if any(c.name == MODSTAMP for c in columns) else None
         if ids is None:
             wanted: list[str] = list(records)
         else:
@@ -416,6 +459,8 @@ class RestApi:
             is_deleted = record_id in deleted
             if is_deleted and not all_rows:
                 continue
+            if stamps is not None:
+                values = _Stamped(values, stamps.get(record_id))
             row: dict[str, Any] = {
                 "attributes": {
                     "type": entity,

@@ -483,7 +483,8 @@ class Emulator:
     def append(self, events: Iterable[EmittedEvent]) -> list[bytes]:
         """Put events on the bus (as Salesforce would after a record change or a publish);
         returns their replay ids in order. Subscribers of their topics (and of the channels
-        carrying them) receive them."""
+        carrying them) receive them. Events a standing :meth:`Faults.lose_events` claims are
+        not stored and have no replay id."""
         batch = list(events)
         problems = []
         for i, ev in enumerate(batch):
@@ -508,7 +509,8 @@ class Emulator:
         ):
             # Before the events: Salesforce commits a record before it publishes the change.
             self._truth_journal.record(journaled)
-        return [e.replay_id for e in self._bus.append(batch)]
+        kept = [e for e in batch if not self.faults.claim_loss(e.topic, e.event_id)]
+        return [e.replay_id for e in self._bus.append(kept)] if kept else []
 
     def log(self, topic: str) -> Sequence[LoggedEvent]:
         """What the bus retains for ``topic`` (replay id, event id, schema id, payload, time)."""

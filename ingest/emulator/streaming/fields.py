@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.emulator.rest import rest_readers
+from ingest.emulator.rest import MODSTAMP, rest_readers
 from ingest.schema import HEADER_FIELD, EventSchema, FieldInfo
 
 __all__ = ["ObjectField", "ObjectFields", "Reader"]
@@ -37,6 +37,7 @@ _NOT_NILLABLE = frozenset(
         "LastModifiedDate",
         "LastModifiedById",
         "IsPersonAccount",
+        "SystemModstamp",
     }
 )
 _STRING_TYPES = {
@@ -178,6 +179,11 @@ class ObjectFields:
 
         add("Id", "id", "id")
         add("IsDeleted", "boolean", "boolean")
+
+        def modstamp(rid: str, values: Mapping[str, Any], deleted: bool) -> Any:
+            return values.get(MODSTAMP)
+
+        add(MODSTAMP, "datetime", "datetime", wire=modstamp)
         for info in infos:
             parts = {f"{info.name}.{c.name}" for c in info.children}
             if info.kind == "switchable_name" or (
