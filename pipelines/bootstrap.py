@@ -104,6 +104,7 @@ __all__ = [
     "SnapshotResult",
     "SnapshotSource",
     "bootstrap_object",
+    "rebootstrap_due",
     "record_position",
     "refresh_from_rest",
     "rest_row",
@@ -443,6 +444,48 @@ def bootstrap_object(
         position=position,
         now=now,
     )
+
+
+def rebootstrap_due(
+    engine: LakeEngine, conf: Conf, names: Sequence[str] | None = None
+) -> list[ObjectSpec]:
+    """The objects (of ``names``, default every enabled one) whose ``replay.on_expired`` is
+    ``rebootstrap`` and whose topic's stored position expired: an open ``replay_gap`` row in the
+    re-sync table, and a checkpoint of the topic after that gap, so the stream has resumed at a
+    position taken before the snapshot that is about to be read (the bootstrap hand-off)."""
+    if not engine.exists(RESYNC_TABLE):
+        return []
+    candidates = [
+        o
+        for o in conf.enabled_objects()
+        if o.kind == "change_events"
+        and o.replay.on_expired == "rebootstrap"
+        and (not names or o.api_name in names)
+    ]
+    if not candidates:
+        return []
+    open_gaps = [
+        r
+        for r in engine.read_arrow(RESYNC_TABLE, where=[("reason", "=", "replay_gap")]).to_pylist()
+        if r["resolved_at"] is None
+    ]
+    if not open_gaps:
+        return []
+    store = CheckpointStore(engine, bronze_tables(conf.topics()))
+    due = []
+    for obj in candidates:
+        gaps = [r["bronze_batch_id"] or 0 for r in open_gaps if r["object"] == obj.api_name]
+        if not gaps:
+            continue
+        latest = store.latest(obj.topic)
+        if latest is not None and latest.batch_id > max(gaps):
+            due.append(obj)
+        else:
+            _log.info(
+                "rebootstrap of %s waits until the stream has resumed after its replay gap",
+                obj.api_name,
+            )
+    return due
 
 
 def resync_objects(

@@ -31,6 +31,7 @@ COMMANDS: tuple[str, ...] = (
     "streaming",
     "bootstrap",
     "resync",
+    "reconcile",
     "maintain",
     "publish",
     "emulator",

@@ -43,20 +43,26 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ingest.auth import SecretResolver
+from ingest.bulk import BulkQueryClient
 from ingest.errors import LakeError, ReplayIdError, SfcdcError
+from pipelines.bootstrap import SnapshotResult, rebootstrap_due, resync_objects
 from pipelines.bronze import BronzeLanding, LandingResult
+from pipelines.commands.bootstrap import open_rest
 from pipelines.commands.conf_options import METRICS_PORT_KEY
 from pipelines.connect import connect, secret_resolver
 from pipelines.gold.job import GoldResult, run_gold
 from pipelines.maintenance import describe, maintain_tables, tables_to_maintain
 from pipelines.memory import release_unused_memory
 from pipelines.ops.recorder import OpsRecorder, recorder_for
+from pipelines.reconcile import last_reconcile_at, reconcile_objects
 from pipelines.session import engine_for
 from pipelines.silver.job import SilverResult, run_silver
+from pipelines.snapshot_read import BulkRecords, SnapshotSource
 from pipelines.spec import Conf
 from pipelines.streaming_pipeline import (
     StreamingPassResult,
@@ -96,6 +102,8 @@ class PassResult:
     seconds: float
     # The Streaming API channels' silver and gold (None without any).
     streaming: StreamingPassResult | None = None
+    # Objects whose stored position had expired, read again whole (replay.on_expired).
+    rebootstrapped: tuple[SnapshotResult, ...] = ()
 
     @property
     def silver_rows(self) -> int:
@@ -468,6 +476,7 @@ class Pipeline:
         self._pass_ops: OpsRecorder | None = None
         self._next_maintenance: float | None = None
         self._maintenance_due: collections.deque[TableRef] = collections.deque()
+        self._next_reconcile: float | None = None
         if metrics is not None:
             metrics.watch_landing(self._snapshot)
 
@@ -580,6 +589,7 @@ class Pipeline:
                 next_pass = self._monotonic() + interval
                 passes.append(self.run_pass())
                 self._maintain_if_due()
+                self._reconcile_if_due()
                 now = self._monotonic()
                 landing = self._landing
                 if landing is not None:
@@ -633,6 +643,7 @@ class Pipeline:
                 next_pass = self._monotonic() + interval
                 passes.append(self.run_pass())
                 self._maintain_if_due()
+                self._reconcile_if_due()
                 now = self._monotonic()
                 snapshot = child.snapshot()
                 if snapshot is not None:
@@ -668,6 +679,8 @@ class Pipeline:
             silver = run_silver(engine, self.conf, objects=names, on_commit=ops.record)
         with self._failing(ops, "gold"):
             gold = run_gold(engine, self.conf, objects=names, on_commit=ops.record)
+        with self._failing(ops, "gold"):
+            rebootstrapped = self._rebootstrap(engine, names)
         streaming = None
         if self._streams:
             streaming = run_streaming_pass(engine, self.conf, on_commit=ops.record)
@@ -675,7 +688,34 @@ class Pipeline:
         # What the pass allocated is free again: give it back rather than keep the largest
         # pass's worth for the rest of the run.
         release_unused_memory()
-        return PassResult(silver, gold, self._monotonic() - started, streaming)
+        return PassResult(silver, gold, self._monotonic() - started, streaming, rebootstrapped)
+
+    def _rebootstrap(
+        self, engine: LakeEngine, names: Sequence[str] | None
+    ) -> tuple[SnapshotResult, ...]:
+        """Objects whose stored position expired (``replay.on_expired: rebootstrap``) are read
+        again whole, Bulk API for large ones, once the stream has resumed after the gap."""
+        due = rebootstrap_due(engine, self.conf, names)
+        if not due:
+            return ()
+        wanted = [o.api_name for o in due]
+        self._log.warning(
+            "rebootstrap: the stored position of %s expired; reading every record again",
+            ", ".join(wanted),
+        )
+        with open_rest(self.conf, wanted, secrets=self._secrets) as (_source, rest):
+            bulk = BulkRecords(BulkQueryClient(rest), describe=rest.describe)
+            source = SnapshotSource(rest, bulk=bulk, api="auto")
+            results = resync_objects(engine, self.conf, wanted, rest=source)
+        for result in results:
+            self._log.info(
+                "rebootstrap: %s: %d records read over %s, %d re-sync rows resolved",
+                result.object,
+                result.read,
+                "the Bulk API" if result.api == "bulk" else "REST",
+                result.resolved,
+            )
+        return tuple(results)
 
     def _maintain_if_due(self) -> None:
         """Maintain the next table of the current maintenance round, if one is under way or
@@ -706,6 +746,39 @@ class Pipeline:
         except LakeError as exc:
             # Compaction can conflict with the landing's own; the next round tries again.
             self._log.warning("maintenance of %s failed (next try in %g s): %s", table, every, exc)
+
+    def _reconcile_if_due(self) -> None:
+        """Reconcile every change event object when ``reconcile.every_hours`` have passed since
+        the last reconcile the lake recorded (so a restarted run keeps the schedule)."""
+        spec = self.conf.pipeline.reconcile
+        if spec.every_hours <= 0:
+            return
+        now = time.time()
+        if self._next_reconcile is None:
+            last = last_reconcile_at(self._engine())
+            start = last.timestamp() if last is not None else now - spec.every_hours * 3600
+            self._next_reconcile = start + spec.every_hours * 3600
+        if now < self._next_reconcile:
+            return
+        self._next_reconcile = now + spec.every_hours * 3600
+        names = list(self.objects) if self.objects else None
+        try:
+            with open_rest(self.conf, names, secrets=self._secrets) as (_source, rest):
+                bulk = BulkRecords(BulkQueryClient(rest), describe=rest.describe)
+                results = reconcile_objects(
+                    self._engine(),
+                    self.conf,
+                    names,
+                    source=SnapshotSource(rest, bulk=bulk, api=spec.api),
+                    repair=spec.repair,
+                    lookback=timedelta(seconds=spec.lookback_seconds),
+                )
+        except SfcdcError as exc:
+            self._log.warning("reconcile failed (next try in %g h): %s", spec.every_hours, exc)
+            return
+        for result in results:
+            if self._metrics is not None:
+                self._metrics.record_reconcile(result)
 
     @staticmethod
     @contextlib.contextmanager

@@ -44,6 +44,7 @@ __all__ = [
     "OpsSpec",
     "PipelineSpec",
     "PrometheusSpec",
+    "ReconcileSpec",
     "RetrySpec",
     "SchemasSpec",
     "StreamingApiSpec",
@@ -335,6 +336,44 @@ class MaintenanceSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReconcileSpec:
+    """`sfcdc reconcile`, and continuous runs on a schedule: compare gold with Salesforce
+    (one query of Id, SystemModstamp and IsDeleted per object) and repair the drift."""
+
+    every_hours: float = field(
+        default=0.0,
+        metadata=meta(
+            "Continuous runs (`sfcdc run --continuous`) reconcile every change event object "
+            "this often, counted from the last reconcile the lake recorded (0: never; "
+            "`sfcdc reconcile` and the bundle's sfcdc_reconcile job run it on demand).",
+            minimum=0,
+        ),
+    )
+    api: Literal["rest", "bulk", "auto"] = field(
+        default="auto",
+        metadata=meta(
+            "How each object is read: REST queryAll, a Bulk API 2.0 queryAll job, or auto "
+            "(count first, Bulk from 50,000 records on)."
+        ),
+    )
+    lookback_seconds: float = field(
+        default=300.0,
+        metadata=meta(
+            "Records Salesforce saved this recently are in flight (their event may not be in "
+            "gold yet): counted, not judged. Covers landing latency and clock skew.",
+            minimum=0,
+        ),
+    )
+    repair: bool = field(
+        default=True,
+        metadata=meta(
+            "Re-read drifting records through the re-sync path; false only measures and "
+            "records the drift."
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class StreamingApiSpec:
     """The Streaming API (CometD) source, for object files of ``kind: streaming_api``."""
 
@@ -382,6 +421,10 @@ class PipelineSpec:
     maintenance: MaintenanceSpec = field(
         default_factory=MaintenanceSpec,
         metadata=meta("Compaction, log cleanup and VACUUM (`sfcdc maintain`)."),
+    )
+    reconcile: ReconcileSpec = field(
+        default_factory=ReconcileSpec,
+        metadata=meta("Drift against Salesforce, measured and repaired (`sfcdc reconcile`)."),
     )
 
 

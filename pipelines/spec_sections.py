@@ -23,6 +23,7 @@ __all__ = [
     "GoldSpec",
     "HealthSpec",
     "OnCorrupted",
+    "OnExpired",
     "ReplaySpec",
     "ReplayStart",
     "Scd2Spec",
@@ -33,6 +34,7 @@ __all__ = [
 ReplayStart = Literal["earliest", "latest"]
 _HEX_RE = re.compile(r"[0-9A-Fa-f]+")
 OnCorrupted = Literal["fail", "earliest", "latest"]
+OnExpired = Literal["rebootstrap", "on_corrupted"]
 CompoundFields = Literal["struct", "flattened"]
 DeleteMode = Literal["soft", "hard"]
 
@@ -55,6 +57,17 @@ class ReplaySpec:
             "say so), or restart from earliest / latest (latest loses events)."
         ),
     )
+    on_expired: OnExpired = field(
+        default="on_corrupted",
+        metadata=meta(
+            "When Salesforce rejects the position sfcdc itself stored (an outage longer than "
+            "the 72 h event retention): rebootstrap resumes at the newest event, records a "
+            "replay gap and re-reads every record of the topic's objects (Bulk API for large "
+            "ones) in `sfcdc run`, `sfcdc resync` or `sfcdc reconcile`, so gold ends equal to "
+            "the org; on_corrupted applies on_corrupted as for any rejected replay id. New "
+            "configurations set rebootstrap."
+        ),
+    )
     replay_id: str | None = field(
         default=None,
         metadata=meta(
@@ -65,6 +78,14 @@ class ReplaySpec:
             max_length=200,
         ),
     )
+
+    def corrupted_policy(self, *, stored: bool) -> OnCorrupted:
+        """What a rejected replay id does: ``stored`` says the subscription resumes from a
+        position sfcdc stored (a checkpoint), or started at earliest / latest, so a rejection
+        means that position expired; a configured ``replay_id`` may simply be wrong."""
+        if self.on_expired == "rebootstrap" and (stored or self.replay_id is None):
+            return "latest"
+        return self.on_corrupted
 
     def start_position(self) -> StartPosition:
         """Where a subscription without a checkpoint starts."""

@@ -357,7 +357,7 @@ def test_prod_jobs_that_reach_salesforce_get_the_credentials_the_conf_names() ->
     section = yaml.safe_load(textwrap.dedent(_salesforce_example()))
     refs = [EnvRef(v["env"]) for v in section["salesforce"]["auth"].values() if isinstance(v, dict)]
     assert refs, "the example names no secret"
-    for key in ("sfcdc_ingest", "sfcdc_resync", "sfcdc_onboard"):
+    for key in ("sfcdc_ingest", "sfcdc_resync", "sfcdc_reconcile", "sfcdc_onboard"):
         job = _target_job("prod", key)
         for cluster in job["job_clusters"]:
             env = cluster["new_cluster"].get("spark_env_vars", {})

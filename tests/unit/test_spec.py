@@ -504,7 +504,7 @@ def test_every_problem_of_every_file_is_reported_at_once(tmp_path: Path) -> None
         "conf/pipeline.yml: ingest.retry.max_backoff_seconds: must be at least "
         "initial_backoff_seconds (5) (got 1)",
         "conf/objects/account.yml: replay.strat: unknown key; valid keys are 'on_corrupted', "
-        "'replay_id', 'start' (did you mean 'start'?)",
+        "'on_expired', 'replay_id', 'start' (did you mean 'start'?)",
         "conf/objects/broken.yml: line 3, column 1: invalid YAML: while parsing a flow sequence "
         "expected ',' or ']', but got '<stream end>'",
         "conf/objects/nameless.yml: object: required key is missing (API name of the object or "

@@ -53,7 +53,8 @@ def assert_gold_equals_truth(
 ) -> str:
     """Every object of ``conf``: gold holds exactly the truth's records, deleted flags and
     values, and none is flagged for re-sync nor has an open re-sync row, except records
-    flagged only for ``tolerated`` reasons (their values are compared all the same)."""
+    flagged only for ``tolerated`` reasons (their values are compared all the same). A record
+    hard-deleted from the Recycle Bin (``truth.purged``) may keep its gold row, deleted."""
     registry = read_registry(engine)
     resync = engine.read_arrow(RESYNC_TABLE).to_pylist() if engine.exists(RESYNC_TABLE) else []
     report = []
@@ -65,6 +66,9 @@ def assert_gold_equals_truth(
         }
         records = truth.records(entity)
         deleted = truth.deleted(entity)
+        purged = {r: gold.pop(r) for r in truth.purged(entity) if r in gold}
+        kept_live = [r for r, row in purged.items() if not row["_cdc_is_deleted"]]
+        assert not kept_live, f"{entity}: hard-deleted records live in gold: {kept_live[:5]}"
         assert set(gold) == set(records), (
             f"{entity}: {len(set(records) - set(gold))} records missing from gold, "
             f"{len(set(gold) - set(records))} unknown to the truth"
@@ -93,5 +97,7 @@ def assert_gold_equals_truth(
             f"{entity}: {len(mismatches)} cells differ from the truth, e.g. "
             + "; ".join(f"{r}.{c}: want {w!r}, got {g!r}" for r, c, w, g in mismatches[:5])
         )
-        report.append(f"{entity}: {len(records)} records ({len(deleted)} deleted)")
+        report.append(
+            f"{entity}: {len(records)} records ({len(deleted)} deleted, {len(purged)} hard-deleted)"
+        )
     return "; ".join(report)
