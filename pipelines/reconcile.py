@@ -24,9 +24,10 @@ in the stream. ``sfcdc reconcile`` (:func:`reconcile_objects`) compares gold wit
    records saved after the query's start minus ``lookback`` are *in flight* (their event may
    not have been landed yet): counted, not judged;
 4. every drifting record gets an open row in ``gold.sfcdc_resync`` with reason ``drift``, and
-   the existing re-sync path (:func:`pipelines.bootstrap.resync_objects`) re-reads them over
-   REST and writes them into gold as snapshot rows; a record Salesforce no longer has is marked
-   deleted (soft) or removed (hard);
+   the existing re-sync path (:func:`pipelines.bootstrap.resync_objects`) re-reads them, with
+   every other open row of the object (gap events, overflows, replay gaps), and writes them
+   into gold as snapshot rows; a record Salesforce no longer has is marked deleted (soft) or
+   removed (hard);
 5. the counts go to ``gold.sfcdc_reconcile`` (:data:`RECONCILE_SCHEMA`), one row per object and
    run, which ``sfcdc status``, the metrics and the dashboard read.
 
@@ -61,6 +62,7 @@ from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.gold.columns import DELETED, ID, LAST_COMMIT_TS
 from pipelines.gold.job import gold_table, run_gold
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE, resync_row
+from pipelines.ops.table import CommitRecord
 from pipelines.silver.job import run_silver
 from pipelines.snapshot_read import RecordReader, SnapshotSource
 from pipelines.spec import Conf, ObjectSpec
@@ -136,6 +138,24 @@ class ReconcileResult:
     @property
     def drift(self) -> int:
         return self.drift_missing + self.drift_extra + self.drift_stale
+
+    def commit_record(self, finished_at: datetime) -> CommitRecord:
+        """The row of the commits table (``kind`` ``reconcile``) the dashboard charts."""
+        return CommitRecord(
+            layer="gold",
+            kind="reconcile",
+            visible_at=finished_at,
+            object=self.object,
+            table=str(RECONCILE_TABLE),
+            events=self.salesforce_records,
+            rows=self.drift,
+            resync_rows=self.repaired,
+            duration_seconds=self.duration_s,
+            message=(
+                f"drift_missing {self.drift_missing}, drift_extra {self.drift_extra}, "
+                f"drift_stale {self.drift_stale}, in flight {self.in_flight}"
+            ),
+        )
 
     def row(self, started_at: datetime, finished_at: datetime) -> dict[str, Any]:
         return {
@@ -356,6 +376,7 @@ def reconcile_objects(
     source: RecordReader | SnapshotSource,
     repair: bool = True,
     lookback: timedelta = DEFAULT_LOOKBACK,
+    on_record: Callable[[CommitRecord], None] | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[ReconcileResult]:
@@ -393,9 +414,12 @@ def reconcile_objects(
             counts[kind] += 1
         resynced: SnapshotResult | None = None
         repaired = 0
-        if repair and written:
-            (resynced,) = resync_objects(engine, conf, [obj.api_name], rest=snapshot, now=now)
-            repaired = _resolved(engine, obj, written)
+        if repair:
+            # Every open row of the object, not only this run's drift: gap events, overflows
+            # and replay gaps are repaired by the same read, so gold ends equal to the org.
+            done = resync_objects(engine, conf, [obj.api_name], rest=snapshot, now=now)
+            resynced = done[0] if done else None
+            repaired = _resolved(engine, obj, written) if written else 0
         result = ReconcileResult(
             object=obj.api_name,
             run_id=run_id,
@@ -411,10 +435,13 @@ def reconcile_objects(
             duration_s=clock() - started,
             resync=resynced,
         )
+        finished_at = now()
         record = pa.Table.from_pylist(
-            [result.row(started_at, now())], schema=spark_schema_to_arrow(RECONCILE_SCHEMA)
+            [result.row(started_at, finished_at)], schema=spark_schema_to_arrow(RECONCILE_SCHEMA)
         )
         engine.append(RECONCILE_TABLE, record)
+        if on_record is not None:
+            on_record(result.commit_record(finished_at))
         _log.info(
             "reconcile: %s: %d records in Salesforce (%d deleted, %s), %d in gold: "
             "drift_missing %d, drift_extra %d, drift_stale %d (in flight %d); repaired %d "

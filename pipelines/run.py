@@ -772,6 +772,7 @@ class Pipeline:
                     source=SnapshotSource(rest, bulk=bulk, api=spec.api),
                     repair=spec.repair,
                     lookback=timedelta(seconds=spec.lookback_seconds),
+                    on_record=self._ops().record,
                 )
         except SfcdcError as exc:
             self._log.warning("reconcile failed (next try in %g h): %s", spec.every_hours, exc)

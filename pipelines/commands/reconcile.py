@@ -2,7 +2,7 @@
 
 ::
 
-    sfcdc reconcile [--objects Account Contact] [--no-repair] [--lookback-seconds S]
+    sfcdc reconcile [--objects Account,Contact] [--no-repair] [--lookback-seconds S]
                     [--api rest|bulk|auto] [--bulk-threshold N] [--conf conf/]
 
 For each object (default: every enabled change event object), silver and gold catch up, then
@@ -23,6 +23,8 @@ from typing import Any
 from ingest.errors import ConfigError
 from pipelines.commands.bootstrap import add_api_options, open_rest, snapshot_source
 from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
+from pipelines.commands.ingest import _names
+from pipelines.ops.recorder import recorder_for
 from pipelines.reconcile import ReconcileResult, reconcile_objects
 from pipelines.session import engine_for
 
@@ -38,10 +40,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--objects",
-        nargs="+",
+        type=_names,
         default=None,
-        metavar="OBJECT",
-        help="API names of the objects to reconcile (default: every enabled change event object)",
+        metavar="NAMES",
+        help="comma-separated object API names (default: every enabled change event object)",
     )
     parser.add_argument(
         "--no-repair",
@@ -84,15 +86,20 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--lookback-seconds must be >= 0 (got {lookback})")
     args.api = args.api or spec.api
     engine = engine_for(conf.pipeline.lake)
-    with open_rest(conf, args.objects, secrets=secrets_from_args(args)) as (_source, rest):
-        results = reconcile_objects(
-            engine,
-            conf,
-            args.objects,
-            source=snapshot_source(rest, args),
-            repair=spec.repair if args.repair is None else args.repair,
-            lookback=timedelta(seconds=lookback),
-        )
+    ops = recorder_for(engine, conf)
+    try:
+        with open_rest(conf, args.objects, secrets=secrets_from_args(args)) as (_source, rest):
+            results = reconcile_objects(
+                engine,
+                conf,
+                args.objects,
+                source=snapshot_source(rest, args),
+                repair=spec.repair if args.repair is None else args.repair,
+                lookback=timedelta(seconds=lookback),
+                on_record=ops.record,
+            )
+    finally:
+        ops.flush()
     for result in results:
         print(describe(result))
     if not results:

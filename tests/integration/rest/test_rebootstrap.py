@@ -35,9 +35,11 @@ def emulator() -> Iterator[Emulator]:
         yield running
 
 
-def rebootstrap_conf(root: Path, emulator: Emulator, engine: str) -> Path:
+def rebootstrap_conf(
+    root: Path, emulator: Emulator, engine: str, *, objects: dict[str, str] = OBJECTS
+) -> Path:
     """``write_conf`` with ``replay.on_expired: rebootstrap``."""
-    conf_dir = write_conf(root, emulator, OBJECTS, start="earliest", engine=engine)
+    conf_dir = write_conf(root, emulator, objects, start="earliest", engine=engine)
     pipeline = conf_dir / "pipeline.yml"
     text = pipeline.read_text()
     assert "on_corrupted: fail}" in text

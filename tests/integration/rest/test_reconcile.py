@@ -86,6 +86,13 @@ def test_reconcile_finds_and_repairs_lost_events_and_hard_deletes(
     gold = {r["Id"]: r for r in engine.read_arrow(TableRef("gold", "contact")).to_pylist()}
     assert all(gold[r]["_cdc_is_deleted"] for r in purged if r in gold)
 
+    # sfcdc status shows each object's last reconcile; the commits table has a row per object.
+    assert main(["-q", "status", "--conf", str(conf_dir)]) == 0
+    status = capsys.readouterr().out
+    assert status.count("reconciled at ") == 2, status
+    commits = engine.read_arrow(TableRef("bronze", "sfcdc_commits")).to_pylist()
+    assert sum(1 for r in commits if r["kind"] == "reconcile") == 4
+
     # Nothing left: a second run measures zero drift and writes nothing to the re-sync table.
     versions = engine.version(RESYNC_TABLE)
     assert main(["-q", "reconcile", "--conf", str(conf_dir)]) == 0
