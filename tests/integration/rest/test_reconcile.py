@@ -21,7 +21,7 @@ from pipelines.session import engine_for
 from pipelines.spec import load_conf
 from tests.integration.rest.oracle import assert_gold_equals_truth, write_conf
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = [pytest.mark.integration]
 
 OBJECTS = {"account": "Account", "contact": "Contact"}
 MIX = WorkloadMix(
