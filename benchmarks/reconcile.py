@@ -34,6 +34,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import httpx
 import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,7 +172,10 @@ def main() -> None:
                     client_secret=Secret(DEFAULT_CLIENT.client_secret),
                 )
             )
-            with RestClient(tokens, tls=TlsSettings(enabled=False)) as rest:
+            # The emulator runs a job inside the status request that completes it (reading a
+            # million records into CSV takes minutes there); Salesforce answers at once.
+            http = httpx.Client(timeout=httpx.Timeout(1800.0, connect=10.0))
+            with http, RestClient(tokens, tls=TlsSettings(enabled=False), http=http) as rest:
                 bulk = BulkRecords(
                     BulkQueryClient(rest, sleep=lambda _s: None), describe=rest.describe
                 )
