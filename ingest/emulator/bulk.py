@@ -120,6 +120,7 @@ class _Job:
     names: tuple[str, ...]
     columns: tuple[ObjectField, ...]
     ids: tuple[str, ...] | None
+    since: tuple[str, int] | None = None
     state: str = "UploadComplete"
     polls: int = 0
     error: str | None = None
@@ -180,6 +181,11 @@ def _csv_text(value: Any, kind: str) -> str | None:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def _since(since: tuple[str, int], stamp: int | None) -> bool:
+    op, bound = since
+    return stamp is not None and (stamp >= bound if op == ">=" else stamp > bound)
 
 
 def _quoted(text: str | None) -> str:
@@ -365,6 +371,7 @@ class BulkQueryApi:
             names=select.fields,
             columns=tuple(columns),
             ids=select.ids,
+            since=select.since,
         )
         with self._lock:
             self._jobs[job.id] = job
@@ -419,7 +426,7 @@ class BulkQueryApi:
             by_15 = {r[:15]: r for r in records} if any(len(i) == 15 for i in job.ids) else {}
             wanted = list(dict.fromkeys(by_15.get(i, i) for i in job.ids))
         readers = [(c.wire, c.kind) for c in job.columns]
-        wants_stamp = any(c.name == MODSTAMP for c in job.columns)
+        wants_stamp = job.since is not None or any(c.name == MODSTAMP for c in job.columns)
         stamps = truth.modstamps(job.entity) if wants_stamp else None
         sep = job.delimiter
         out = []
@@ -431,7 +438,10 @@ class BulkQueryApi:
             if is_deleted and job.operation != "queryAll":
                 continue
             if stamps is not None:
-                values = stamped(values, stamps.get(record_id))
+                stamp = stamps.get(record_id)
+                if job.since is not None and not _since(job.since, stamp):
+                    continue
+                values = stamped(values, stamp)
             out.append(
                 sep.join(
                     _quoted(_csv_text(read(record_id, values, is_deleted), kind))

@@ -8,8 +8,13 @@ streams.
 
 Accepted SOQL (the shape ``sfcdc bootstrap`` and ``sfcdc resync`` emit)::
 
-    SELECT <field>, <field>, ... FROM <Object> [WHERE Id IN ('<id>', ...) | WHERE Id = '<id>']
+    SELECT <field>, <field>, ... FROM <Object> [WHERE Id IN ('<id>', ...) | WHERE Id = '<id>'
+                                               | WHERE SystemModstamp >= <dateTime>]
     SELECT COUNT() FROM <Object> [WHERE ...]     (totalSize counts, no records)
+
+``SystemModstamp >`` works as ``>=``; a dateTime literal is unquoted, ``2024-05-01T10:00:00Z``
+or with an offset (``+02:00``), as SOQL writes it (incremental reads of objects without change
+events filter on it).
 
 Anything else (other functions, sub-queries, ``ORDER BY``, ``LIMIT``, other filters) is
 answered with HTTP 400 and ``MALFORMED_QUERY``; an unknown object with ``INVALID_TYPE``, an
@@ -41,6 +46,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from ingest.emulator.formulas import Formula
 from ingest.emulator.topics import Catalogue
 from ingest.emulator.truth import GroundTruth
 from ingest.schema import HEADER_FIELD, FieldInfo
@@ -71,6 +77,12 @@ _QUERY = re.compile(
 _ID = r"'[A-Za-z0-9]{15,18}'"
 _WHERE_IN = re.compile(rf"^WHERE\s+Id\s+IN\s*\(\s*({_ID}(?:\s*,\s*{_ID})*)\s*\)$", re.IGNORECASE)
 _WHERE_EQ = re.compile(rf"^WHERE\s+Id\s*=\s*({_ID})$", re.IGNORECASE)
+# SOQL dateTime literals: no quotes, a UTC 'Z' or an offset (fractions of seconds accepted).
+_WHERE_STAMP = re.compile(
+    r"^WHERE\s+SystemModstamp\s*(>=|>)\s*"
+    r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,3})?(?:Z|[+-]\d{2}:?\d{2}))$",
+    re.IGNORECASE,
+)
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _BATCH_SIZE = re.compile(r"batchSize\s*=\s*(\d+)", re.IGNORECASE)
 _COUNT = re.compile(r"^COUNT\(\s*\)$", re.IGNORECASE)
@@ -112,13 +124,24 @@ class SoqlProblem(Exception):
 @dataclass(frozen=True)
 class Select:
     """A parsed query: ``fields`` as written (empty for ``COUNT()``), ``ids`` of a
-    ``WHERE Id IN`` / ``Id =`` filter (``None``: every record)."""
+    ``WHERE Id IN`` / ``Id =`` filter (``None``: every record), ``since`` of a ``WHERE
+    SystemModstamp >= | > <dateTime>`` filter (the operator and epoch milliseconds)."""
 
     soql: str
     entity: str
     fields: tuple[str, ...]
     ids: tuple[str, ...] | None
     count: bool
+    since: tuple[str, int] | None = None
+
+    def wanted(self, stamp: int | None) -> bool:
+        """Whether a record saved at ``stamp`` (epoch ms) passes the ``since`` filter."""
+        if self.since is None:
+            return True
+        if stamp is None:
+            return False
+        op, bound = self.since
+        return stamp >= bound if op == ">=" else stamp > bound
 
 
 def parse_select(soql: str) -> Select:
@@ -142,19 +165,33 @@ def parse_select(soql: str) -> Select:
         )
     rest = (match.group("rest") or "").strip()
     ids: tuple[str, ...] | None = None
+    since: tuple[str, int] | None = None
     if rest:
+        stamp = _WHERE_STAMP.match(rest)
         where = _WHERE_IN.match(rest) or _WHERE_EQ.match(rest)
-        if where is None:
+        if stamp is not None:
+            since = (stamp.group(1), _epoch_ms(stamp.group(2)))
+        elif where is None:
             token = rest.split()[0]
             raise SoqlProblem(
                 "MALFORMED_QUERY",
                 _malformed_message(
                     soql,
-                    f"unexpected token: {token!r} (expected nothing or WHERE Id IN ('<id>', ...))",
+                    f"unexpected token: {token!r} (expected nothing, WHERE Id IN ('<id>', ...) "
+                    "or WHERE SystemModstamp >= <dateTime>)",
                 ),
             )
-        ids = tuple(i.strip().strip("'") for i in where.group(1).split(","))
-    return Select(soql, match.group("object"), () if count else tuple(names), ids, count)
+        else:
+            ids = tuple(i.strip().strip("'") for i in where.group(1).split(","))
+    return Select(soql, match.group("object"), () if count else tuple(names), ids, count, since)
+
+
+def _epoch_ms(literal: str) -> int:
+    text = literal.upper().replace("Z", "+00:00")
+    if len(text) >= 5 and text[-5] in "+-" and text[-3] != ":":
+        text = text[:-2] + ":" + text[-2:]
+    moment = datetime.fromisoformat(text)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
 def invalid_type(soql: str, name: str) -> str:
@@ -258,7 +295,9 @@ def _modstamp(rid: str, rec: Mapping[str, Any], deleted: bool) -> Any:
     return None if stamp is None else _datetime(stamp)
 
 
-def _columns(entity: str, fields: Sequence[FieldInfo]) -> dict[str, _Column]:
+def _columns(
+    entity: str, fields: Sequence[FieldInfo], formulas: Sequence[Formula] = ()
+) -> dict[str, _Column]:
     cols: dict[str, _Column] = {
         "Id": _Column("Id", lambda rid, rec, deleted: rid),
         "IsDeleted": _Column("IsDeleted", lambda rid, rec, deleted: deleted),
@@ -315,6 +354,13 @@ def _columns(entity: str, fields: Sequence[FieldInfo]) -> dict[str, _Column]:
                 return _scalar(f, rec.get(f.name))
 
             add(name, leaf)
+    for formula in formulas:
+        # Computed when the record is read: a formula has no stored value.
+
+        def compute(rid: str, rec: Mapping[str, Any], deleted: bool, f: Formula = formula) -> Any:
+            return f.value(rec)
+
+        add(formula.name, compute)
     return cols
 
 
@@ -393,7 +439,11 @@ class RestApi:
         if entity is None:
             return _error(400, "INVALID_TYPE", invalid_type(soql, select.entity))
         schema = self._catalogue.topic_for_entity(entity).current_schema
-        columns = _columns(entity, schema.fields if schema is not None else ())
+        columns = _columns(
+            entity,
+            schema.fields if schema is not None else (),
+            self._catalogue.formulas_of(entity),
+        )
         by_lower = {name.lower(): col for name, col in columns.items()}
         chosen = []
         for name in select.fields:
@@ -404,7 +454,13 @@ class RestApi:
         for attempt in range(5):
             try:
                 records = self._records(
-                    truth, entity, version, chosen, select.ids, all_rows=kind == "queryAll"
+                    truth,
+                    entity,
+                    version,
+                    chosen,
+                    select.ids,
+                    all_rows=kind == "queryAll",
+                    select=select,
                 )
                 break
             except RuntimeError:
@@ -442,10 +498,13 @@ class RestApi:
         ids: Sequence[str] | None,
         *,
         all_rows: bool,
+        select: Select | None = None,
     ) -> list[dict[str, Any]]:
         records = truth.records(entity)
         deleted = truth.deleted(entity)
-        stamps = truth.modstamps(entity) if any(c.name == MODSTAMP for c in columns) else None
+        since = select is not None and select.since is not None
+        wants = since or any(c.name == MODSTAMP for c in columns)
+        stamps = truth.modstamps(entity) if wants else None
         if ids is None:
             wanted: list[str] = list(records)
         else:
@@ -460,7 +519,10 @@ class RestApi:
             if is_deleted and not all_rows:
                 continue
             if stamps is not None:
-                values = _Stamped(values, stamps.get(record_id))
+                stamp = stamps.get(record_id)
+                if since and select is not None and not select.wanted(stamp):
+                    continue
+                values = _Stamped(values, stamp)
             row: dict[str, Any] = {
                 "attributes": {
                     "type": entity,

@@ -62,11 +62,13 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+from ingest.emulator.formulas import Formula, formula_values
 
 __all__ = ["TRUTH_FORMAT", "GroundTruth", "ResyncExpectation"]
 
@@ -150,6 +152,7 @@ class GroundTruth:
     def __init__(self, *, org_id: str = "") -> None:
         self._org_id = org_id
         self._entities: dict[str, _Entity] = {}
+        self._formulas: Mapping[str, Sequence[Formula]] = {}
 
     # -- read side -------------------------------------------------------------------------
 
@@ -191,6 +194,18 @@ class GroundTruth:
         """Each record's ``SystemModstamp`` (epoch ms; records written without one are
         absent), a read-only live view."""
         return MappingProxyType(self._entity(entity).modstamps)
+
+    def use_formulas(self, formulas: Mapping[str, Sequence[Formula]]) -> None:
+        """Compute these formula fields (entity -> formulas; a catalogue's live mapping, so
+        formulas added to it later count too) in :meth:`formula_values`. Formulas are not
+        stored: they are functions of the stored values."""
+        self._formulas = formulas
+
+    def formula_values(self, entity: str, record_id: str) -> dict[str, Any]:
+        """The values of the entity's formula fields for one record (live or deleted), as
+        Salesforce computes them when the record is read."""
+        values = self._entity(entity).records[record_id]
+        return formula_values(self._formulas.get(entity, ()), values)
 
     def purged(self, entity: str) -> frozenset[str]:
         """Ids of records hard-deleted from the recycle bin (gone from :meth:`records`)."""

@@ -138,6 +138,7 @@ class Workload:
         self._values = ValueFactory(rng, start_ms=start_ms)
         self._users = tuple(self._ids.new("005") for _ in range(6))
         self._truth = GroundTruth(org_id=self._org_id)
+        self._truth.use_formulas(catalogue.formulas)
 
         change_topics = [t for t in catalogue if t.kind == "change_events"]
         self._pe_topics = [t for t in catalogue if t.kind == "platform_event"]
