@@ -53,15 +53,15 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import types as T
 
 from ingest.errors import ConfigError
 from pipelines.bootstrap import SnapshotResult, resync_objects
-from pipelines.engines import LakeEngine, TableRef
+from pipelines.engines import LakeEngine
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.gold.columns import DELETED, ID, LAST_COMMIT_TS
 from pipelines.gold.job import gold_table, run_gold
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE, resync_row
+from pipelines.gold.tables import RECONCILE_SCHEMA, RECONCILE_TABLE
 from pipelines.ops.table import CommitRecord
 from pipelines.silver.job import run_silver
 from pipelines.snapshot_read import RecordReader, SnapshotSource
@@ -83,7 +83,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-RECONCILE_TABLE = TableRef("gold", "sfcdc_reconcile")
 DRIFT_KINDS = ("missing", "extra", "stale")
 # A change saved this recently may still be on its way to gold: not judged yet.
 DEFAULT_LOOKBACK = timedelta(minutes=5)
@@ -93,25 +92,6 @@ _DRIFT_SCHEMA = pa.schema(
         pa.field(ID, pa.string()),
         pa.field("kind", pa.string()),
         pa.field("detail", pa.string()),
-    ]
-)
-
-RECONCILE_SCHEMA = T.StructType(
-    [
-        T.StructField("run_id", T.StringType()),
-        T.StructField("object", T.StringType()),
-        T.StructField("started_at", T.TimestampType()),
-        T.StructField("finished_at", T.TimestampType()),
-        T.StructField("api", T.StringType()),
-        T.StructField("salesforce_records", T.LongType()),
-        T.StructField("salesforce_deleted", T.LongType()),
-        T.StructField("gold_records", T.LongType()),
-        T.StructField("in_flight", T.LongType()),
-        T.StructField("drift_missing", T.LongType()),
-        T.StructField("drift_extra", T.LongType()),
-        T.StructField("drift_stale", T.LongType()),
-        T.StructField("repaired", T.LongType()),
-        T.StructField("duration_s", T.DoubleType()),
     ]
 )
 
@@ -295,7 +275,7 @@ def _detail(kind: str, r: dict[str, Any]) -> str:
 
 
 def _objects(conf: Conf, names: Sequence[str] | None) -> list[ObjectSpec]:
-    candidates = [o for o in conf.enabled_objects() if o.kind == "change_events"]
+    candidates = [o for o in conf.enabled_objects() if o.kind in ("change_events", "polled")]
     if not names:
         return candidates
     by_name = {o.api_name: o for o in candidates}
@@ -303,7 +283,8 @@ def _objects(conf: Conf, names: Sequence[str] | None) -> list[ObjectSpec]:
     if unknown:
         known = ", ".join(sorted(by_name)) or "none"
         raise ConfigError(
-            f"reconcile: no enabled change event object {', '.join(map(repr, unknown))} in "
+            f"reconcile: no enabled change event or polled object "
+            f"{', '.join(map(repr, unknown))} in "
             f"{conf.conf_dir} (configured: {known}; names are case-sensitive)"
         )
     return [by_name[n] for n in names]
@@ -381,7 +362,7 @@ def reconcile_objects(
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[ReconcileResult]:
     """``sfcdc reconcile [--objects ...]``: steps 1 to 5 of the module docstring for each
-    object (default: every enabled change event object). With ``repair`` false, drift is
+    object (default: every enabled change event and polled object). With ``repair`` false, drift is
     measured and recorded but nothing is re-read. Objects without a gold table are skipped."""
     snapshot = source if isinstance(source, SnapshotSource) else SnapshotSource(source)
     objs = _objects(conf, names)

@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -55,10 +55,12 @@ from pipelines.bronze import BronzeLanding, LandingResult
 from pipelines.commands.bootstrap import open_rest
 from pipelines.commands.conf_options import METRICS_PORT_KEY
 from pipelines.connect import connect, secret_resolver
+from pipelines.formulas import FormulaResult, formulas_due, refresh_formulas
 from pipelines.gold.job import GoldResult, run_gold
 from pipelines.maintenance import describe, maintain_tables, tables_to_maintain
 from pipelines.memory import release_unused_memory
 from pipelines.ops.recorder import OpsRecorder, recorder_for
+from pipelines.polled import PollResult, due, poll_objects, poll_state, select_polled
 from pipelines.reconcile import last_reconcile_at, reconcile_objects
 from pipelines.session import engine_for
 from pipelines.silver.job import SilverResult, run_silver
@@ -104,6 +106,10 @@ class PassResult:
     streaming: StreamingPassResult | None = None
     # Objects whose stored position had expired, read again whole (replay.on_expired).
     rebootstrapped: tuple[SnapshotResult, ...] = ()
+    # The polls of objects without change events that were due (before silver).
+    polled: tuple[PollResult, ...] = ()
+    # The formula refreshes that were due (after gold).
+    formulas: tuple[FormulaResult, ...] = ()
 
     @property
     def silver_rows(self) -> int:
@@ -449,7 +455,10 @@ class Pipeline:
 
         self.conf = conf
         self.objects = tuple(objects) if objects else None
-        self._topics = select_topics(conf, self.objects)
+        # Polled objects have no topic: a conf of those only lands nothing.
+        self._topics = select_topics(conf, self.objects) if conf.topics() else ()
+        # run_once polls every polled object; continuous passes poll those that are due.
+        self._poll_all = False
         # Two engines: the landing commits from its own thread (or process) while passes run.
         self._landing_engine = landing_engine or (
             lambda: engine_for(conf.pipeline.lake, environ=environ or os.environ)
@@ -530,9 +539,11 @@ class Pipeline:
         started = self._monotonic()
         self._engine()  # before any gRPC channel exists: see the module docstring
         landing = self._land(once=True, duration=None)
+        self._poll_all = True
         try:
             passes = (self.run_pass(),)
         finally:
+            self._poll_all = False
             self._flush_ops()
         return RunResult(
             landing,
@@ -551,7 +562,7 @@ class Pipeline:
         every = self.conf.pipeline.maintenance.every_seconds
         self._next_maintenance = self._monotonic() + every if every > 0 else None
         try:
-            if self._landing_process is not None:
+            if self._landing_process is not None and self._topics:
                 return self._run_with_child(self._landing_process, interval, duration)
             return self._run_with_thread(interval, duration)
         finally:
@@ -675,12 +686,16 @@ class Pipeline:
         started = self._monotonic()
         names = list(self.objects) if self.objects else None
         ops = self._ops()
+        with self._failing(ops, "bronze"):
+            polled = self._poll(engine, names, ops)
         with self._failing(ops, "silver"):
             silver = run_silver(engine, self.conf, objects=names, on_commit=ops.record)
         with self._failing(ops, "gold"):
             gold = run_gold(engine, self.conf, objects=names, on_commit=ops.record)
         with self._failing(ops, "gold"):
             rebootstrapped = self._rebootstrap(engine, names)
+        with self._failing(ops, "gold"):
+            formulas = self._refresh_formulas(engine, names, ops)
         streaming = None
         if self._streams:
             streaming = run_streaming_pass(engine, self.conf, on_commit=ops.record)
@@ -688,7 +703,61 @@ class Pipeline:
         # What the pass allocated is free again: give it back rather than keep the largest
         # pass's worth for the rest of the run.
         release_unused_memory()
-        return PassResult(silver, gold, self._monotonic() - started, streaming, rebootstrapped)
+        return PassResult(
+            silver,
+            gold,
+            self._monotonic() - started,
+            streaming,
+            rebootstrapped,
+            tuple(polled),
+            tuple(formulas),
+        )
+
+    def _poll(
+        self, engine: LakeEngine, names: Sequence[str] | None, ops: OpsRecorder
+    ) -> list[PollResult]:
+        """Poll the polled objects that are due (every one in :meth:`run_once`), before
+        silver, so the pass carries their records to gold."""
+        now = datetime.now(timezone.utc)
+        wanted = [
+            o
+            for o in select_polled(self.conf, names)
+            if self._poll_all or due(poll_state(engine, o), o, now)
+        ]
+        if not wanted:
+            return []
+        api_names = [o.api_name for o in wanted]
+        with open_rest(self.conf, api_names, secrets=self._secrets) as (_source, rest):
+            bulk = BulkRecords(BulkQueryClient(rest), describe=rest.describe)
+            return poll_objects(
+                engine,
+                self.conf,
+                api_names,
+                rest=rest,
+                bulk=bulk,
+                force=True,
+                on_commit=ops.record,
+            )
+
+    def _refresh_formulas(
+        self, engine: LakeEngine, names: Sequence[str] | None, ops: OpsRecorder
+    ) -> list[FormulaResult]:
+        """Refresh the formula fields of the objects whose refresh is due, after gold."""
+        wanted = formulas_due(engine, self.conf, names, now=datetime.now(timezone.utc))
+        if not wanted:
+            return []
+        api_names = [o.api_name for o in wanted]
+        with open_rest(self.conf, api_names, secrets=self._secrets) as (_source, rest):
+            bulk = BulkRecords(BulkQueryClient(rest), describe=rest.describe)
+            return refresh_formulas(
+                engine,
+                self.conf,
+                api_names,
+                rest=rest,
+                bulk=bulk,
+                force=True,
+                on_record=ops.record,
+            )
 
     def _rebootstrap(
         self, engine: LakeEngine, names: Sequence[str] | None
@@ -822,6 +891,14 @@ class Pipeline:
         ready: threading.Event | None,
     ) -> LandingResult:
         conf = self.conf
+        if not self._topics and not self._streams:
+            # Only polled objects: nothing to subscribe to; the passes poll.
+            if ready is not None:
+                ready.set()
+            started = self._monotonic()
+            if not once:
+                self._stop.wait(duration)
+            return LandingResult((), self._monotonic() - started, "no topic to land")
         secrets = self._secrets or secret_resolver(environ=self._environ)
         provision = push_topic_provisioner(conf) if self._streams else None
         with connect(

@@ -289,6 +289,13 @@ class FormulasSpec:
             exclusive_minimum=0,
         ),
     )
+    api: PollApi = field(
+        default="bulk",
+        metadata=meta(
+            "How the refresh reads: a Bulk API 2.0 query job (one job per refresh, whatever "
+            "the object's size), REST query, or auto (count first, Bulk from 50,000 records)."
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

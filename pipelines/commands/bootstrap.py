@@ -103,7 +103,8 @@ def open_rest(
 ) -> Iterator[tuple[Source, RestClient]]:
     """The event source ``conf`` describes and a REST client logged in with its tokens;
     ``secrets`` resolves the connection's secret references (default: the environment)."""
-    topics = select_topics(conf, objects)
+    # Polled objects have no topic: a conf of those only connects for REST alone.
+    topics = select_topics(conf, objects) if conf.topics() else ()
     resolver = secrets if secrets is not None else secret_resolver()
     with connect(conf.pipeline.connection, secrets=resolver, topics=topics) as source:
         tls = TlsSettings(ca_file=_ca_file(conf, source))

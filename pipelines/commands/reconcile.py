@@ -5,10 +5,10 @@
     sfcdc reconcile [--objects Account,Contact] [--no-repair] [--lookback-seconds S]
                     [--api rest|bulk|auto] [--bulk-threshold N] [--conf conf/]
 
-For each object (default: every enabled change event object), silver and gold catch up, then
-one query (``SELECT Id, SystemModstamp, IsDeleted`` as ``queryAll``; a Bulk API 2.0 job for
-large objects) is compared with gold: records missing from gold, live in gold but deleted or
-hard-deleted in Salesforce, or older in gold than their ``SystemModstamp`` go to
+For each object (default: every enabled change event and polled object), silver and gold
+catch up, then one query (``SELECT Id, SystemModstamp, IsDeleted`` as ``queryAll``; a Bulk API
+2.0 job for large objects) is compared with gold: records missing from gold, live in gold but
+deleted or hard-deleted in Salesforce, or older in gold than their ``SystemModstamp`` go to
 ``gold.sfcdc_resync`` with reason ``drift`` and are re-read through the re-sync path. The
 counts per object are printed and recorded in ``gold.sfcdc_reconcile``. Exit status 0 even when
 drift was found (it was repaired); ``--no-repair`` only measures.
@@ -43,7 +43,8 @@ def register(subparsers: Any) -> None:
         type=_names,
         default=None,
         metavar="NAMES",
-        help="comma-separated object API names (default: every enabled change event object)",
+        help="comma-separated object API names (default: every enabled change event and polled "
+        "object)",
     )
     parser.add_argument(
         "--no-repair",

@@ -36,9 +36,9 @@ from pipelines.commands.streaming_report import stream_status
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold import job as gold_job
 from pipelines.gold.resync import OBJECT_LEVEL_REASONS, RESYNC_TABLE
+from pipelines.gold.tables import RECONCILE_TABLE
 from pipelines.ops.health import State, Verdict, judge, layer_lags, layer_rate
 from pipelines.ops.summary import Summary, read_summary
-from pipelines.reconcile import RECONCILE_TABLE
 from pipelines.session import engine_for
 from pipelines.silver import job as silver_job
 from pipelines.spec import Conf, HealthSpec

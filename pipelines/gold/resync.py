@@ -42,7 +42,7 @@ Reasons (:data:`REASONS`):
   UNDELETE was missed.
 - ``unknown_field``: a changed field the object's silver columns do not have.
 - ``unsupported_change_type``: a change type gold does not know (``SNAPSHOT`` is reserved by
-  Salesforce).
+  Salesforce; ``POLLED`` and ``POLLED_DELETED`` are sfcdc's own, for polled objects).
 - ``drift``: ``sfcdc reconcile`` found the record missing from gold, live in gold but deleted
   (or hard-deleted) in Salesforce, or older in gold than its ``SystemModstamp``
   (:mod:`pipelines.reconcile`): an event was lost.
