@@ -194,3 +194,26 @@ def test_formula_columns_are_written_by_the_refresh_and_snapshots_only(
     assert main(["-q", "formulas", "--all", "--conf", str(conf_dir)]) == 0
     assert "Revenue_Per_Employee__c" in capsys.readouterr().out
     print(assert_gold_equals_truth(engine, conf, workload.truth))
+
+
+def test_a_continuous_run_polls_what_is_due_and_a_conf_of_polled_objects_alone_runs(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    workload = Workload(emulator.catalogue, seed=382, mix=MIX)
+    emulator.serve_records(workload.truth)
+    emulator.append(list(workload.events(200)))
+    conf_dir = write_conf(
+        tmp_path,
+        emulator,
+        {"invoice": "Invoice__c"},
+        start="earliest",
+        bodies={"invoice": "kind: polled\npoll: {every: 0.5s, lookback: 0s, api: rest}\n"},
+    )
+    conf = load_conf(conf_dir)
+    engine = engine_for(conf.pipeline.lake)
+    # No topic to land: the run polls (every pass, once 0.5 s have passed) and carries on.
+    args = ["-q", "run", "--continuous", "--landing", "thread", "--interval", "0.2"]
+    assert main([*args, "--for", "3", "--conf", str(conf_dir)]) == 0
+    state = poll_state(engine, conf.object("Invoice__c"))
+    assert state.batch_id is not None and state.batch_id >= 3, state
+    print(assert_gold_equals_truth(engine, conf, workload.truth))
