@@ -242,17 +242,22 @@ class SnapshotSource:
         """Records a ``WHERE Id IN (...)`` query names, over REST."""
         return self.rest.query_all(soql)
 
-    def count(self, entity: str) -> int | None:
-        """Records of ``entity``, deleted ones included (``None``: ``rest`` cannot count)."""
+    def count(self, entity: str, *, where: str | None = None) -> int | None:
+        """Records of ``entity`` (that satisfy ``where``), deleted ones included (``None``:
+        ``rest`` cannot count)."""
         count: Callable[..., int] | None = getattr(self.rest, "count", None)
         if count is None:
             return None
-        return int(count(f"SELECT COUNT() FROM {entity}", include_deleted=True))
+        condition = f" WHERE {where}" if where else ""
+        return int(count(f"SELECT COUNT() FROM {entity}{condition}", include_deleted=True))
 
-    def whole(self, soql: str, entity: str, *, want_total: bool = False) -> WholeRead:
+    def whole(
+        self, soql: str, entity: str, *, want_total: bool = False, where: str | None = None
+    ) -> WholeRead:
         """Every record of ``entity`` that ``soql`` selects, over the API ``api`` picks;
-        ``want_total`` counts them first when the choice did not need to."""
-        total = self.count(entity) if self.api == "auto" or want_total else None
+        ``want_total`` counts them first when the choice did not need to; ``where`` is the
+        condition of ``soql`` (the records counted)."""
+        total = self.count(entity, where=where) if self.api == "auto" or want_total else None
         if self.api == "bulk" or (
             self.api == "auto" and total is not None and total >= self.bulk_threshold
         ):

@@ -14,7 +14,7 @@ import copy
 import difflib
 import re
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -158,8 +158,34 @@ def _read_yaml(path: Path, ctx: Problems) -> Any:
 # ------------------------------------------------------------------- cross-field checks
 
 
+def _check_polled(obj: ObjectSpec, data: Mapping[str, Any], ctx: Problems) -> None:
+    """Keys that name a subscription mean nothing for an object read by queries, and ``poll``
+    means nothing for one that is not."""
+    if obj.kind != "polled":
+        if "poll" in data:
+            ctx.add("poll", f"applies to kind polled only (this object is {obj.kind})")
+        if obj.kind == "platform_event" and "formulas" in data:
+            ctx.add("formulas", "a platform event has no formula fields (it has no records)")
+        return
+    if obj.api_name.endswith("__e"):
+        ctx.add(
+            "kind",
+            f"{obj.api_name} is a platform event (__e); its kind is platform_event (got 'polled')",
+        )
+    for key in ("topic", "managed_subscription", "num_requested"):
+        if key in data:
+            ctx.add(
+                key,
+                "a polled object has no subscription: it is read by queries on SystemModstamp "
+                f"(leave {key} out, or use kind change_events where Change Data Capture is on)",
+            )
+
+
 def _check_object(obj: ObjectSpec, lake: LakeSpec, ctx: Problems) -> None:
     name, kind = obj.api_name, obj.kind
+    if kind == "polled":
+        _check_tables(obj, lake, ctx)
+        return
     if kind == "platform_event" and name.endswith("__c"):
         ctx.add(
             "kind", f"{name} is a custom object (__c); its kind is change_events (got {kind!r})"
@@ -189,6 +215,10 @@ def _check_object(obj: ObjectSpec, lake: LakeSpec, ctx: Problems) -> None:
             f"{obj.topic!r} carries {info.entity}, not {name}; use "
             f"{default_topic(name, kind)!r} or a channel shared by several objects",
         )
+    _check_tables(obj, lake, ctx)
+
+
+def _check_tables(obj: ObjectSpec, lake: LakeSpec, ctx: Problems) -> None:
     for layer in _LAYERS:
         physical = lake.table_name(obj.tables.for_layer(layer))
         if len(physical) > _IDENTIFIER_MAX:
@@ -386,6 +416,7 @@ def _load_object(
     spec = parse_model(ObjectSpec, data, "", ctx, inherited)
     if spec is INVALID:
         return None
+    _check_polled(spec, data, ctx)
     _check_object(spec, lake, ctx)
     return spec  # type: ignore[no-any-return]
 

@@ -20,8 +20,10 @@ from pipelines.spec_fields import meta
 from pipelines.spec_sections import (
     BatchingSpec,
     DefaultsSpec,
+    FormulasSpec,
     GoldSpec,
     HealthSpec,
+    PollSpec,
     ReplaySpec,
     SilverSpec,
 )
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IDENTIFIER_PATTERN",
+    "POLLED_PREFIX",
     "TOPIC_FORMATS",
     "TOPIC_PATTERN",
     "Conf",
@@ -44,6 +47,7 @@ __all__ = [
     "OpsSpec",
     "PipelineSpec",
     "PrometheusSpec",
+    "ReconcileSpec",
     "RetrySpec",
     "SchemasSpec",
     "StreamingApiSpec",
@@ -60,7 +64,7 @@ __all__ = [
 
 Layer = Literal["bronze", "silver", "gold"]
 EngineName = Literal["auto", "local", "spark"]
-ObjectKind = Literal["change_events", "platform_event"]
+ObjectKind = Literal["change_events", "platform_event", "polled"]
 _LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
 TopicKind = Literal[
     "change_events", "change_event_channel", "platform_event", "platform_event_channel"
@@ -103,6 +107,9 @@ _TOPIC_RULES: tuple[tuple[re.Pattern[str], TopicKind, Callable[[str], str | None
 TOPIC_PATTERN = "^(" + "|".join(rule.pattern[1:-1] for rule, _kind, _entity in _TOPIC_RULES) + ")$"
 _TOPIC_HINT = f"a Pub/Sub topic name, one of {', '.join(TOPIC_FORMATS)}"
 
+
+# The topic key of a polled object (it has no topic): what its bookkeeping goes by.
+POLLED_PREFIX = "polled:"
 
 # Default of fields whose value is derived from others when the YAML leaves them out.
 _DERIVED: Any = None
@@ -358,6 +365,44 @@ class MaintenanceSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReconcileSpec:
+    """`sfcdc reconcile`, and continuous runs on a schedule: compare gold with Salesforce
+    (one query of Id, SystemModstamp and IsDeleted per object) and repair the drift."""
+
+    every_hours: float = field(
+        default=0.0,
+        metadata=meta(
+            "Continuous runs (`sfcdc run --continuous`) reconcile every change event object "
+            "this often, counted from the last reconcile the lake recorded (0: never; "
+            "`sfcdc reconcile` and the bundle's sfcdc_reconcile job run it on demand).",
+            minimum=0,
+        ),
+    )
+    api: Literal["rest", "bulk", "auto"] = field(
+        default="auto",
+        metadata=meta(
+            "How each object is read: REST queryAll, a Bulk API 2.0 queryAll job, or auto "
+            "(count first, Bulk from 50,000 records on)."
+        ),
+    )
+    lookback_seconds: float = field(
+        default=300.0,
+        metadata=meta(
+            "Records Salesforce saved this recently are in flight (their event may not be in "
+            "gold yet): counted, not judged. Covers landing latency and clock skew.",
+            minimum=0,
+        ),
+    )
+    repair: bool = field(
+        default=True,
+        metadata=meta(
+            "Re-read drifting records through the re-sync path; false only measures and "
+            "records the drift."
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class StreamingApiSpec:
     """The Streaming API (CometD) source, for object files of ``kind: streaming_api``."""
 
@@ -405,6 +450,10 @@ class PipelineSpec:
     maintenance: MaintenanceSpec = field(
         default_factory=MaintenanceSpec,
         metadata=meta("Compaction, log cleanup and VACUUM (`sfcdc maintain`)."),
+    )
+    reconcile: ReconcileSpec = field(
+        default_factory=ReconcileSpec,
+        metadata=meta("Drift against Salesforce, measured and repaired (`sfcdc reconcile`)."),
     )
 
 
@@ -461,13 +510,16 @@ class ObjectSpec:
     )
     kind: ObjectKind = field(
         metadata=meta(
-            "change_events for Change Data Capture of an object, platform_event for an event."
+            "change_events for Change Data Capture of an object, platform_event for an event, "
+            "polled for an object without change events (read by incremental queries on "
+            "SystemModstamp, see `poll`)."
         )
     )
     topic: str = field(
         default=_DERIVED,
         metadata=meta(
-            "Pub/Sub topic (or channel shared with other objects, such as /data/ChangeEvents).",
+            "Pub/Sub topic (or channel shared with other objects, such as /data/ChangeEvents). "
+            "A polled object has none.",
             pattern=TOPIC_PATTERN,
             hint=_TOPIC_HINT,
             derived="/data/AccountChangeEvent, /data/Invoice__ChangeEvent, /event/Order_Shipped__e",
@@ -497,6 +549,14 @@ class ObjectSpec:
         metadata=meta("Overrides of defaults.health.", inherits="defaults.health"),
     )
     tables: TablesSpec = field(default_factory=TablesSpec, metadata=meta("Table names."))
+    poll: PollSpec = field(
+        default_factory=PollSpec,
+        metadata=meta("How a polled object is read (kind polled only)."),
+    )
+    formulas: FormulasSpec = field(
+        default_factory=FormulasSpec,
+        metadata=meta("The scheduled refresh of formula fields (change_events and polled)."),
+    )
     num_requested: int | None = field(
         default=None,
         metadata=meta(
@@ -583,13 +643,19 @@ class Conf:
         """The Streaming API channels to land (object files of kind streaming_api)."""
         return tuple(s for s in self.streams if s.enabled)
 
+    def polled_objects(self) -> tuple[ObjectSpec, ...]:
+        """The enabled objects read by incremental queries (kind polled)."""
+        return tuple(o for o in self.objects if o.enabled and o.kind == "polled")
+
     def objects_by_topic(
         self, *, include_disabled: bool = False
     ) -> Mapping[str, tuple[ObjectSpec, ...]]:
-        """Objects grouped by topic, topics in name order. Objects sharing a topic share its
-        subscription and its bronze table."""
+        """Objects grouped by topic, topics in name order (polled objects have none). Objects
+        sharing a topic share its subscription and its bronze table."""
         groups: dict[str, list[ObjectSpec]] = {}
         for obj in self.objects:
+            if obj.kind == "polled":
+                continue
             if obj.enabled or include_disabled:
                 groups.setdefault(obj.topic, []).append(obj)
         return {topic: tuple(groups[topic]) for topic in sorted(groups)}
@@ -648,7 +714,11 @@ def parse_topic(topic: str) -> TopicInfo:
 
 
 def default_topic(api_name: str, kind: ObjectKind) -> str:
-    """The topic Salesforce uses for an object's change events or for a platform event."""
+    """The topic Salesforce uses for an object's change events or for a platform event; a
+    polled object has no topic and gets the key ``polled:<Object>`` in its place (the name its
+    bookkeeping goes by, never subscribed to)."""
+    if kind == "polled":
+        return f"{POLLED_PREFIX}{api_name}"
     if kind == "platform_event":
         return f"/event/{api_name}"
     if api_name.endswith("__c"):
@@ -665,8 +735,11 @@ def _object_table(api_name: str) -> str:
 
 
 def default_tables(api_name: str, topic: str) -> TablesSpec:
-    """Derived table names: bronze from the topic (one table per topic), silver and gold from
-    the object (``Invoice__c`` -> ``invoice``)."""
+    """Derived table names: bronze from the topic (one table per topic; a polled object's
+    ``<object>_polled``), silver and gold from the object (``Invoice__c`` -> ``invoice``)."""
+    if topic.startswith(POLLED_PREFIX):
+        name = _object_table(api_name)
+        return TablesSpec(bronze=f"{name}_polled", silver=name, gold=name)
     return TablesSpec(
         bronze=snake_case(topic.rsplit("/", 1)[-1]),
         silver=_object_table(api_name),

@@ -52,11 +52,13 @@ from typing import TYPE_CHECKING, Any
 from ingest.emulator.managed import salesforce_id_18
 from ingest.emulator.oauth import GrantInfo, TokenStore
 from ingest.emulator.rest import (
+    MODSTAMP,
     RestApi,
     SoqlProblem,
     invalid_field,
     invalid_type,
     parse_select,
+    stamped,
 )
 from ingest.emulator.routes import HttpAnswer, HttpRequest, json_answer
 
@@ -118,6 +120,7 @@ class _Job:
     names: tuple[str, ...]
     columns: tuple[ObjectField, ...]
     ids: tuple[str, ...] | None
+    since: tuple[str, int] | None = None
     state: str = "UploadComplete"
     polls: int = 0
     error: str | None = None
@@ -178,6 +181,11 @@ def _csv_text(value: Any, kind: str) -> str | None:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def _since(since: tuple[str, int], stamp: int | None) -> bool:
+    op, bound = since
+    return stamp is not None and (stamp >= bound if op == ">=" else stamp > bound)
 
 
 def _quoted(text: str | None) -> str:
@@ -363,6 +371,7 @@ class BulkQueryApi:
             names=select.fields,
             columns=tuple(columns),
             ids=select.ids,
+            since=select.since,
         )
         with self._lock:
             self._jobs[job.id] = job
@@ -417,6 +426,8 @@ class BulkQueryApi:
             by_15 = {r[:15]: r for r in records} if any(len(i) == 15 for i in job.ids) else {}
             wanted = list(dict.fromkeys(by_15.get(i, i) for i in job.ids))
         readers = [(c.wire, c.kind) for c in job.columns]
+        wants_stamp = job.since is not None or any(c.name == MODSTAMP for c in job.columns)
+        stamps = truth.modstamps(job.entity) if wants_stamp else None
         sep = job.delimiter
         out = []
         for record_id in wanted:
@@ -426,6 +437,11 @@ class BulkQueryApi:
             is_deleted = record_id in deleted
             if is_deleted and job.operation != "queryAll":
                 continue
+            if stamps is not None:
+                stamp = stamps.get(record_id)
+                if job.since is not None and not _since(job.since, stamp):
+                    continue
+                values = stamped(values, stamp)
             out.append(
                 sep.join(
                     _quoted(_csv_text(read(record_id, values, is_deleted), kind))

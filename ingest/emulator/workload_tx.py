@@ -369,7 +369,10 @@ class Transactions:
         silent_ids = [item.record_id for item in silent]
         event_id = self._emitter.emit(tx, plan, "GAP_OVERFLOW", [], None, affected=silent_ids)
         self._truth.overflow(
-            plan.entity, {item.record_id: item.changes for item in silent}, event_id=event_id
+            plan.entity,
+            {item.record_id: item.changes for item in silent},
+            event_id=event_id,
+            modstamp=tx.timestamp,
         )
         return True
 

@@ -279,7 +279,9 @@ class BronzeLanding:
             topic = TopicState(
                 spec=spec,
                 table=self.tables.bronze(spec.topic),
-                sub=self._subscription(spec, recovery.start),
+                sub=self._subscription(
+                    spec, recovery.start, stored=recovery.checkpoint is not None
+                ),
                 next_batch=recovery.next_batch_id,
                 position=recovery.start,
                 check_redelivery=spec.managed_subscription is None
@@ -315,7 +317,7 @@ class BronzeLanding:
                 )
 
     def _subscription(
-        self, spec: TopicSpec, start: StartPosition
+        self, spec: TopicSpec, start: StartPosition, *, stored: bool
     ) -> Subscription | ManagedSubscription:
         retry = self._ingest.retry
         policy = RetryPolicy(
@@ -341,7 +343,7 @@ class BronzeLanding:
             spec.topic,
             start=start,
             durable_position=functools.partial(self._durable, spec.topic),
-            on_corrupted=spec.replay.on_corrupted,
+            on_corrupted=spec.replay.corrupted_policy(stored=stored),
             num_requested=spec.num_requested or self._ingest.num_requested,
             retry=policy,
             tokens=self._tokens,
@@ -542,8 +544,8 @@ class BronzeLanding:
     def _replay_gap(self, t: TopicState, gap: ReplayGap) -> None:
         self._log.warning(
             "%s: REPLAY GAP: the server rejected the stored position %s and "
-            "replay.on_corrupted moved the subscription to %s (%s); events in between may "
-            "be missing or repeated, so the objects of this topic need a re-sync",
+            "replay.on_corrupted (or on_expired) moved the subscription to %s (%s); events in "
+            "between may be missing or repeated, so the objects of this topic need a re-sync",
             t.spec.topic,
             describe_position(gap.requested),
             describe_position(gap.resumed),

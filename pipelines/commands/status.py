@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -37,6 +37,7 @@ from pipelines.commands.streaming_report import stream_status
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold import job as gold_job
 from pipelines.gold.resync import OBJECT_LEVEL_REASONS, RESYNC_TABLE
+from pipelines.gold.tables import RECONCILE_TABLE
 from pipelines.ops.health import State, Verdict, judge, layer_lags, layer_rate
 from pipelines.ops.summary import Summary, read_summary
 from pipelines.session import engine_for
@@ -142,6 +143,13 @@ class ObjectStatus:
     layers: tuple[LayerHealth, ...] = ()
     last_error: str | None = None
     last_error_at: str | None = None
+    # The latest `sfcdc reconcile` of the object (None: never reconciled): when, and the drift
+    # it found and repaired.
+    reconciled_at: str | None = None
+    drift_missing: int | None = None
+    drift_extra: int | None = None
+    drift_stale: int | None = None
+    drift_repaired: int | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +197,7 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
         engine, TableRef("bronze", TOPIC_FAILURES_TABLE), ["topic", "status", "error", "failed_at"]
     )
     resync = _read(engine, RESYNC_TABLE, ["object", "record_id", "reason", "resolved_at"])
+    reconciled = _last_reconcile(engine)
 
     topics = []
     for spec in conf.topics():
@@ -236,20 +245,29 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
                 (TableRef("silver", obj.tables.silver), silver_job.app_id(obj)),
                 (gold, gold_job.app_id(obj)) if gold is not None else None,
             )
-            objects.append(
-                object_status(
-                    summary,
-                    progress,
-                    name=obj.api_name,
-                    topic=spec.topic,
-                    now=now,
-                    window=window,
-                    spec=obj.health,
-                    open_resync=open_resync,
-                    quarantined=quarantined,
-                    failed=topic_failures.get(spec.topic),
-                )
+            status = object_status(
+                summary,
+                progress,
+                name=obj.api_name,
+                topic=spec.topic,
+                now=now,
+                window=window,
+                spec=obj.health,
+                open_resync=open_resync,
+                quarantined=quarantined,
+                failed=topic_failures.get(spec.topic),
             )
+            last = reconciled.get(obj.api_name)
+            if last is not None:
+                status = replace(
+                    status,
+                    reconciled_at=_iso(last["finished_at"]),
+                    drift_missing=last["drift_missing"],
+                    drift_extra=last["drift_extra"],
+                    drift_stale=last["drift_stale"],
+                    drift_repaired=last["repaired"],
+                )
+            objects.append(status)
     more_topics, more_objects = stream_status(
         engine,
         conf,
@@ -442,6 +460,21 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+def _last_reconcile(engine: LakeEngine) -> dict[str, dict[str, Any]]:
+    """Each object's latest row of the reconcile table."""
+    rows = _read(
+        engine,
+        RECONCILE_TABLE,
+        ["object", "finished_at", "drift_missing", "drift_extra", "drift_stale", "repaired"],
+    )
+    last: dict[str, dict[str, Any]] = {}
+    for row in rows.to_pylist() if rows is not None else []:
+        seen = last.get(row["object"])
+        if seen is None or row["finished_at"] > seen["finished_at"]:
+            last[row["object"]] = row
+    return last
+
+
 def _open_quarantine(engine: LakeEngine) -> pa.Table | None:
     """The quarantine's rows not yet resolved by ``sfcdc silver --retry-quarantine``."""
     table = silver_job.QUARANTINE_TABLE
@@ -549,7 +582,14 @@ def format_status(status: Status) -> list[str]:
                 f"{o.resync_full_object} whole-object"
             )
         failed = f"; FAIL: {o.failed}" if o.failed is not None else ""
-        lines.append(f"  {o.object}: {silver}; {gold}{resync}{failed}")
+        drift = ""
+        if o.reconciled_at is not None:
+            drift = (
+                f"; reconciled at {o.reconciled_at}: drift_missing {o.drift_missing}, "
+                f"drift_extra {o.drift_extra}, drift_stale {o.drift_stale}, "
+                f"repaired {o.drift_repaired}"
+            )
+        lines.append(f"  {o.object}: {silver}; {gold}{resync}{drift}{failed}")
     return lines
 
 

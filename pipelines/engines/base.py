@@ -60,6 +60,7 @@ __all__ = [
     "encode_user_metadata",
     "merge_keys",
     "txn_applied",
+    "updated_columns",
 ]
 
 LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
@@ -421,8 +422,29 @@ class LakeEngine(Protocol):
         source rows are inserted when ``insert``. Conditions are SQL predicates over the
         aliases ``source`` and ``target``, e.g. ``source.ts >= target.ts``; keep them to
         plain comparisons and boolean logic so both engines' SQL dialects accept them.
-        A target row matching several source rows is an error.
+        A target row matching several source rows is an error. A column of the table that
+        the source does not have keeps its value in an updated row (and is null in an inserted
+        one): writers of whole rows leave columns they do not know alone
+        (:meth:`update_columns` writes those).
         """
+        ...
+
+    def update_columns(
+        self,
+        table: TableRef,
+        source: Rows | pa.Table,
+        *,
+        on: Sequence[str],
+        columns: Sequence[str],
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> MergeMetrics:
+        """A MERGE that sets only ``columns`` of the rows of ``table`` that ``source`` matches
+        on the ``on`` columns: every other column keeps its value, and nothing is inserted or
+        deleted (source rows that match no row are ignored). The columns must be columns of
+        the table (:meth:`ensure_table` adds them). A target row matching several source rows
+        is an error. For values that are refreshed apart from the rest of a row, such as
+        formula fields."""
         ...
 
     def overwrite(
@@ -565,6 +587,25 @@ def merge_keys(on: Sequence[str] | str) -> list[str]:
             f"a {type(on).__name__})"
         )
     return list(on)
+
+
+def updated_columns(table: TableRef, columns: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """The validated ``columns`` of :meth:`LakeEngine.update_columns`: a non-empty list of
+    names, none of them a merge key (repeats dropped)."""
+    if (
+        isinstance(columns, str)
+        or not columns
+        or not all(isinstance(c, str) and c for c in columns)
+    ):
+        raise LakeError(
+            f"update of columns in {table}: columns must be a non-empty list of column names "
+            f"(got {columns!r})"
+        )
+    lower = {k.lower() for k in keys}
+    clash = [c for c in columns if c.lower() in lower]
+    if clash:
+        raise LakeError(f"update of columns in {table}: {clash} are the merge keys")
+    return list(dict.fromkeys(columns))
 
 
 def check_conditions(where: Sequence[Condition]) -> list[Condition]:

@@ -10,7 +10,10 @@ column                 type       meaning
 ``layer``              string     ``bronze``, ``silver`` or ``gold``
 ``kind``               string     ``commit``; ``caught_up`` (bronze: a keepalive showed nothing
                                   pending beyond what was committed); ``replay_gap``;
-                                  ``error`` (the layer's run failed)
+                                  ``error`` (the layer's run failed); ``reconcile`` (gold: one
+                                  object reconciled; ``events`` records in Salesforce,
+                                  ``rows`` drifting records, ``resync_rows`` repaired,
+                                  ``message`` the counts by kind)
 ``topic``              string     the topic (bronze) or the object's topic
 ``object``             string     the object (silver, gold; null for a topic's bronze rows)
 ``table_name``         string     the table committed, ``layer.name``
@@ -55,7 +58,7 @@ __all__ = [
     "utc",
 ]
 
-RecordKind = Literal["commit", "caught_up", "replay_gap", "error"]
+RecordKind = Literal["commit", "caught_up", "replay_gap", "error", "reconcile"]
 # Reserved in the bronze schema (pipelines.bronze.tables), next to the checkpoints.
 COMMITS_TABLE = "sfcdc_commits"
 OPS_TABLE = TableRef("bronze", COMMITS_TABLE)

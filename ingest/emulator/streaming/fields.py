@@ -15,11 +15,12 @@ API and PushTopic queries also name their parts as fields of their own (``Billin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.emulator.rest import rest_readers
+from ingest.emulator.formulas import Formula
+from ingest.emulator.rest import MODSTAMP, rest_readers
 from ingest.schema import HEADER_FIELD, EventSchema, FieldInfo
 
 __all__ = ["ObjectField", "ObjectFields", "Reader"]
@@ -37,8 +38,10 @@ _NOT_NILLABLE = frozenset(
         "LastModifiedDate",
         "LastModifiedById",
         "IsPersonAccount",
+        "SystemModstamp",
     }
 )
+_READ_ONLY = frozenset({"Id", "IsDeleted", "IsPersonAccount", "SystemModstamp"})
 _STRING_TYPES = {
     "Phone": "phone",
     "Email": "email",
@@ -73,19 +76,23 @@ class ObjectField:
     sources: frozenset[str]
     rest: Reader
     wire: Reader
+    # A formula field: computed when read, never written.
+    calculated: bool = False
 
     def describe(self) -> dict[str, Any]:
         """The field's entry in ``sobjects/<Object>/describe``."""
+        writable = self.name not in _READ_ONLY and not self.calculated
         return {
             "name": self.name,
             "label": self.name.removesuffix("__c").replace("_", " "),
             "type": self.sf_type,
             "nillable": self.nillable,
             "custom": self.name.endswith(("__c", "__s")),
+            "calculated": self.calculated,
             "compoundFieldName": self.parent,
             "filterable": self.kind not in ("long_text", "compound"),
-            "createable": self.name not in ("Id", "IsDeleted", "IsPersonAccount"),
-            "updateable": self.name not in ("Id", "IsDeleted", "IsPersonAccount"),
+            "createable": writable,
+            "updateable": writable,
             "referenceTo": [] if self.sf_type != "reference" else ["Unknown"],
         }
 
@@ -145,8 +152,9 @@ class ObjectFields:
         self._lower = {name.lower(): f for name, f in self._fields.items()}
 
     @classmethod
-    def of_schema(cls, schema: EventSchema) -> ObjectFields:
-        """The fields of the object whose change events ``schema`` describes."""
+    def of_schema(cls, schema: EventSchema, formulas: Sequence[Formula] = ()) -> ObjectFields:
+        """The fields of the object whose change events ``schema`` describes, and its
+        ``formulas`` (computed from the record when read)."""
         infos = [f for f in schema.fields if f.name != HEADER_FIELD]
         by_name = {f.name: f for f in infos}
         readers = rest_readers(infos)
@@ -178,6 +186,11 @@ class ObjectFields:
 
         add("Id", "id", "id")
         add("IsDeleted", "boolean", "boolean")
+
+        def modstamp(rid: str, values: Mapping[str, Any], deleted: bool) -> Any:
+            return values.get(MODSTAMP)
+
+        add(MODSTAMP, "datetime", "datetime", wire=modstamp)
         for info in infos:
             parts = {f"{info.name}.{c.name}" for c in info.children}
             if info.kind == "switchable_name" or (
@@ -207,6 +220,27 @@ class ObjectFields:
                     out[part] = _with_rest(out[part], _rest_part(readers[info.name], child))
             else:
                 add(info.name, info.kind, _describe_type(info), sources=frozenset({info.name}))
+        for formula in formulas:
+
+            def compute(
+                rid: str, values: Mapping[str, Any], deleted: bool, f: Formula = formula
+            ) -> Any:
+                return f.value(values)
+
+            out.setdefault(
+                formula.name,
+                ObjectField(
+                    formula.name,
+                    formula.kind,
+                    formula.sf_type,
+                    True,
+                    None,
+                    frozenset(formula.inputs),
+                    compute,
+                    compute,
+                    calculated=True,
+                ),
+            )
         return cls(schema.entity_name, out)
 
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any
 
 from ingest.emulator.eventlog import EventBus
 from ingest.emulator.faults import Faults
+from ingest.emulator.formulas import Formula
 from ingest.emulator.oauth import TokenStore
 from ingest.emulator.routes import Route
 from ingest.emulator.streaming.bayeux import ERRORS, BayeuxServer, StreamingSettings
@@ -51,7 +52,7 @@ class StreamingApi:
         self._catalogue = catalogue
         self._bus = bus
         self._faults = faults
-        self._fields: dict[str, tuple[str, ObjectFields]] = {}
+        self._fields: dict[str, tuple[tuple[str, tuple[Formula, ...]], ObjectFields]] = {}
         self.hub = Hub(
             clock=clock,
             retention=settings.retention,
@@ -173,9 +174,11 @@ class StreamingApi:
                 continue
             if schema.entity_name.lower() != entity.lower():
                 continue
+            formulas = self._catalogue.formulas_of(schema.entity_name)
+            key = (schema.schema_id, formulas)
             cached = self._fields.get(schema.entity_name)
-            if cached is None or cached[0] != schema.schema_id:
-                cached = (schema.schema_id, ObjectFields.of_schema(schema))
+            if cached is None or cached[0] != key:
+                cached = (key, ObjectFields.of_schema(schema, formulas))
                 self._fields[schema.entity_name] = cached
             return cached[1]
         return None

@@ -14,7 +14,7 @@ from ingest.bulk import BulkQueryClient
 from ingest.client import TlsSettings
 from ingest.emulator.catalogue import default_catalogue
 from ingest.emulator.ids import to_18
-from ingest.emulator.rest import rest_readers
+from ingest.emulator.rest import rest_readers, stamped
 from ingest.emulator.server import DEFAULT_CLIENT, Emulator, EmulatorConfig
 from ingest.emulator.workload import Workload, WorkloadMix
 from ingest.errors import BulkJobError, RestError
@@ -197,11 +197,12 @@ def test_a_bulk_backfill_of_100k_records_equals_the_emulator_records() -> None:
             reader = BulkRecords(_bulk(rest, max_records=10_000), describe=rest.describe)
             records = truth.records("Account")
             gone = set(truth.deleted("Account"))
+            stamps = truth.modstamps("Account")
             seen: set[str] = set()
             # Compared as they stream in: 100,000 records held twice would need gigabytes.
             for record in reader.query_all(soql):
                 record_id = record["Id"]
-                values = records[record_id]
+                values = stamped(records[record_id], stamps.get(record_id))
                 expected = {
                     name: readers[name](record_id, values, record_id in gone)
                     for name in record
