@@ -45,6 +45,9 @@ LOCAL_SESSION_CONF: Mapping[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
     "spark.sql.shuffle.partitions": "4",
+    # Delta's VACUUM lists a table's directories in this many tasks (10,000 by default, which
+    # takes minutes on two cores); a local session's tables are on one disk.
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
     "spark.sql.adaptive.enabled": "true",
     "spark.default.parallelism": "4",
     "spark.driver.memory": "4g",

@@ -133,6 +133,16 @@ def _cost(item: pytest.Item) -> float:
     return next((c for names, c in _COST if marked.issuperset(names)), 0.01)
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A ``slow`` test on the spark engine, or a ``slow`` test of the Spark source, is also
+    ``long`` (it starts a Spark driver in a subprocess again and again), which the default run
+    leaves out (``python -m pytest -m long`` runs those)."""
+    if item.get_closest_marker("slow") and (
+        item.get_closest_marker("spark_engine") or item.get_closest_marker("spark_source")
+    ):
+        item.add_marker(pytest.mark.long)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist's ``worksteal`` each of n workers first gets a contiguous nth of
     the collection and steals from the end of the others' queues when idle. So that no worker

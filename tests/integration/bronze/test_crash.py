@@ -37,6 +37,10 @@ KILLS = {"local": 20, "spark": 5}
 # run leaves must drain in minutes).
 PAUSE = {"local": 0.01, "spark": 0.1}
 MAX_EVENTS = {"local": 150, "spark": 1000}
+# Events the producer appends at most: past this it stays quiet (keepalives only) until the
+# kills are over, so a slow start-up on a busy machine does not leave a backlog of tens of
+# thousands of events for the drain.
+PRODUCED = {"local": 8000, "spark": 3000}
 ACCOUNT = "/data/AccountChangeEvent"
 INVOICE = "/data/Invoice__ChangeEvent"
 CHANNEL = "/data/ChangeEvents"
@@ -85,10 +89,11 @@ class Producer(threading.Thread):
     """The org's users: generated transactions appended in bursts with quiet spells (so
     keepalives come mid-run too)."""
 
-    def __init__(self, emulator: Emulator, seed: int, pause: float) -> None:
+    def __init__(self, emulator: Emulator, seed: int, pause: float, limit: int) -> None:
         super().__init__(name="producer", daemon=True)
         self.emulator = emulator
         self.pause = pause
+        self.limit = limit
         self.workload = Workload(emulator.catalogue, seed=seed)
         self.rng = random.Random(seed)
         self.stop = threading.Event()
@@ -96,7 +101,7 @@ class Producer(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            if self.rng.random() < 0.03:
+            if self.rng.random() < 0.03 or self.events >= self.limit:
                 self.stop.wait(self.rng.uniform(0.3, 0.8))
                 continue
             batch = [e for _ in range(self.rng.randint(1, 8)) for e in self.workload.transaction()]
@@ -145,7 +150,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         ),
     )
     emulator.start()
-    producer = Producer(emulator, seed=7, pause=PAUSE[engine_name])
+    producer = Producer(emulator, seed=7, pause=PAUSE[engine_name], limit=PRODUCED[engine_name])
     commits: list[int] = []
     try:
         conf = _conf(tmp_path, emulator, engine_name)

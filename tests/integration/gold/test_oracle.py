@@ -49,7 +49,7 @@ from tests.cli_env import cli_env
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[3]
-EVENTS = {"local": 100_000, "spark": 6_000}
+EVENTS = {"local": 30_000, "spark": 2_000}
 # Events appended per second (None: as fast as the emulator takes them). A spark-engine ingest
 # starts a JVM before it lands, so its producer is paced, and it goes on past its events until
 # the kills are over, however long the JVM starts take on a busy machine.
