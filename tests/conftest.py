@@ -133,13 +133,24 @@ def _cost(item: pytest.Item) -> float:
     return next((c for names, c in _COST if marked.issuperset(names)), 0.01)
 
 
+# Where a test's spark-engine case lands events from the emulator through the spark engine
+# (seconds per Delta commit on two cores): the engine seam it crosses is tested directly under
+# tests/spark, and the same test's local-engine case runs the landing, silver and gold logic.
+LONG_ON_SPARK = tuple(
+    f"tests/integration/{layer}/" for layer in ("bronze", "silver", "gold", "streaming", "rest")
+)
+
+
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """A ``slow`` test on the spark engine, or a ``slow`` test of the Spark source, is also
-    ``long`` (it starts a Spark driver in a subprocess again and again), which the default run
-    leaves out (``python -m pytest -m long`` runs those)."""
-    if item.get_closest_marker("slow") and (
-        item.get_closest_marker("spark_engine") or item.get_closest_marker("spark_source")
-    ):
+    """Which tests are ``long``, left out of the default run (``python -m pytest -m long`` runs
+    them): a ``slow`` test on the spark engine or of the Spark source (it starts a Spark driver
+    in a subprocess again and again), and the spark-engine case of an integration test of a
+    layer (:data:`LONG_ON_SPARK`)."""
+    spark_engine = item.get_closest_marker("spark_engine") is not None
+    if (
+        item.get_closest_marker("slow")
+        and (spark_engine or item.get_closest_marker("spark_source"))
+    ) or (spark_engine and item.nodeid.startswith(LONG_ON_SPARK)):
         item.add_marker(pytest.mark.long)
 
 
