@@ -134,10 +134,18 @@ def _cost(item: pytest.Item) -> float:
 
 
 # Where a test's spark-engine case lands events from the emulator through the spark engine
-# (seconds per Delta commit on two cores): the engine seam it crosses is tested directly under
-# tests/spark, and the same test's local-engine case runs the landing, silver and gold logic.
+# (seconds per Delta commit on two cores, minutes per test): the engine seam it crosses is
+# tested directly under tests/spark, and the same test's local-engine case runs the landing,
+# silver, gold and command logic. Two stay in the default run on the spark engine: the
+# first-run tables test (what it checks is what each engine creates) and the console script
+# run from a virtualenv that is not activated (a spark-engine run by nature).
 LONG_ON_SPARK = tuple(
-    f"tests/integration/{layer}/" for layer in ("bronze", "silver", "gold", "streaming", "rest")
+    f"tests/integration/{layer}/"
+    for layer in ("bronze", "silver", "gold", "streaming", "rest", "cli")
+)
+DEFAULT_ON_SPARK = (
+    "tests/integration/cli/test_first_run_tables.py",
+    "tests/integration/cli/test_unactivated_venv.py",
 )
 
 
@@ -145,12 +153,16 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     """Which tests are ``long``, left out of the default run (``python -m pytest -m long`` runs
     them): a ``slow`` test on the spark engine or of the Spark source (it starts a Spark driver
     in a subprocess again and again), and the spark-engine case of an integration test of a
-    layer (:data:`LONG_ON_SPARK`)."""
+    layer or command (:data:`LONG_ON_SPARK`)."""
     spark_engine = item.get_closest_marker("spark_engine") is not None
     if (
         item.get_closest_marker("slow")
         and (spark_engine or item.get_closest_marker("spark_source"))
-    ) or (spark_engine and item.nodeid.startswith(LONG_ON_SPARK)):
+    ) or (
+        spark_engine
+        and item.nodeid.startswith(LONG_ON_SPARK)
+        and not item.nodeid.startswith(DEFAULT_ON_SPARK)
+    ):
         item.add_marker(pytest.mark.long)
 
 
