@@ -32,24 +32,18 @@ import textwrap
 import time
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ingest.auth import ClientCredentials, Secret, TokenManager  # noqa: E402
-from ingest.bulk import BulkQueryClient  # noqa: E402
-from ingest.client import TlsSettings  # noqa: E402
+from benchmarks.emulator_rest import rest_and_bulk  # noqa: E402
 from ingest.emulator.catalogue import default_catalogue  # noqa: E402
-from ingest.emulator.server import DEFAULT_CLIENT, Emulator, EmulatorConfig  # noqa: E402
+from ingest.emulator.server import Emulator, EmulatorConfig  # noqa: E402
 from ingest.emulator.workload import Workload, WorkloadMix  # noqa: E402
-from ingest.rest import RestClient  # noqa: E402
 from pipelines.cli import main as sfcdc  # noqa: E402
 from pipelines.engines import TableRef  # noqa: E402
 from pipelines.polled import poll_objects, polled_table  # noqa: E402
 from pipelines.session import engine_for  # noqa: E402
-from pipelines.snapshot_read import BulkRecords  # noqa: E402
 from pipelines.spec import default_tables, default_topic, load_conf  # noqa: E402
 
 TARGET = 0.5
@@ -140,20 +134,7 @@ def main() -> None:
             )
             conf = load_conf(polled_dir)
             engine = engine_for(conf.pipeline.lake)
-            tokens = TokenManager(
-                ClientCredentials(
-                    emulator.http_url,
-                    client_id=DEFAULT_CLIENT.client_id,
-                    client_secret=Secret(DEFAULT_CLIENT.client_secret),
-                )
-            )
-            # The emulator runs a Bulk job inside the status request that completes it;
-            # Salesforce answers at once.
-            http = httpx.Client(timeout=httpx.Timeout(1800.0, connect=10.0))
-            with http, RestClient(tokens, tls=TlsSettings(enabled=False), http=http) as rest:
-                bulk = BulkRecords(
-                    BulkQueryClient(rest, sleep=lambda _s: None), describe=rest.describe
-                )
+            with rest_and_bulk(emulator) as (rest, bulk):
                 t0 = time.perf_counter()
                 (result,) = poll_objects(engine, conf, rest=rest, bulk=bulk, force=True)
                 poll_seconds = time.perf_counter() - t0

@@ -34,26 +34,23 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import httpx
 import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ingest.auth import ClientCredentials, Secret, TokenManager  # noqa: E402
-from ingest.bulk import BulkQueryClient  # noqa: E402
-from ingest.client import TlsSettings  # noqa: E402
+from benchmarks.emulator_rest import rest_and_bulk  # noqa: E402
 from ingest.emulator.catalogue import default_catalogue  # noqa: E402
 from ingest.emulator.ids import to_18  # noqa: E402
-from ingest.emulator.server import DEFAULT_CLIENT, Emulator, EmulatorConfig  # noqa: E402
+from ingest.emulator.server import Emulator, EmulatorConfig  # noqa: E402
 from ingest.emulator.workload import Workload, WorkloadMix  # noqa: E402
 from ingest.rest import RestClient  # noqa: E402
 from pipelines.engines import TableRef  # noqa: E402
 from pipelines.gold.columns import DELETED, ID, LAST_COMMIT_TS  # noqa: E402
 from pipelines.reconcile import reconcile_objects  # noqa: E402
 from pipelines.session import engine_for  # noqa: E402
-from pipelines.snapshot_read import BulkRecords, SnapshotSource  # noqa: E402
+from pipelines.snapshot_read import SnapshotSource  # noqa: E402
 from pipelines.spec import load_conf  # noqa: E402
 
 TARGET = 0.25
@@ -165,20 +162,7 @@ def main() -> None:
             conf = load_conf(_conf(scratch, emulator))
             engine = engine_for(conf.pipeline.lake)
             engine.append(TableRef("gold", "account"), gold)
-            tokens = TokenManager(
-                ClientCredentials(
-                    emulator.http_url,
-                    client_id=DEFAULT_CLIENT.client_id,
-                    client_secret=Secret(DEFAULT_CLIENT.client_secret),
-                )
-            )
-            # The emulator runs a job inside the status request that completes it (reading a
-            # million records into CSV takes minutes there); Salesforce answers at once.
-            http = httpx.Client(timeout=httpx.Timeout(1800.0, connect=10.0))
-            with http, RestClient(tokens, tls=TlsSettings(enabled=False), http=http) as rest:
-                bulk = BulkRecords(
-                    BulkQueryClient(rest, sleep=lambda _s: None), describe=rest.describe
-                )
+            with rest_and_bulk(emulator) as (rest, bulk):
                 source = SnapshotSource(rest, bulk=bulk, api="bulk")
 
                 t0 = time.perf_counter()
