@@ -47,6 +47,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from ingest.emulator.managed import salesforce_id_18
@@ -162,35 +163,63 @@ def _error(status: int, code: str, message: str) -> HttpAnswer:
     return json_answer(status, [{"errorCode": code, "message": message}])
 
 
-def _csv_text(value: Any, kind: str) -> str | None:
-    """A value as Bulk API 2.0 writes it in CSV (``None``: the empty field of a null)."""
+def _text_cell(value: Any) -> str:
+    """A value as Bulk API 2.0 writes it in a CSV cell: quoted, embedded quotes doubled; a null
+    is an empty field."""
     if value is None:
-        return None
-    if kind == "boolean" or isinstance(value, bool):
-        return "true" if value else "false"
+        return ""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, float):
+        text = repr(value)
+    else:
+        text = str(value)
+    return '"' + text.replace('"', '""') + '"'
+
+
+def _boolean_cell(value: Any) -> str:
+    return "" if value is None else ('"true"' if value else '"false"')
+
+
+# Dates and datetimes repeat across an object's records (a transaction stamps all it touches
+# alike), and formatting them is most of a cell's cost: each distinct value is formatted once.
+@lru_cache(maxsize=1 << 16)
+def _epoch_cell(ms: int, kind: str) -> str:
+    moment = _EPOCH + timedelta(milliseconds=ms)
     if kind == "date":
-        return (_EPOCH + timedelta(milliseconds=value)).strftime("%Y-%m-%d")
-    if kind == "datetime":
-        moment = _EPOCH + timedelta(milliseconds=value)
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-    if kind == "time":
-        h, rest = divmod(int(value), 3_600_000)
-        m, rest = divmod(rest, 60_000)
-        s, milli = divmod(rest, 1000)
-        return f"{h:02d}:{m:02d}:{s:02d}.{milli:03d}Z"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
+        return f'"{moment.date().isoformat()}"'
+    return f'"{moment.replace(tzinfo=None).isoformat(timespec="milliseconds")}Z"'
+
+
+def _date_cell(value: Any) -> str:
+    return "" if value is None else _epoch_cell(value, "date")
+
+
+def _datetime_cell(value: Any) -> str:
+    return "" if value is None else _epoch_cell(value, "datetime")
+
+
+def _time_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    h, rest = divmod(int(value), 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s, milli = divmod(rest, 1000)
+    return f'"{h:02d}:{m:02d}:{s:02d}.{milli:03d}Z"'
+
+
+# How a column of each field kind is written (any other kind: _text_cell).
+_CELLS: dict[str, Callable[[Any], str]] = {
+    "boolean": _boolean_cell,
+    "date": _date_cell,
+    "datetime": _datetime_cell,
+    "time": _time_cell,
+}
 
 
 def _since(since: tuple[str, int], stamp: int | None) -> bool:
     op, bound = since
     return stamp is not None and (stamp >= bound if op == ">=" else stamp > bound)
-
-
-def _quoted(text: str | None) -> str:
-    # Every value quoted, embedded quotes doubled; a null is an empty field.
-    return "" if text is None else '"' + text.replace('"', '""') + '"'
 
 
 class BulkQueryApi:
@@ -425,7 +454,7 @@ class BulkQueryApi:
         else:
             by_15 = {r[:15]: r for r in records} if any(len(i) == 15 for i in job.ids) else {}
             wanted = list(dict.fromkeys(by_15.get(i, i) for i in job.ids))
-        readers = [(c.wire, c.kind) for c in job.columns]
+        cells = [(c.wire, _CELLS.get(c.kind, _text_cell)) for c in job.columns]
         wants_stamp = job.since is not None or any(c.name == MODSTAMP for c in job.columns)
         stamps = truth.modstamps(job.entity) if wants_stamp else None
         sep = job.delimiter
@@ -443,10 +472,7 @@ class BulkQueryApi:
                     continue
                 values = stamped(values, stamp)
             out.append(
-                sep.join(
-                    _quoted(_csv_text(read(record_id, values, is_deleted), kind))
-                    for read, kind in readers
-                )
+                sep.join([cell(read(record_id, values, is_deleted)) for read, cell in cells])
             )
         return out
 
@@ -486,7 +512,7 @@ class BulkQueryApi:
         page = job.rows[start : start + size]
         end = start + len(page)
         ending = job.line_ending
-        header = job.delimiter.join(_quoted(n) for n in job.names)
+        header = job.delimiter.join(_text_cell(n) for n in job.names)
         text = ending.join([header, *page]) + ending
         self.result_sets += 1
         return HttpAnswer(
