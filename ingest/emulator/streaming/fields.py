@@ -16,7 +16,7 @@ API and PushTopic queries also name their parts as fields of their own (``Billin
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ingest.emulator.formulas import Formula
@@ -78,6 +78,8 @@ class ObjectField:
     wire: Reader
     # A formula field: computed when read, never written.
     calculated: bool = False
+    # The name of the record value ``wire`` returns as it is stored (None: read otherwise).
+    stored: str | None = None
 
     def describe(self) -> dict[str, Any]:
         """The field's entry in ``sobjects/<Object>/describe``."""
@@ -123,9 +125,13 @@ def _part_name(parent: FieldInfo, child: FieldInfo) -> str:
     return f"{parent.name.removesuffix('Address')}{child.name}"
 
 
+def _stored_as_is(info: FieldInfo | None) -> bool:
+    # Ids, IsDeleted, person names (as their full name) read as the REST API shows them.
+    return info is not None and info.kind not in ("switchable_name", "compound")
+
+
 def _wire_top(name: str, info: FieldInfo | None, rest: Reader) -> Reader:
-    if info is None or info.kind in ("switchable_name", "compound"):
-        # Ids, IsDeleted, person names (as their full name) read as the REST API shows them.
+    if not _stored_as_is(info):
         return rest
 
     def read(rid: str, values: Mapping[str, Any], deleted: bool) -> Any:
@@ -170,6 +176,7 @@ class ObjectFields:
             wire: Reader | None = None,
         ) -> None:
             rest = readers.get(name) or _part_reader(parent or "", name)
+            info = by_name.get(name)
             out.setdefault(
                 name,
                 ObjectField(
@@ -180,7 +187,8 @@ class ObjectFields:
                     parent,
                     sources,
                     rest,
-                    wire or _wire_top(name, by_name.get(name), rest),
+                    wire or _wire_top(name, info, rest),
+                    stored=name if wire is None and _stored_as_is(info) else None,
                 ),
             )
 
@@ -254,7 +262,15 @@ class ObjectFields:
                 return values.get(n)
 
             out[name] = ObjectField(
-                name, kind, sf_type, name not in _NOT_NILLABLE, None, frozenset({name}), read, read
+                name,
+                kind,
+                sf_type,
+                name not in _NOT_NILLABLE,
+                None,
+                frozenset({name}),
+                read,
+                read,
+                stored=name,
             )
         return cls(entity, out)
 
@@ -283,16 +299,7 @@ class ObjectFields:
 
 
 def _with_rest(field: ObjectField, rest: Reader) -> ObjectField:
-    return ObjectField(
-        field.name,
-        field.kind,
-        field.sf_type,
-        field.nillable,
-        field.parent,
-        field.sources,
-        rest,
-        field.wire,
-    )
+    return replace(field, rest=rest)
 
 
 def _rest_part(parent_rest: Reader, child: FieldInfo) -> Reader:
