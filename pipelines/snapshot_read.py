@@ -13,7 +13,12 @@ read as ``api`` says:
   size REST needs at most 25 requests and no job has to be queued, polled and cleaned up.
 
 :class:`BulkRecords` shapes each CSV row like the REST API's JSON record, so both paths end in
-:func:`pipelines.snapshot_rows.rest_row` and give the same gold rows. The object's describe
+:func:`pipelines.snapshot_rows.rest_row` and give the same gold rows. A reader that stores the
+records' JSON as it is (a poll) reads :meth:`WholeRead.payloads` instead: Arrow tables of
+:data:`PAYLOAD_SCHEMA`, written straight from each CSV result set's columns for a Bulk read
+(no record passes through Python one at a time), and from the records for a REST read; a
+payload is the same text either way as ``json.dumps(record, separators=(",", ":"),
+ensure_ascii=False)`` of the record :meth:`BulkRecords.query_all` yields. The object's describe
 says how: a Bulk job cannot return an Address or Location compound field, so its parts are
 selected instead (the describe's ``compoundFieldName`` lists them) and nested again under the
 compound's name with the REST API's lower-camel keys (``BillingCity`` -> ``BillingAddress.city``);
@@ -23,22 +28,30 @@ else as text; an empty CSV value is null, as Salesforce stores no empty text).
 
 from __future__ import annotations
 
+import csv
+import json
 import logging
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from ingest.bulk import BulkQueryClient, typed_value
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+
+from ingest.bulk import BulkQueryClient, ResultSet, typed_value
 from ingest.errors import RestError
 
 __all__ = [
     "BULK_THRESHOLD",
+    "PAYLOAD_SCHEMA",
     "Api",
     "BulkRecords",
     "RecordReader",
     "SnapshotSource",
     "WholeRead",
+    "record_payloads",
 ]
 
 _log = logging.getLogger(__name__)
@@ -54,6 +67,22 @@ _SELECT = re.compile(
 _COMPOUND_TYPES = frozenset({"address", "location"})
 # Describe types whose CSV text typed_value converts (booleans and numbers).
 _TYPED = frozenset({"boolean", "int", "long", "double", "currency", "percent"})
+_MODSTAMP = "SystemModstamp"
+# Records as a poll stores them: id, SystemModstamp as the API wrote it, IsDeleted (false when
+# not selected), and the record's REST-shaped JSON.
+PAYLOAD_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string()),
+        pa.field("modstamp", pa.string()),
+        pa.field("is_deleted", pa.bool_(), nullable=False),
+        pa.field("payload", pa.string(), nullable=False),
+    ]
+)
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# The bytes of UTF-8 text json.dumps writes as they are (all but a quote, a backslash and the
+# control characters).
+_WRITTEN_AS_IS = bytes(b for b in range(0x100) if b >= 0x20 and b not in b'"\\')
+_escaped: Callable[[str], str] = json.encoder.encode_basestring
 
 
 class RecordReader(Protocol):
@@ -200,6 +229,186 @@ class BulkRecords:
                 record[compound] = children if has_value else None
             yield record
 
+    def payloads(self, soql: str) -> Iterator[pa.Table]:
+        """Every record ``soql`` selects, deleted ones included, as :data:`PAYLOAD_SCHEMA`
+        tables, one per set of results: each payload is the JSON of the record
+        :meth:`query_all` yields, written column by column."""
+        bulk_soql, columns = self.plan(soql)
+        entity = _SELECT.match(soql).group("object")  # type: ignore[union-attr]
+        header: list[str] | None = None
+        for result in self.bulk.record_sets(bulk_soql, operation="queryAll"):
+            table = _csv_table(result)
+            if header is None:
+                header = table.column_names
+            elif table.column_names != header:
+                raise result.malformed(
+                    f"has the columns {table.column_names}, the first set had {header}"
+                )
+            if result.records is not None and result.records != table.num_rows:
+                raise result.cut_short(table.num_rows)
+            yield _payload_table(table, entity, columns)
+
+
+def _csv_table(result: ResultSet) -> pa.Table:
+    """A set of results as a table of its columns: every value text, an empty one null (as
+    :meth:`~ingest.bulk.BulkQueryClient.results` reads them)."""
+    first_line = result.content.split(b"\n", 1)[0].rstrip(b"\r")
+    if not first_line:
+        raise result.malformed("has no header row")
+    names = next(csv.reader([first_line.decode("utf-8", errors="replace")]))
+    try:
+        return pa_csv.read_csv(
+            pa.py_buffer(result.content),
+            parse_options=pa_csv.ParseOptions(delimiter=",", newlines_in_values=True),
+            convert_options=pa_csv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.string()),
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=True,
+            ),
+        )
+    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+        raise result.malformed(f"cannot be read as CSV ({str(exc)[:300]})") from None
+
+
+def _payload_table(table: pa.Table, entity: str, columns: list[_Column]) -> pa.Table:
+    rows = table.num_rows
+
+    def raw(name: str) -> pa.Array:
+        if name not in table.column_names:
+            return pa.nulls(rows, pa.string())
+        return table.column(name).combine_chunks()
+
+    ids = raw("Id")
+
+    def as_json(column: _Column) -> pa.Array:
+        values = raw(column.name)
+        if column.sf_type in _TYPED:
+            return _json_typed(values, column.sf_type, column.name, entity=entity, ids=ids)
+        return _json_text(values)
+
+    # The record's keys in the order query_all sets them: attributes, text fields, typed
+    # fields, compounds (each part under its key).
+    pieces: list[str | pa.Array] = ['{"attributes":' + _JSON.encode({"type": entity})]
+    for column in [c for c in columns if c.compound is None and c.sf_type not in _TYPED] + [
+        c for c in columns if c.compound is None and c.sf_type in _TYPED
+    ]:
+        pieces += [f",{_JSON.encode(column.name)}:", pc.fill_null(as_json(column), "null")]
+    for compound in dict.fromkeys(c.compound for c in columns if c.compound is not None):
+        parts = [c for c in columns if c.compound == compound]
+        nested: list[str | pa.Array] = []
+        for position, part in enumerate(parts):
+            nested += [
+                ("{" if position == 0 else ",") + f"{_JSON.encode(part.key)}:",
+                pc.fill_null(as_json(part), "null"),
+            ]
+        every_part_null = pc.is_null(raw(parts[0].name))
+        for part in parts[1:]:
+            every_part_null = pc.and_(every_part_null, pc.is_null(raw(part.name)))
+        # The REST API writes a compound whose parts are all empty as null.
+        pieces += [
+            f",{_JSON.encode(compound)}:",
+            pc.if_else(every_part_null, "null", _joined([*nested, "}"], rows)),
+        ]
+    pieces.append("}")
+    deleted = raw("IsDeleted")
+    return pa.Table.from_arrays(
+        [
+            ids,
+            raw(_MODSTAMP),
+            pc.fill_null(pc.equal(pc.utf8_lower(deleted), "true"), False),
+            _joined(pieces, rows),
+        ],
+        schema=PAYLOAD_SCHEMA,
+    )
+
+
+def _joined(pieces: list[str | pa.Array], rows: int) -> pa.Array:
+    """Row by row, the concatenation of ``pieces`` (text repeated on every row, or arrays)."""
+    merged: list[str | pa.Array] = []
+    for piece in pieces:
+        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += piece
+        else:
+            merged.append(piece)
+    if not any(isinstance(p, pa.Array) for p in merged):
+        merged.insert(0, pa.array([""] * rows, pa.string()))
+    joined = pc.binary_join_element_wise(*merged, "")
+    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
+
+
+def _json_text(values: pa.Array) -> pa.Array:
+    """Text values as JSON strings, escaped as ``json.dumps`` escapes them (``ensure_ascii``
+    off); nulls stay null."""
+    if values.null_count == len(values):
+        return values
+    # What needs escaping, read off the column's UTF-8 bytes at once (a multi-byte character
+    # has no byte below 0x80, so each such byte is the character it stands for).
+    data = values.buffers()[2]
+    present = (
+        set(memoryview(data).tobytes().translate(None, _WRITTEN_AS_IS).decode())
+        if data is not None
+        else set()
+    )
+    # The backslash first: the other escapes add backslashes.
+    for char in sorted(present, key=lambda c: c != "\\"):
+        values = pc.replace_substring(values, char, _escaped(char)[1:-1])
+    return pc.binary_join_element_wise('"', values, '"', "")
+
+
+def _json_typed(
+    values: pa.Array, sf_type: str, name: str, *, entity: str, ids: pa.Array
+) -> pa.Array:
+    """Booleans and numbers as JSON, read by :func:`typed_value` (each distinct text once)."""
+    if values.null_count == len(values):
+        return values.cast(pa.string())
+    if sf_type == "boolean":
+        lower = pc.utf8_lower(values)
+        if pc.all(pc.is_in(lower.drop_null(), pa.array(["true", "false"]))).as_py() is not False:
+            return lower
+    written: dict[str, str] = {}
+    out: list[str | None] = []
+    for position, text in enumerate(values.to_pylist()):
+        if text is None:
+            out.append(None)
+            continue
+        json_text = written.get(text)
+        if json_text is None:
+            try:
+                json_text = written[text] = _JSON.encode(typed_value(text, sf_type, where=name))
+            except ValueError as exc:
+                raise RestError(
+                    f"Bulk value of {entity} record {ids[position].as_py() or '?'}: {exc}"
+                ) from None
+        out.append(json_text)
+    return pa.array(out, pa.string())
+
+
+def record_payloads(records: Iterable[Mapping[str, Any]], rows: int = 10_000) -> Iterator[pa.Table]:
+    """``records`` (REST-shaped) as :data:`PAYLOAD_SCHEMA` tables of up to ``rows`` rows."""
+    ids: list[str | None] = []
+    stamps: list[str | None] = []
+    deleted: list[bool] = []
+    payloads: list[str] = []
+
+    def table() -> pa.Table:
+        return pa.Table.from_pydict(
+            {"id": ids, "modstamp": stamps, "is_deleted": deleted, "payload": payloads},
+            schema=PAYLOAD_SCHEMA,
+        )
+
+    for record in records:
+        record_id, stamp = record.get("Id"), record.get(_MODSTAMP)
+        ids.append(record_id if isinstance(record_id, str) else None)
+        stamps.append(None if stamp is None else str(stamp))
+        deleted.append(bool(record.get("IsDeleted")))
+        payloads.append(_JSON.encode(record))
+        if len(ids) >= rows:
+            yield table()
+            ids, stamps, deleted, payloads = [], [], [], []
+    if ids:
+        yield table()
+
 
 @dataclass
 class WholeRead:
@@ -209,6 +418,15 @@ class WholeRead:
     records: Iterator[dict[str, Any]]
     api: Literal["rest", "bulk"]
     total: int | None
+    # A Bulk read's own way to PAYLOAD_SCHEMA tables (None: from the records).
+    bulk_payloads: Callable[[], Iterator[pa.Table]] | None = None
+
+    def payloads(self) -> Iterator[pa.Table]:
+        """The records as :data:`PAYLOAD_SCHEMA` tables (read these or ``records``, not
+        both)."""
+        if self.bulk_payloads is not None:
+            return self.bulk_payloads()
+        return record_payloads(self.records)
 
 
 class SnapshotSource:
@@ -269,7 +487,9 @@ class SnapshotSource:
                     total,
                     self.bulk_threshold,
                 )
-            return WholeRead(self.bulk.query_all(soql), "bulk", total)
+            bulk = self.bulk
+            payloads = (lambda: bulk.payloads(soql)) if isinstance(bulk, BulkRecords) else None
+            return WholeRead(bulk.query_all(soql), "bulk", total, payloads)
         if self.api == "auto":
             self._log.info(
                 "%s: %s records (< %d): reading them over REST", entity, total, self.bulk_threshold

@@ -42,6 +42,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest.errors import ConfigError, RestError
 from pipelines.engines.base import LakeEngine, TableRef, Txn
@@ -61,7 +62,7 @@ from pipelines.polled.tables import (
     polled_table,
     stored_describes,
 )
-from pipelines.snapshot_read import RecordReader, SnapshotSource
+from pipelines.snapshot_read import PAYLOAD_SCHEMA, RecordReader, SnapshotSource
 from pipelines.snapshot_rows import snapshot_soql
 from pipelines.spec import Conf, ObjectSpec
 
@@ -69,6 +70,7 @@ __all__ = ["DescribingReader", "PollResult", "due", "poll_objects", "poll_soql",
 
 _log = logging.getLogger(__name__)
 _UTC = timezone.utc
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 class DescribingReader(RecordReader, Protocol):
@@ -146,6 +148,24 @@ def _stamp(value: Any, where: str) -> datetime:
         ) from None
 
 
+def _stamps(texts: pa.Array, ids: pa.Array, entity: str) -> pa.Array:
+    """The records' SystemModstamps (as :func:`_stamp` reads each) as UTC timestamps."""
+    try:
+        if texts.null_count == 0:
+            moments = pc.utf8_slice_codeunits(texts, 0, 23).cast(pa.timestamp("us"))
+            return moments.cast(_TIMESTAMP)
+    except pa.ArrowInvalid:
+        pass
+    # One does not read (or is missing): name the first such record.
+    return pa.array(
+        [
+            _stamp(text, f"poll of {entity}, record {record_id}")
+            for text, record_id in zip(texts.to_pylist(), ids.to_pylist(), strict=True)
+        ],
+        _TIMESTAMP,
+    )
+
+
 def poll_objects(
     engine: LakeEngine,
     conf: Conf,
@@ -210,19 +230,17 @@ def _poll(
     )
     read = source.whole(soql, entity, where=where)
     batch = (state.batch_id or 0) + 1
-    ids: list[str] = []
-    stamps: list[datetime] = []
-    deleted: list[bool] = []
-    payloads: list[str] = []
-    for record in read.records:
-        record_id = record.get("Id")
-        if not isinstance(record_id, str) or not record_id:
-            raise RestError(f"poll of {entity}: a record without an Id ({str(record)[:200]})")
-        ids.append(record_id)
-        stamps.append(_stamp(record.get(MODSTAMP), f"poll of {entity}, record {record_id}"))
-        deleted.append(bool(record.get("IsDeleted")))
-        payloads.append(json.dumps(record, separators=(",", ":"), ensure_ascii=False))
-    newest = max(stamps, default=None)
+    tables = list(read.payloads())
+    records = pa.concat_tables(tables) if tables else PAYLOAD_SCHEMA.empty_table()
+    ids = records.column("id").combine_chunks()
+    without_id = pc.fill_null(pc.equal(ids, ""), True)
+    if pc.any(without_id).as_py():
+        first = pc.index(without_id, True).as_py()
+        payload = records.column("payload")[first].as_py()
+        raise RestError(f"poll of {entity}: a record without an Id ({payload[:200]})")
+    stamps = _stamps(records.column("modstamp").combine_chunks(), ids, entity)
+    deleted = records.column("is_deleted").combine_chunks()
+    newest = pc.max(stamps).as_py()
     watermark = state.watermark
     if watermark is not None and watermark.tzinfo is None:
         watermark = watermark.replace(tzinfo=_UTC)
@@ -233,7 +251,7 @@ def _poll(
         ids=ids,
         stamps=stamps,
         deleted=deleted,
-        payloads=payloads,
+        payloads=records.column("payload").combine_chunks(),
         fingerprint=fingerprint,
         api=read.api,
         polled_at=polled_at,
@@ -265,7 +283,7 @@ def _poll(
                 duration_seconds=seconds,
             )
         )
-    count_deleted = sum(deleted)
+    count_deleted = pc.sum(deleted).as_py() or 0
     _log.info(
         "poll: %s <- %s batch %d: %d records (%d in the Recycle Bin) %s over %s, watermark %s "
         "(%.1f s)",
@@ -298,10 +316,10 @@ def _poll(
 def _commit_rows(
     *,
     describe: tuple[str, Mapping[str, Any]] | None,
-    ids: list[str],
-    stamps: list[datetime],
-    deleted: list[bool],
-    payloads: list[str],
+    ids: pa.Array,
+    stamps: pa.Array,
+    deleted: pa.Array,
+    payloads: pa.Array,
     fingerprint: str,
     api: str,
     polled_at: datetime,
@@ -313,28 +331,34 @@ def _commit_rows(
     n = len(ids)
     head = 1 if describe is not None else 0
     total = head + n + 1
-    kinds = ["describe"] * head + ["record"] * n + ["watermark"]
-    none = [None]
-    columns: dict[str, list[Any]] = {
-        "kind": kinds,
-        "record_id": none * head + ids + none,
-        "system_modstamp": none * head + stamps + none,
-        "is_deleted": none * head + deleted + none,
-        "payload": (
-            [json.dumps(describe[1], separators=(",", ":"), ensure_ascii=False)]
-            if describe is not None
-            else []
-        )
-        + payloads
-        + none,
+
+    def framed(records: pa.Array, first: Any = None) -> pa.Array:
+        # The records' values between the describe row's (if any) and the watermark row's.
+        kind = records.type
+        return pa.concat_arrays([pa.array([first] * head, kind), records, pa.array([None], kind)])
+
+    described = (
+        json.dumps(describe[1], separators=(",", ":"), ensure_ascii=False) if describe else None
+    )
+    columns: dict[str, Any] = {
+        "kind": ["describe"] * head + ["record"] * n + ["watermark"],
+        "record_id": framed(ids),
+        "system_modstamp": framed(stamps),
+        "is_deleted": framed(deleted),
+        "payload": framed(payloads, described),
         "fingerprint": [fingerprint] * total,
         "api": [api] * total,
         "polled_at": [polled_at] * total,
         "batch_id": [batch] * total,
         "batch_seq": list(range(total)),
-        "watermark": none * (total - 1) + [watermark],
-        "since": none * (total - 1) + [since],
-        "records": none * (total - 1) + [n],
+        "watermark": [None] * (total - 1) + [watermark],
+        "since": [None] * (total - 1) + [since],
+        "records": [None] * (total - 1) + [n],
     }
-    arrays = [pa.array(columns[f.name], f.type) for f in POLLED_SCHEMA]
+    arrays = [
+        columns[f.name]
+        if isinstance(columns[f.name], pa.Array)
+        else pa.array(columns[f.name], f.type)
+        for f in POLLED_SCHEMA
+    ]
     return pa.Table.from_arrays(arrays, schema=POLLED_SCHEMA)

@@ -108,10 +108,10 @@ def _bronze(records: list[dict[str, Any]], *, batch: int = 1) -> pa.Table:
     stamp = T0 + timedelta(seconds=5)
     return _commit_rows(
         describe=(describe_fingerprint(DESCRIBE), DESCRIBE),
-        ids=[r["Id"] for r in records],
-        stamps=[stamp] * len(records),
-        deleted=[bool(r["IsDeleted"]) for r in records],
-        payloads=[json.dumps(r) for r in records],
+        ids=pa.array([r["Id"] for r in records], pa.string()),
+        stamps=pa.array([stamp] * len(records), pa.timestamp("us", tz="UTC")),
+        deleted=pa.array([bool(r["IsDeleted"]) for r in records]),
+        payloads=pa.array([json.dumps(r) for r in records]),
         fingerprint=describe_fingerprint(DESCRIBE),
         api="rest",
         polled_at=T0,
