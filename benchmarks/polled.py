@@ -17,7 +17,9 @@ the repository root::
 
     PYTHONPATH=. python benchmarks/polled.py [--records 100000] [--api bulk|rest]
 
-The last lines print both rates and ``polled / events: N.NNx``.
+The last lines print both rates and ``polled / events: N.NNx``; for a Bulk read also the time
+the emulator spent running the job (the job's ``totalProcessingTime``: work Salesforce does on
+its servers, done here in this process on the same CPU) and the ratio without it.
 """
 
 from __future__ import annotations
@@ -138,6 +140,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 (result,) = poll_objects(engine, conf, rest=rest, bulk=bulk, force=True)
                 poll_seconds = time.perf_counter() - t0
+                job = bulk.bulk.last_job if result.api == "bulk" else None
+                server_seconds = (job.processing_ms or 0) / 1000 if job is not None else 0.0
             stored = engine.read_arrow(
                 polled_table(conf.object(entity)), columns=["kind"], where=[("kind", "=", "record")]
             )
@@ -158,9 +162,23 @@ def main() -> None:
         f"polled landing (first poll over {'the Bulk API' if result.api == 'bulk' else 'REST'}): "
         f"{records:,} records in {poll_seconds:6.1f} s = {poll_rate:9,.0f} records/s"
     )
+    if server_seconds:
+        # The emulator runs the job in this process, on the same CPU, inside a status request;
+        # Salesforce runs it on its own servers (the event baseline's emulator encoded its
+        # events before the clock started).
+        client_seconds = poll_seconds - server_seconds
+        print(
+            f"  of which the emulator running the Bulk job (Salesforce's side, its "
+            f"totalProcessingTime): {server_seconds:.1f} s; sfcdc's own part: {client_seconds:.1f} "
+            f"s = {records / client_seconds:9,.0f} records/s"
+        )
     ratio = poll_rate / event_rate
     verdict = "meets" if ratio >= TARGET else "misses"
     print(f"polled / events: {ratio:.2f}x ({verdict} the target >= {TARGET:.2f}x)")
+    if server_seconds:
+        own = records / client_seconds / event_rate
+        verdict = "meets" if own >= TARGET else "misses"
+        print(f"polled / events without the emulator's job time: {own:.2f}x ({verdict} the target)")
 
 
 if __name__ == "__main__":

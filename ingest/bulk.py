@@ -14,9 +14,10 @@ A query job runs a SOQL query on Salesforce's side and keeps its results as CSV 
 
 :class:`BulkQueryClient` yields the records as dicts of column name to CSV text, ``None`` for an
 empty value: Salesforce stores no empty text, so an empty CSV field is a null whether or not it
-was quoted. :meth:`BulkQueryClient.record_sets` yields the sets as served instead
-(:class:`ResultSet`), for a caller that parses large ones column by column. What the values mean (numbers, booleans, dates) is the caller's to decide, from the
-object's describe (:func:`typed_value` reads the common types).
+was quoted. What the values mean (numbers, booleans, dates) is the caller's to decide, from the
+object's describe (:func:`typed_value` reads the common types). :meth:`BulkQueryClient.record_sets`
+yields the sets as served instead (:class:`ResultSet`), for a caller that parses large ones
+column by column.
 
 Requests go through :meth:`ingest.rest.RestClient.send`: the same token, refresh, retries and
 TLS verification as every REST call. Failures are :class:`~ingest.errors.BulkJobError` (a job
