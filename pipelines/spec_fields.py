@@ -45,6 +45,7 @@ __all__ = [
     "ScopeRef",
     "SecretRef",
     "discriminated",
+    "has_scheme",
     "iter_models",
     "join",
     "meta",
@@ -417,16 +418,25 @@ def _check_string(value: str, path: str, ctx: Problems, meta: Mapping[str, Any])
     return value
 
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")
+
+
+def has_scheme(location: str) -> bool:
+    """Whether ``location`` is a URI (``s3://b/p``, ``dbfs:/p``, ``file:/p``) rather than a
+    path; a Windows drive letter (``C:``) is a path."""
+    return _SCHEME.match(location) is not None
+
+
 def resolve_paths(instance: Any, base_dir: Path) -> Any:
     """``instance`` with every relative ``path`` field (at any depth) made absolute against
-    ``base_dir``; URIs (``s3://...``) and absolute paths are kept."""
+    ``base_dir``; URIs (``s3://...``, ``dbfs:/...``) and absolute paths are kept."""
     if not dataclasses.is_dataclass(instance) or isinstance(instance, type):
         return instance
     changes: dict[str, Any] = {}
     for f in dataclasses.fields(instance):
         value = getattr(instance, f.name)
         if f.metadata.get("path") and isinstance(value, str):
-            if "://" not in value and not Path(value).expanduser().is_absolute():
+            if not has_scheme(value) and not Path(value).expanduser().is_absolute():
                 changes[f.name] = str((base_dir / Path(value).expanduser()).resolve())
             elif value.startswith("~"):
                 changes[f.name] = str(Path(value).expanduser())

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ingest.auth import SecretRef
 from pipelines.spec_connection import API_VERSION_PATTERN, ConnectionSpec
 from pipelines.spec_fields import meta
 from pipelines.spec_sections import (
@@ -50,6 +51,7 @@ __all__ = [
     "ReconcileSpec",
     "RetrySpec",
     "SchemasSpec",
+    "StorageSpec",
     "StreamingApiSpec",
     "TablesSpec",
     "TopicInfo",
@@ -138,6 +140,48 @@ class SchemasSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StorageSpec:
+    """How the local engine reaches a lake.location on object storage (s3://, abfss://, az://,
+    gs://): what delta-rs is given to connect. Credentials are secret references; left out,
+    delta-rs looks for them where the provider's SDKs do (environment, instance identity)."""
+
+    endpoint: str | None = field(
+        default=None,
+        metadata=meta(
+            "URL of the storage service when it is not the provider's own: an S3-compatible "
+            "server, or the blob endpoint of Azurite or an Azure account "
+            "(http://127.0.0.1:10000/devstoreaccount1).",
+            pattern=r"^https?://\S+$",
+            hint="an http:// or https:// URL",
+        ),
+    )
+    region: str | None = field(default=None, metadata=meta("S3: the bucket's region."))
+    allow_http: bool = field(
+        default=False,
+        metadata=meta("Allow a plain-HTTP endpoint (a storage server on this machine)."),
+    )
+    access_key_id: SecretRef | None = field(default=None, metadata=meta("S3: the access key id."))
+    secret_access_key: SecretRef | None = field(
+        default=None, metadata=meta("S3: the secret access key.")
+    )
+    session_token: SecretRef | None = field(
+        default=None, metadata=meta("S3: the session token of temporary credentials.")
+    )
+    account_name: str | None = field(
+        default=None, metadata=meta("Azure: the storage account's name.")
+    )
+    account_key: SecretRef | None = field(
+        default=None, metadata=meta("Azure: a key of the storage account.")
+    )
+    sas_token: SecretRef | None = field(
+        default=None, metadata=meta("Azure: a shared access signature instead of a key.")
+    )
+    service_account_key: SecretRef | None = field(
+        default=None, metadata=meta("GCS: the service account's JSON key.")
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class LakeSpec:
     """Where and how Delta tables are written."""
 
@@ -154,9 +198,25 @@ class LakeSpec:
         metadata=meta(
             "Root directory of the tables (<location>/<layer>/<table>): the local engine's, and "
             "the spark engine's when no catalog is set; relative paths are resolved against the "
-            "directory that contains conf/.",
+            "directory that contains conf/. The local engine also takes object storage "
+            "(s3://bucket/lake, abfss://container@account.dfs.core.windows.net/lake, "
+            "az://container/lake, gs://bucket/lake; see lake.storage), the spark engine any "
+            "location Spark reads (dbfs:/..., /Volumes/...).",
             path=True,
         ),
+    )
+    direct_writes: bool = field(
+        default=True,
+        metadata=meta(
+            "Let the local engine commit appends and its MERGE itself (a constant cost per "
+            "commit, however long the log): only on a local file system where a probe shows "
+            "that hard links and put-if-absent work, else (FUSE mounts, object storage) and on "
+            "any link error through delta-rs; false: every commit through delta-rs."
+        ),
+    )
+    storage: StorageSpec = field(
+        default_factory=StorageSpec,
+        metadata=meta("Object storage settings for the local engine (s3://, az://, gs://)."),
     )
     catalog: str | None = field(
         default=None,

@@ -59,6 +59,8 @@ class LocalReads:
         def _to_arrow(data: Any) -> pa.Table: ...
 
     def _reads_natively(self, dt: DeltaTable) -> bool:
+        if not dt.table_uri.startswith("file:") and "://" in dt.table_uri:
+            return False  # object storage: delta-rs reads it
         protocol = dt.protocol()
         features = set(protocol.reader_features or ())
         mapping = dt.metadata().configuration.get("delta.columnMapping.mode", "none")

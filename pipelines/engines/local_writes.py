@@ -44,7 +44,7 @@ from pipelines.engines.base import (
     txn_applied,
     updated_columns,
 )
-from pipelines.engines.deltalog import DirectAppender, StaleTable
+from pipelines.engines.deltalog import DirectAppender, DirectWritesUnavailable, StaleTable
 from pipelines.engines.direct_merge import DirectMerger
 
 __all__ = ["LocalWrites"]
@@ -75,6 +75,8 @@ class LocalWrites:
             self, action: str, table: TableRef
         ) -> contextlib.AbstractContextManager[None]: ...
         def _after_write(self, table: TableRef) -> None: ...
+        def _direct_allowed(self) -> bool: ...
+        def _direct_failed(self, exc: Exception) -> None: ...
         def ensure_table(
             self,
             table: TableRef,
@@ -199,11 +201,16 @@ class LocalWrites:
         """The parts committed by :class:`~pipelines.engines.deltalog.DirectAppender` when it
         takes them (they have the table's exact schema and the table a plain protocol);
         ``None`` when they must go through delta-rs."""
+        if not self._direct_allowed():
+            return None
         if not all(self._direct.accepts(table, data.schema) for data, _ in parts):
             return None
         try:
             results = self._direct.append_parts(table, parts, metadata=metadata, layout=layout)
         except StaleTable:
+            return None
+        except DirectWritesUnavailable as exc:
+            self._direct_failed(exc)
             return None
         if any(r.version is not None and not r.skipped for r in results):
             self._after_write(table)
@@ -290,17 +297,24 @@ class LocalWrites:
             # would let this commit remove files a compaction has already replaced.
             dt.update_incremental()
             before = dt.version()
-            plan = DirectMerger.plan(
-                dt,
-                arrow,
-                on=keys,
-                update_condition=update_condition,
-                delete_condition=delete_condition,
-                insert=insert,
+            plan = (
+                DirectMerger.plan(
+                    dt,
+                    arrow,
+                    on=keys,
+                    update_condition=update_condition,
+                    delete_condition=delete_condition,
+                    insert=insert,
+                )
+                if self._direct_allowed()
+                else None
             )
-            direct = (
-                None if plan is None else self._merger.merge(dt, plan, txn=txn, metadata=metadata)
-            )
+            direct = None
+            if plan is not None:
+                try:
+                    direct = self._merger.merge(dt, plan, txn=txn, metadata=metadata)
+                except DirectWritesUnavailable as exc:
+                    self._direct_failed(exc)
             reported: Mapping[str, Any]
             if direct is not None:
                 reported = direct

@@ -62,6 +62,7 @@ from pipelines.engines.sql import (
 )
 from pipelines.engines.writable import check_writable
 from pipelines.spec import LakeSpec, SchemasSpec
+from pipelines.spec_fields import has_scheme
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -511,8 +512,10 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
 
 
 def _absolute(location: str | Path | None) -> str:
+    # A URI (s3://, abfss://, dbfs:/, file:/) is Spark's to resolve; /Volumes/... and other
+    # paths are made absolute, which leaves an absolute one as it is.
     text = str(location)
-    if "://" in text:
+    if has_scheme(text):
         return text.rstrip("/")
     return str(Path(text).expanduser().absolute())
 

@@ -1,7 +1,10 @@
 """How the ``spark`` engine manages its tables: creating them and adding columns and
 properties, their history, and their upkeep -- OPTIMIZE, VACUUM, log checkpoints and log
 cleanup. Log checkpoints (and the application transactions the writes check) go through
-Delta's log classes on the JVM, where the session reaches them.
+Delta's log classes on the JVM, where the session reaches them. Log cleanup is Delta's own:
+sfcdc sets the table's ``delta.logRetentionDuration`` to its retention, and Delta deletes the
+expired entries after each checkpoint (whole days: Delta keeps every entry of the day the
+retention ends in).
 
 :class:`SparkTablesMixin` is part of :class:`~pipelines.engines.spark.SparkEngine`.
 """
@@ -11,7 +14,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +30,9 @@ from pipelines.engines.spark_sql import (
     metric_int,
     set_properties_sql,
 )
+from pipelines.spec_fields import has_scheme
+
+LOG_RETENTION_PROPERTY = "delta.logRetentionDuration"
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -169,10 +174,21 @@ class SparkTablesMixin:
                 if before is not None and local_dir is not None:
                     vacuumed = max(0, before - _data_files(local_dir))
             if checkpoint:
-                checkpoint_version = self._checkpoint(table)
                 if log_hours is not None:
-                    expired = self._expire_log(table, local_dir, log_hours, log_from_version)
+                    self._keep_log(table, log_hours)
+                before_log = _log_files(local_dir) if local_dir is not None else None
+                checkpoint_version = self._checkpoint(table)
+                if before_log is not None and local_dir is not None:
+                    expired = max(0, before_log - _log_files(local_dir))
+        del log_from_version  # Delta keeps every entry of the last day (module notes)
         return MaintenanceResult(table, removed, added, checkpoint_version, vacuumed, expired)
+
+    def _keep_log(self, table: TableRef, hours: float) -> None:
+        """Have Delta keep the table's log entries ``hours`` (whole seconds, at least one): a
+        commit when the value changes."""
+        wanted = f"interval {max(1, math.ceil(hours * 3600))} seconds"
+        if self.properties(table).get(LOG_RETENTION_PROPERTY) != wanted:
+            self._sql(set_properties_sql(self._ident(table), {LOG_RETENTION_PROPERTY: wanted}))
 
     def _local_dir(self, table: TableRef) -> Path | None:
         """The table's directory when it is on this machine's disk (location mode)."""
@@ -181,34 +197,7 @@ class SparkTablesMixin:
         path = self.path(table)
         if path.startswith("file:"):
             path = path.removeprefix("file:")
-        return Path(path) if "://" not in path else None
-
-    def _expire_log(
-        self,
-        table: TableRef,
-        local_dir: Path | None,
-        log_hours: float,
-        keep: int | None,
-    ) -> int | None:
-        """Log cleanup with a retention of its own, where the log is on this machine's disk;
-        elsewhere Delta Spark cleans up after checkpoints per delta.logRetentionDuration."""
-        if local_dir is None:
-            _log.warning(
-                "%s: log cleanup after %.1f h is only done for tables on a local disk; Delta "
-                "Spark removes this table's log entries after delta.logRetentionDuration",
-                table,
-                log_hours,
-            )
-            return None
-        try:
-            # delta-rs' package: the spark extra may not have it.
-            from pipelines.engines.deltalog import expire_log
-        except ImportError as exc:
-            _log.warning("%s: no log cleanup (%s)", table, exc)
-            return None
-        return expire_log(
-            local_dir / "_delta_log", older_than=time.time() - log_hours * 3600, keep_version=keep
-        )
+        return None if has_scheme(path) else Path(path)
 
     def _checkpoint(self, table: TableRef) -> int | None:
         """Write a log checkpoint of the latest version now (Delta Spark also writes one
@@ -256,3 +245,16 @@ def _data_files(directory: Path) -> int:
         dirs[:] = [d for d in dirs if d != "_delta_log"]
         count += sum(1 for f in files if not f.startswith((".", "_")) and f.endswith(".parquet"))
     return count
+
+
+def _log_files(directory: Path) -> int:
+    """Commit and checkpoint files in a table directory's ``_delta_log``."""
+    log = directory / "_delta_log"
+    if not log.is_dir():
+        return 0
+    return sum(
+        1
+        for entry in log.iterdir()
+        if not entry.name.startswith(".")
+        and (entry.name.endswith(".json") or ".checkpoint." in entry.name)
+    )
