@@ -728,10 +728,11 @@ class DirectAppender:
         rows = sum(data.num_rows for _, data, _ in keep)
         if not keep or (rows == 0 and not txns):
             return results
-        data = pa.concat_tables([d.cast(state.schema) for _, d, _ in keep])
-        nulls = nested_nulls(data, state.schema)
+        # Checked before the cast, which cannot hold a null in a non-nullable field.
+        nulls = sorted({n for _, d, _ in keep for n in nested_nulls(d, state.schema)})
         if nulls:
             raise LakeError(f"{table}: nulls in NOT NULL columns {nulls}; nothing was written")
+        data = pa.concat_tables([d.cast(state.schema) for _, d, _ in keep])
         version = self._commit(table, state, data, txns=txns, metadata=metadata, layout=layout)
         assert state.applied is not None
         for txn in txns:
