@@ -59,6 +59,35 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
+# ----------------------------------------------------------------------- object storage
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One S3-compatible server (moto) per test session, on loopback."""
+    from tests.object_storage import start_s3
+
+    yield from start_s3(tmp_path_factory.mktemp("s3"))
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Azurite blob service per test session, on loopback."""
+    from tests.object_storage import start_azurite
+
+    yield from start_azurite(tmp_path_factory.mktemp("azurite"))
+
+
+@pytest.fixture(params=["s3", "azure"])
+def object_lake(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fresh lake folder on each object store (the local engine's lake there); the store's
+    credentials are in this process's environment, where the lake's YAML references them."""
+    server = request.getfixturevalue("s3_server" if request.param == "s3" else "azurite")
+    for key, value in server.env.items():
+        monkeypatch.setenv(key, value)
+    return server.lake()
+
+
 # ------------------------------------------------------------------------- lake engines
 
 ENGINE_NAMES = ("local", "spark")
