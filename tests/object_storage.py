@@ -87,12 +87,9 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes], what: str) -> No
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
+    # A test's store: nothing in it outlives the session.
+    process.kill()
+    process.wait(timeout=30)
 
 
 def start_s3(tmp: Path) -> Iterator[ObjectServer]:

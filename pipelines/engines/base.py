@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,8 +36,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CDF_PROPERTY",
+    "DEFAULT_LOG_HOURS",
     "DEFAULT_PROPERTIES",
+    "DEFAULT_TOMBSTONE_HOURS",
     "LAYERS",
+    "LOG_RETENTION_PROPERTY",
     "TOMBSTONE_PROPERTY",
     "TXN_APP_ID_KEY",
     "TXN_VERSION_KEY",
@@ -58,6 +62,7 @@ __all__ = [
     "concurrent_write",
     "decode_user_metadata",
     "encode_user_metadata",
+    "interval_hours",
     "merge_keys",
     "txn_applied",
     "updated_columns",
@@ -76,6 +81,35 @@ CDF_PROPERTY = "delta.enableChangeDataFeed"
 DEFAULT_PROPERTIES: Mapping[str, str] = {CDF_PROPERTY: "true"}
 # How long checkpoints keep the tombstones of removed files (Delta's default: a week).
 TOMBSTONE_PROPERTY = "delta.deletedFileRetentionDuration"
+# How long the log keeps its entries (Delta's default: 30 days); never less than the above.
+LOG_RETENTION_PROPERTY = "delta.logRetentionDuration"
+DEFAULT_TOMBSTONE_HOURS = 168.0
+DEFAULT_LOG_HOURS = 720.0
+_INTERVAL = re.compile(
+    r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*"
+    r"(nanoseconds?|microseconds?|milliseconds?|seconds?|minutes?|hours?|days?|weeks?)\s*$",
+    re.IGNORECASE,
+)
+_UNIT_HOURS = {
+    "nanosecond": 1 / 3.6e12,
+    "microsecond": 1 / 3.6e9,
+    "millisecond": 1 / 3.6e6,
+    "second": 1 / 3600,
+    "minute": 1 / 60,
+    "hour": 1.0,
+    "day": 24.0,
+    "week": 168.0,
+}
+
+
+def interval_hours(text: str | None, default: float) -> float:
+    """Hours of a Delta interval property (``interval 7 days``, ``1 hours``); ``default``
+    when it is not set or not understood."""
+    match = _INTERVAL.match(text or "")
+    if match is None:
+        return default
+    return float(match.group(1)) * _UNIT_HOURS[match.group(2).lower().removesuffix("s")]
+
 
 Rows = Any
 """Rows an engine holds: a ``pyarrow.Table`` in the local engine, a DataFrame in the spark

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from deltalake import DeltaTable, Schema
 from deltalake.exceptions import DeltaError
 from pyspark.sql.types import StructType
@@ -139,6 +140,7 @@ class LocalEngine(LocalReads, LocalWrites):
         self.default_properties = dict(default_properties)
         self._clock = clock
         self._tables: dict[str, DeltaTable] = {}
+        self._files: pafs.FileSystem | None = None
         self._registered: dict[TableRef, None] = {}
         self._views: ViewRegistry | None = None
         self._direct = DirectAppender(self.path)
@@ -195,6 +197,15 @@ class LocalEngine(LocalReads, LocalWrites):
 
     def _open(self, table: TableRef, version: int | None = None) -> DeltaTable:
         return DeltaTable(self.uri(table), version=version, storage_options=self.storage_options)
+
+    def _object_files(self) -> tuple[str, pafs.FileSystem] | None:
+        """For a lake on object storage: the root its file URIs start with, and a file
+        system over it (opened once)."""
+        if self._where.local is not None:
+            return None
+        if self._files is None:
+            self._files = self._where.filesystem()
+        return f"{self._where.uri}/", self._files
 
     def _direct_allowed(self) -> bool:
         """Whether this engine may commit appends and MERGEs itself: a local lake where hard

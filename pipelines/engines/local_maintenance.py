@@ -16,20 +16,24 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from pipelines.engines.base import TOMBSTONE_PROPERTY, TableRef
+from pipelines.engines.base import (
+    DEFAULT_LOG_HOURS,
+    LOG_RETENTION_PROPERTY,
+    TOMBSTONE_PROPERTY,
+    TableRef,
+    interval_hours,
+)
 
 __all__ = [
     "COMPACT_SMALL_BYTES",
     "COMPACT_TARGET_BYTES",
     "COMPACT_TIER_FILES",
-    "LOG_RETENTION_PROPERTY",
     "compact_in_tiers",
     "keep_tombstones",
     "log_retention_hours",
@@ -53,26 +57,9 @@ COMPACT_TARGET_BYTES = 16 * 1024**2
 # under the target have gathered does a round pack those into files of the target size.
 COMPACT_SMALL_BYTES = 1024**2
 COMPACT_TIER_FILES = 16
-LOG_RETENTION_PROPERTY = "delta.logRetentionDuration"
-_DEFAULT_LOG_HOURS = 30 * 24.0
 # Files no version references are another writer's until they are this old (a writer commits
 # the files it writes within seconds).
 _ORPHAN_HOURS = 1
-_INTERVAL = re.compile(
-    r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*"
-    r"(nanoseconds?|microseconds?|milliseconds?|seconds?|minutes?|hours?|days?|weeks?)\s*$",
-    re.IGNORECASE,
-)
-_UNIT_HOURS = {
-    "nanosecond": 1 / 3.6e12,
-    "microsecond": 1 / 3.6e9,
-    "millisecond": 1 / 3.6e6,
-    "second": 1 / 3600,
-    "minute": 1 / 60,
-    "hour": 1.0,
-    "day": 24.0,
-    "week": 168.0,
-}
 
 
 def compact_in_tiers(dt: DeltaTable) -> tuple[int, int]:
@@ -110,12 +97,9 @@ def vacuum(dt: DeltaTable, hours: float) -> int:
 
 def log_retention_hours(dt: DeltaTable) -> float:
     """The table's ``delta.logRetentionDuration`` in hours (Delta's 30 days unless set)."""
-    text = dt.metadata().configuration.get(LOG_RETENTION_PROPERTY)
-    match = _INTERVAL.match(text or "")
-    if match is None:
-        return _DEFAULT_LOG_HOURS
-    unit = match.group(2).lower().removesuffix("s")
-    return float(match.group(1)) * _UNIT_HOURS[unit]
+    return interval_hours(
+        dt.metadata().configuration.get(LOG_RETENTION_PROPERTY), DEFAULT_LOG_HOURS
+    )
 
 
 def keep_tombstones(table: TableRef, dt: DeltaTable, hours: float) -> None:

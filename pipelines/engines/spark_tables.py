@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 from ingest.errors import LakeError
 from pipelines.engines.arrow import same_type
-from pipelines.engines.base import HistoryEntry, MaintenanceResult, TableRef
+from pipelines.engines.base import (
+    DEFAULT_TOMBSTONE_HOURS,
+    LOG_RETENTION_PROPERTY,
+    TOMBSTONE_PROPERTY,
+    HistoryEntry,
+    MaintenanceResult,
+    TableRef,
+    interval_hours,
+)
 from pipelines.engines.spark_sql import (
     DELETION_VECTORS_PROPERTY,
     RETENTION_CHECK_CONF,
@@ -31,8 +39,6 @@ from pipelines.engines.spark_sql import (
     set_properties_sql,
 )
 from pipelines.spec_fields import has_scheme
-
-LOG_RETENTION_PROPERTY = "delta.logRetentionDuration"
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -184,10 +190,13 @@ class SparkTablesMixin:
         return MaintenanceResult(table, removed, added, checkpoint_version, vacuumed, expired)
 
     def _keep_log(self, table: TableRef, hours: float) -> None:
-        """Have Delta keep the table's log entries ``hours`` (whole seconds, at least one): a
-        commit when the value changes."""
-        wanted = f"interval {max(1, math.ceil(hours * 3600))} seconds"
-        if self.properties(table).get(LOG_RETENTION_PROPERTY) != wanted:
+        """Have Delta keep the table's log entries ``hours`` (whole seconds, at least one),
+        and never less than its tombstones (Delta refuses that): a commit when the value
+        changes."""
+        have = self.properties(table)
+        tombstones = interval_hours(have.get(TOMBSTONE_PROPERTY), DEFAULT_TOMBSTONE_HOURS)
+        wanted = f"interval {max(1, math.ceil(max(hours, tombstones) * 3600))} seconds"
+        if have.get(LOG_RETENTION_PROPERTY) != wanted:
             self._sql(set_properties_sql(self._ident(table), {LOG_RETENTION_PROPERTY: wanted}))
 
     def _local_dir(self, table: TableRef) -> Path | None:
