@@ -92,7 +92,8 @@ def vacuum(dt: DeltaTable, hours: float) -> int:
         full=True,
     )
     dt.update_incremental()
-    return len(deleted) + len(orphans)
+    # The full pass lists again the files the first deleted.
+    return len(set(deleted) | set(orphans))
 
 
 def log_retention_hours(dt: DeltaTable) -> float:

@@ -85,6 +85,13 @@ class LocalReads:
                 f"{table} has no column {', '.join(map(repr, unknown))} (columns: "
                 f"{', '.join(schema.names)})"
             )
+        mapping = dt.metadata().configuration.get("delta.columnMapping.mode", "none")
+        if mapping not in (None, "none"):
+            # delta-rs 1.6 reads such a table's columns as nulls, without an error.
+            raise LakeError(
+                f"{table} uses column mapping (delta.columnMapping.mode = {mapping}), which the "
+                "local engine cannot read correctly; read it with the spark engine"
+            )
         with self._errors("read", table):
             if not self._reads_natively(dt):
                 rows = dt.to_pyarrow_table(columns=names, filters=list(conditions) or None)

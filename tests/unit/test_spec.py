@@ -497,8 +497,9 @@ def test_every_problem_of_every_file_is_reported_at_once(tmp_path: Path) -> None
     expected = [
         "conf/pipeline.yml: ingest.retry.max_attempts: duplicate key (first at line 10, column 11,"
         " again at line 10, column 28); YAML would silently keep the last one",
-        "conf/pipeline.yml: lake.engin: unknown key; valid keys are 'catalog', 'engine', "
-        "'location', 'schemas', 'table_prefix' (did you mean 'engine'?)",
+        "conf/pipeline.yml: lake.engin: unknown key; valid keys are 'catalog', "
+        "'direct_writes', 'engine', 'location', 'schemas', 'storage', 'table_prefix' (did you "
+        "mean 'engine'?)",
         "conf/pipeline.yml: lake.schemas.gold: must be a SQL identifier: letters, digits and '_',"
         " not starting with a digit (got 'gold; DROP TABLE x')",
         "conf/pipeline.yml: defaults.batching.max_events: must be an integer (got '50k', a str)",
