@@ -38,6 +38,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
@@ -458,7 +459,10 @@ class LocalEngine(LocalReads, LocalWrites):
                         vacuum_hours,
                     )
                 dt.update_incremental()
+                before = _data_files(self.path(table)) if self._where.local else None
                 vacuumed = vacuum(dt, vacuum_hours)
+                if before is not None:
+                    vacuumed = max(0, before - _data_files(self.path(table)))
             if tombstone_hours is not None:
                 keep_tombstones(table, dt, tombstone_hours)
             # The checkpoint last, so it covers vacuum's commits, and the log cleanup after it.
@@ -588,6 +592,15 @@ class LocalEngine(LocalReads, LocalWrites):
             self._schema_of(dt),
             [data_file(u) for u in dt.file_uris()],
         )
+
+
+def _data_files(directory: Path) -> int:
+    """Data and change data files under a table directory (its log aside)."""
+    count = 0
+    for _root, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if d != "_delta_log"]
+        count += sum(1 for f in files if f.endswith(".parquet") and not f.startswith("."))
+    return count
 
 
 def _history_entry(commit: Mapping[str, Any]) -> HistoryEntry:
