@@ -58,7 +58,7 @@ EVENTS = {"local": 30_000, "spark": 2_000, "object": 1_500}
 # Events appended per second (None: as fast as the emulator takes them). A spark-engine ingest
 # starts a JVM before it lands, so its producer is paced, and it goes on past its events until
 # the kills are over, however long the JVM starts take on a busy machine.
-RATES: dict[str, float | None] = {"local": None, "spark": 60.0, "object": 250.0}
+RATES: dict[str, float | None] = {"local": None, "spark": 60.0, "object": 25.0}
 KILLS = {"local": 4, "spark": 4, "object": 2}
 SEED = 20260611
 OBJECTS = {
