@@ -232,16 +232,15 @@ class LocalEngine(LocalReads, LocalWrites):
         uri = self.uri(table)
         cached = self._tables.get(uri)
         if cached is not None:
+            held = cached.version()
             try:
-                # delta-rs' look at the newest version lists the log once; bringing the
-                # table up to date happens only when it moved.
-                latest = cached._table.get_latest_version()
-                if latest > cached.version():
-                    cached.update_incremental()
+                # delta-rs lists the log from the version it holds and applies what is new.
+                cached.update_incremental()
             except (DeltaError, OSError):
-                latest = -1
-            if latest >= cached.version():
-                return cached
+                pass
+            else:
+                if self._commit_exists(uri, held):
+                    return cached
             # The log was cleaned up past the cached version, or the table was removed or
             # replaced behind our back: start afresh.
             del self._tables[uri]
@@ -251,6 +250,16 @@ class LocalEngine(LocalReads, LocalWrites):
             loaded = self._open(table)
         self._tables[uri] = loaded
         return loaded
+
+    def _commit_exists(self, uri: str, version: int) -> bool:
+        """Whether the commit file of ``version`` is still in the table's log at ``uri``."""
+        name = f"_delta_log/{version:020d}.json"
+        files = self._object_files()
+        if files is None:
+            return (Path(uri) / name).exists()
+        root, fs = files
+        info = fs.get_file_info(f"{uri.removeprefix(root)}/{name}")
+        return bool(info.type != pafs.FileType.NotFound)
 
     def _require(self, table: TableRef, version: int | None = None) -> DeltaTable:
         current = self._load(table)
