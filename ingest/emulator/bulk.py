@@ -233,6 +233,8 @@ def _column_cells(
         values = [read(rid, stamped(v, stamp), gone) for rid, v, gone, stamp in chosen]
     cell = _CELLS.get(column.kind)
     if cell is None:
+        # Text, the common case, is quoted here without a call per cell (``_text_cell`` writes
+        # it the same way); anything else goes through ``_text_cell``.
         return [
             '"' + v.replace('"', '""') + '"' if type(v) is str else _text_cell(v) for v in values
         ]
