@@ -124,6 +124,29 @@ class _Column:
     key: str
 
 
+@dataclass(frozen=True)
+class _KeyOrder:
+    """The columns of a Bulk query in the order a record's keys are set: text fields, typed
+    fields (read through :func:`~pipelines.snapshot_rows.typed_value`), then each compound with
+    its parts."""
+
+    plain: list[_Column]
+    typed: list[_Column]
+    compounds: dict[str, list[_Column]]
+
+    @classmethod
+    def of(cls, columns: list[_Column]) -> _KeyOrder:
+        compounds: dict[str, list[_Column]] = {}
+        for c in columns:
+            if c.compound is not None:
+                compounds.setdefault(c.compound, []).append(c)
+        return cls(
+            plain=[c for c in columns if c.compound is None and c.sf_type not in _TYPED],
+            typed=[c for c in columns if c.compound is None and c.sf_type in _TYPED],
+            compounds=compounds,
+        )
+
+
 class BulkRecords:
     """A :class:`RecordReader` over Bulk API 2.0 query jobs (see the module docstring).
 
@@ -200,25 +223,23 @@ class BulkRecords:
     def query_all(self, soql: str) -> Iterator[dict[str, Any]]:
         bulk_soql, columns = self.plan(soql)
         entity = _SELECT.match(soql).group("object")  # type: ignore[union-attr]
-        compounds = list(dict.fromkeys(c.compound for c in columns if c.compound is not None))
-        # Text types need no conversion; only the others go through typed_value.
-        plain = [c for c in columns if c.compound is None and c.sf_type not in _TYPED]
-        typed = [c for c in columns if c.compound is None and c.sf_type in _TYPED]
-        parts = [c for c in columns if c.compound is not None]
+        order = _KeyOrder.of(columns)
         for row in self.bulk.query_all(bulk_soql):
             record: dict[str, Any] = {"attributes": {"type": entity}}
-            for column in plain:
+            # Text types need no conversion; only the others go through typed_value.
+            for column in order.plain:
                 record[column.name] = row.get(column.name)
             try:
-                for column in typed:
+                for column in order.typed:
                     record[column.name] = typed_value(
                         row.get(column.name), column.sf_type, where=column.name
                     )
-                nested: dict[str, dict[str, Any]] = {c: {} for c in compounds}
-                for column in parts:
-                    nested[column.compound][column.key] = typed_value(  # type: ignore[index]
-                        row.get(column.name), column.sf_type, where=column.name
-                    )
+                nested = {
+                    compound: {
+                        c.key: typed_value(row.get(c.name), c.sf_type, where=c.name) for c in parts
+                    }
+                    for compound, parts in order.compounds.items()
+                }
             except ValueError as exc:
                 raise RestError(
                     f"Bulk value of {entity} record {row.get('Id') or '?'}: {exc}"
@@ -287,15 +308,12 @@ def _payload_table(table: pa.Table, entity: str, columns: list[_Column]) -> pa.T
             return _json_typed(values, column.sf_type, column.name, entity=entity, ids=ids)
         return _json_text(values)
 
-    # The record's keys in the order query_all sets them: attributes, text fields, typed
-    # fields, compounds (each part under its key).
+    # The record's keys in the order query_all sets them: attributes, then _KeyOrder's.
+    order = _KeyOrder.of(columns)
     pieces: list[str | pa.Array] = ['{"attributes":' + _JSON.encode({"type": entity})]
-    for column in [c for c in columns if c.compound is None and c.sf_type not in _TYPED] + [
-        c for c in columns if c.compound is None and c.sf_type in _TYPED
-    ]:
+    for column in order.plain + order.typed:
         pieces += [f",{_JSON.encode(column.name)}:", pc.fill_null(as_json(column), "null")]
-    for compound in dict.fromkeys(c.compound for c in columns if c.compound is not None):
-        parts = [c for c in columns if c.compound == compound]
+    for compound, parts in order.compounds.items():
         nested: list[str | pa.Array] = []
         for position, part in enumerate(parts):
             nested += [

@@ -69,13 +69,16 @@ class EmittedEvent:
 
 @dataclass
 class Catalogue:
-    """The topics and schemas of one emulated org. Mutable only through :meth:`add_version`."""
+    """The topics and schemas of one emulated org, changed through :meth:`add_version`,
+    :meth:`disable_change_events`, :meth:`add_formulas` and :meth:`retype_field`."""
 
     topics: dict[str, TopicDef] = field(default_factory=dict)
     # Entities whose Change Data Capture is off: records, but no topic and no events.
     cdc_off: set[str] = field(default_factory=set)
     # Formula fields per entity, computed when a record is read.
     formulas: dict[str, tuple[Formula, ...]] = field(default_factory=dict)
+    # Describe types of fields whose type was converted (entity -> field -> type).
+    retyped: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, topics: Iterable[TopicDef], *, with_channel: bool = True) -> Catalogue:
@@ -169,6 +172,15 @@ class Catalogue:
     def formulas_of(self, entity: str) -> tuple[Formula, ...]:
         """The formula fields of ``entity`` (none: an empty tuple)."""
         return self.formulas.get(entity, ())
+
+    def retype_field(self, entity: str, name: str, sf_type: str) -> None:
+        """Record that ``entity``'s field ``name`` is now of describe type ``sf_type`` (a custom
+        field type conversion: ``describe`` shows it; the change event schema is unchanged)."""
+        self.retyped.setdefault(entity, {})[name] = sf_type
+
+    def retyped_of(self, entity: str) -> tuple[tuple[str, str], ...]:
+        """The converted fields of ``entity`` and their describe types, in name order."""
+        return tuple(sorted(self.retyped.get(entity, {}).items()))
 
     def add_version(self, topic: str, schema: EventSchema) -> TopicDef:
         """Make ``schema`` the topic's current schema (a schema change mid-stream).

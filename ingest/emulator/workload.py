@@ -28,8 +28,11 @@ Account brings back the children deleted with it), lead conversions (Account + C
 Opportunity linked by lookups), GAP_CREATE / GAP_UPDATE / GAP_DELETE / GAP_UNDELETE (header
 only, the change still happens), GAP_OVERFLOW (a mass update whose first records have UPDATE
 events and the rest none), wildcard UPDATEs (``recordIds == ["001*"]``: a custom field nulled
-on every record by a lossy type conversion) and platform events (``CreatedDate`` the publish
-time in epoch ms, ``CreatedById`` a user, custom fields mostly set). The generator never emits
+on every record by a lossy type conversion, which also changes the field's type in
+``describe``: percent, currency and number fields to number or percent, text and picklists
+to or from multi-select picklists, so the values keep their representation) and platform
+events (``CreatedDate`` the publish time in epoch ms, ``CreatedById`` a user, custom fields
+mostly set). The generator never emits
 an impossible event: no UPDATE or DELETE of a deleted record, no UNDELETE of a live one, and
 live records only reference live records.
 
@@ -185,6 +188,7 @@ class Workload:
             fields=self._fields,
             emitter=self._emitter,
             truth=self._truth,
+            catalogue=catalogue,
             users=self._users,
             mix=self._mix,
             platform_events=bool(self._pe_topics),

@@ -47,8 +47,9 @@ Changes (see :mod:`pipelines.gold.resync` for the reasons a record is flagged):
   own change types, see :mod:`pipelines.polled`): the full row as for CREATE, and for a record
   the poll found in the Recycle Bin the delete as for DELETE (its values are kept, as
   Salesforce keeps them). Their commit timestamp is the record's ``SystemModstamp`` and their
-  event id names the record and that time, so a record read again unchanged (the look-back
-  window reads some records twice) is recognised as already applied.
+  event id names the record, that time and the describe it was read with, so a record read
+  again unchanged (the look-back window reads some records twice) is recognised as already
+  applied, and one read again after its object's describe changed is applied.
 
 Several changes of one record in a batch fold into one row: the MERGE then is a plain upsert
 guarded by the order key (:func:`merge_conditions`).

@@ -9,9 +9,11 @@ always with ``force``), :func:`poll_objects`
    its fields changed;
 3. reads, with ``queryAll`` (records in the Recycle Bin come back with ``IsDeleted``),
    ``SELECT Id, IsDeleted, SystemModstamp, <fields> FROM <Object> WHERE SystemModstamp >=
-   <watermark - lookback>`` (the whole object on the first poll), over REST or a Bulk API 2.0
-   query job as ``poll.api`` says (``auto``: a ``COUNT()`` of the same condition first, Bulk
-   from ``poll.bulk_threshold`` records on);
+   <watermark - lookback>`` (the whole object on the first poll, and when the describe's fields
+   differ from the last describe stored: a custom field's type conversion can empty the field
+   on every record without moving a ``SystemModstamp``, a new field can start with values),
+   over REST or a Bulk API 2.0 query job as ``poll.api`` says (``auto``: a ``COUNT()`` of the
+   same condition first, Bulk from ``poll.bulk_threshold`` records on);
 4. appends the records, the describe and a watermark row (the newest ``SystemModstamp`` read so
    far) to the object's bronze table in one commit with the application transaction
    ``(sfcdc.poll:<Object>, batch id)``.
@@ -19,9 +21,9 @@ always with ``force``), :func:`poll_objects`
 Why the look-back: a transaction that saved a record before the last poll's query began but
 committed after it has a ``SystemModstamp`` older than what that query saw; an app server whose
 clock lags stamps records late. Reading from the watermark minus ``poll.lookback`` reads such a
-record on the next poll. A record read twice has the same ``SystemModstamp`` and values, and gold
-recognises it as applied (:mod:`pipelines.gold.fold`). The watermark is a ``SystemModstamp``,
-Salesforce's own clock, never this machine's.
+record on the next poll. A record read twice under one describe has the same ``SystemModstamp``
+and values, and gold recognises it as applied (:mod:`pipelines.gold.fold`). The watermark is a
+``SystemModstamp``, Salesforce's own clock, never this machine's.
 
 Exactly once: the records of a poll and the watermark past them are one Delta commit (see
 :mod:`pipelines.polled.tables`). One poller per object at a time: ``sfcdc run``'s passes, ``sfcdc
@@ -56,6 +58,7 @@ from pipelines.polled.layout import (
 from pipelines.polled.tables import (
     POLLED_LAYOUT,
     POLLED_SCHEMA,
+    TIMESTAMP,
     PollState,
     poll_app_id,
     poll_state,
@@ -70,7 +73,6 @@ __all__ = ["DescribingReader", "PollResult", "due", "poll_objects", "poll_soql",
 
 _log = logging.getLogger(__name__)
 _UTC = timezone.utc
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 class DescribingReader(RecordReader, Protocol):
@@ -153,7 +155,7 @@ def _stamps(texts: pa.Array, ids: pa.Array, entity: str) -> pa.Array:
     try:
         if texts.null_count == 0:
             moments = pc.utf8_slice_codeunits(texts, 0, 23).cast(pa.timestamp("us"))
-            return moments.cast(_TIMESTAMP)
+            return moments.cast(TIMESTAMP)
     except pa.ArrowInvalid:
         pass
     # One does not read (or is missing): name the first such record.
@@ -162,7 +164,7 @@ def _stamps(texts: pa.Array, ids: pa.Array, entity: str) -> pa.Array:
             _stamp(text, f"poll of {entity}, record {record_id}")
             for text, record_id in zip(texts.to_pylist(), ids.to_pylist(), strict=True)
         ],
-        _TIMESTAMP,
+        TIMESTAMP,
     )
 
 
@@ -221,7 +223,7 @@ def _poll(
     stored = stored_describes(engine, obj)
     described = not stored or stored[-1].fingerprint != fingerprint
     since = None
-    if state.watermark is not None:
+    if state.watermark is not None and not described:
         mark = state.watermark if state.watermark.tzinfo else state.watermark.replace(tzinfo=_UTC)
         since = mark - timedelta(seconds=obj.poll.lookback)
     soql, where = poll_soql(obj, describe, since)
@@ -292,7 +294,13 @@ def _poll(
         batch,
         len(ids),
         count_deleted,
-        f"saved since {_literal(since)}" if since is not None else "(whole object)",
+        (
+            f"saved since {_literal(since)}"
+            if since is not None
+            else "(whole object: its describe changed)"
+            if stored and described
+            else "(whole object)"
+        ),
         "the Bulk API" if read.api == "bulk" else "REST",
         _literal(watermark) if watermark is not None else "none",
         seconds,

@@ -10,8 +10,9 @@ the same values. The header:
 =========================  ======================================================================
 ``_cdc_change_type``       ``POLLED``, or ``POLLED_DELETED`` for a record in the Recycle Bin
 ``_cdc_commit_timestamp``  the record's ``SystemModstamp`` (when Salesforce last saved it)
-``_cdc_event_id``          ``poll:<Id>:<SystemModstamp in ms>``: the same for a record read twice
-                           unchanged, so gold knows it has applied it
+``_cdc_event_id``          ``poll:<Id>:<SystemModstamp in ms>:<describe>`` (the first characters
+                           of the describe's fingerprint): the same for a record read twice
+                           unchanged under one describe, so gold knows it has applied it
 ``_cdc_schema_id``         the fingerprint of the describe the record was read with
 ``_cdc_change_origin``     ``sfcdc poll (rest)`` or ``sfcdc poll (bulk)``
 ``_cdc_changed_fields``    empty: every field is given (a full image)
@@ -56,6 +57,8 @@ BRONZE_COLUMNS = (
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MS = timedelta(milliseconds=1)
+# How much of the describe's fingerprint an event id carries.
+_DESCRIBE_CHARS = 12
 
 
 def decoded_schema(layout: SilverLayout) -> T.StructType:
@@ -102,7 +105,7 @@ class PolledRows:
                     "_cdc_entity": entity,
                     "_cdc_commit_timestamp": stamp,
                     "_cdc_change_origin": f"sfcdc poll ({r['api']})",
-                    "_cdc_event_id": f"poll:{record_id}:{ms}",
+                    "_cdc_event_id": f"poll:{record_id}:{ms}:{r['fingerprint'][:_DESCRIBE_CHARS]}",
                     "_cdc_schema_id": r["fingerprint"],
                     "_cdc_changed_fields": [],
                     "_cdc_nulled_fields": [],

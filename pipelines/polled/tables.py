@@ -57,6 +57,7 @@ __all__ = [
     "POLLED_LAYOUT",
     "POLLED_SCHEMA",
     "POLL_APP_PREFIX",
+    "TIMESTAMP",
     "PollState",
     "StoredDescribe",
     "poll_app_id",
@@ -66,22 +67,23 @@ __all__ = [
 ]
 
 POLL_APP_PREFIX = "sfcdc.poll:"
-_TS = pa.timestamp("us", tz="UTC")
+# The type of every time column (and of the poll's SystemModstamps).
+TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 POLLED_SCHEMA = pa.schema(
     [
         pa.field("kind", pa.string(), nullable=False),
         pa.field("record_id", pa.string()),
-        pa.field("system_modstamp", _TS),
+        pa.field("system_modstamp", TIMESTAMP),
         pa.field("is_deleted", pa.bool_()),
         pa.field("payload", pa.string()),
         pa.field("fingerprint", pa.string()),
         pa.field("api", pa.string()),
-        pa.field("polled_at", _TS, nullable=False),
+        pa.field("polled_at", TIMESTAMP, nullable=False),
         pa.field("batch_id", pa.int64(), nullable=False),
         pa.field("batch_seq", pa.int32(), nullable=False),
-        pa.field("watermark", _TS),
-        pa.field("since", _TS),
+        pa.field("watermark", TIMESTAMP),
+        pa.field("since", TIMESTAMP),
         pa.field("records", pa.int64()),
     ]
 )

@@ -142,7 +142,8 @@ def test_records_become_full_image_rows_and_bad_values_errors() -> None:
     live, deleted, bad = out
     assert live["_cdc_change_type"] == "POLLED" and deleted["_cdc_change_type"] == "POLLED_DELETED"
     assert live["_cdc_commit_timestamp"] == T0 + timedelta(seconds=5)
-    assert live["_cdc_event_id"] == f"poll:00Q1:{int((T0.timestamp() + 5) * 1000)}"
+    ms = int((T0.timestamp() + 5) * 1000)
+    assert live["_cdc_event_id"] == f"poll:00Q1:{ms}:{describe_fingerprint(DESCRIBE)[:12]}"
     assert live["_cdc_changed_fields"] == [] and live["_cdc_change_origin"] == "sfcdc poll (rest)"
     assert live["Name"] == {"FirstName": "Ada", "LastName": "Lovelace"}
     assert live["Address"] == {"City": "London", "Latitude": 51.5}
@@ -157,13 +158,15 @@ def test_the_fold_takes_polled_rows_as_full_images_in_modstamp_order() -> None:
     plan = fold_plan(layout, processed_at=T0)
     body = [name for name, _ in layout.field_columns()]
 
-    def change(kind: str, seconds: int, score: int, batch: int) -> dict[str, Any]:
+    def change(
+        kind: str, seconds: int, score: int | None, batch: int, describe: str = "d1"
+    ) -> dict[str, Any]:
         stamp = T0 + timedelta(seconds=seconds)
         return {
             "Id": "00Q1",
             "_cdc_change_type": kind,
             "_cdc_commit_timestamp": stamp,
-            "_cdc_event_id": f"poll:00Q1:{seconds}",
+            "_cdc_event_id": f"poll:00Q1:{seconds}:{describe}",
             "_cdc_bronze_batch_id": batch,
             "_cdc_bronze_batch_seq": 1,
             "Score": score,
@@ -179,6 +182,17 @@ def test_the_fold_takes_polled_rows_as_full_images_in_modstamp_order() -> None:
         plan, body, "00Q1", gold=first.row, tombstone=None, changes=[change("POLLED", 5, 3, 2)]
     )
     assert again.gold is None and again.ignored == 1
+    # Read again after the describe changed (a type conversion emptied Score everywhere without
+    # moving SystemModstamp): applied.
+    retyped = fold_record(
+        plan,
+        body,
+        "00Q1",
+        gold=first.row,
+        tombstone=None,
+        changes=[change("POLLED", 5, None, 2, describe="d2")],
+    )
+    assert retyped.gold == "upsert" and retyped.row is not None and retyped.row["Score"] is None
     # Deleted later, with its values; a stale read of the live record does not undo it.
     gone = fold_record(
         plan,

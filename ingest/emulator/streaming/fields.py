@@ -23,7 +23,7 @@ from ingest.emulator.formulas import Formula
 from ingest.emulator.rest import MODSTAMP, rest_readers
 from ingest.schema import HEADER_FIELD, EventSchema, FieldInfo
 
-__all__ = ["ObjectField", "ObjectFields", "Reader"]
+__all__ = ["ObjectField", "ObjectFields", "Reader", "describe_type", "lossy_conversion"]
 
 Reader = Callable[[str, Mapping[str, Any], bool], Any]
 
@@ -99,7 +99,30 @@ class ObjectField:
         }
 
 
-def _describe_type(info: FieldInfo) -> str:
+# A custom field type conversion that loses data (Salesforce nulls the field on every record and
+# publishes one change event with a wildcard record id) and keeps the value's representation:
+# to Number, Percent or Currency from another type, to or from Picklist (Multi-Select).
+_LOSSY = {
+    "percent": "double",
+    "currency": "double",
+    "double": "percent",
+    "multipicklist": "string",
+    "string": "multipicklist",
+    "picklist": "multipicklist",
+    "email": "multipicklist",
+    "url": "multipicklist",
+    "phone": "multipicklist",
+}
+
+
+def lossy_conversion(current: str) -> str | None:
+    """The describe type a field of type ``current`` gets from a lossy conversion the emulator
+    models (its values keep their representation), or None when it models none."""
+    return _LOSSY.get(current)
+
+
+def describe_type(info: FieldInfo) -> str:
+    """The ``type`` of a schema field in ``sobjects/<Object>/describe``."""
     if info.kind == "id":
         return "reference"
     if info.kind == "string":
@@ -158,9 +181,15 @@ class ObjectFields:
         self._lower = {name.lower(): f for name, f in self._fields.items()}
 
     @classmethod
-    def of_schema(cls, schema: EventSchema, formulas: Sequence[Formula] = ()) -> ObjectFields:
+    def of_schema(
+        cls,
+        schema: EventSchema,
+        formulas: Sequence[Formula] = (),
+        retyped: Mapping[str, str] | None = None,
+    ) -> ObjectFields:
         """The fields of the object whose change events ``schema`` describes, and its
-        ``formulas`` (computed from the record when read)."""
+        ``formulas`` (computed from the record when read). ``retyped`` gives the describe type
+        of fields whose type was converted since (field -> type)."""
         infos = [f for f in schema.fields if f.name != HEADER_FIELD]
         by_name = {f.name: f for f in infos}
         readers = rest_readers(infos)
@@ -212,7 +241,7 @@ class ObjectFields:
                     add("IsPersonAccount", "boolean", "boolean")
             elif info.children:
                 # Address and Geolocation change only through their constituent fields.
-                add(info.name, "compound", _describe_type(info))
+                add(info.name, "compound", describe_type(info))
                 for child in info.children:
                     part = _part_name(info, child)
                     reader = _part_reader(info.name, child.name)
@@ -227,7 +256,8 @@ class ObjectFields:
                     # The REST value of a part: the nested value, as the parent shows it.
                     out[part] = _with_rest(out[part], _rest_part(readers[info.name], child))
             else:
-                add(info.name, info.kind, _describe_type(info), sources=frozenset({info.name}))
+                sf_type = (retyped or {}).get(info.name) or describe_type(info)
+                add(info.name, info.kind, sf_type, sources=frozenset({info.name}))
         for formula in formulas:
 
             def compute(

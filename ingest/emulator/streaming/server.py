@@ -16,7 +16,6 @@ from typing import Any
 
 from ingest.emulator.eventlog import EventBus
 from ingest.emulator.faults import Faults
-from ingest.emulator.formulas import Formula
 from ingest.emulator.oauth import TokenStore
 from ingest.emulator.routes import Route
 from ingest.emulator.streaming.bayeux import ERRORS, BayeuxServer, StreamingSettings
@@ -52,7 +51,7 @@ class StreamingApi:
         self._catalogue = catalogue
         self._bus = bus
         self._faults = faults
-        self._fields: dict[str, tuple[tuple[str, tuple[Formula, ...]], ObjectFields]] = {}
+        self._fields: dict[str, tuple[tuple[Any, ...], ObjectFields]] = {}
         self.hub = Hub(
             clock=clock,
             retention=settings.retention,
@@ -175,10 +174,11 @@ class StreamingApi:
             if schema.entity_name.lower() != entity.lower():
                 continue
             formulas = self._catalogue.formulas_of(schema.entity_name)
-            key = (schema.schema_id, formulas)
+            retyped = self._catalogue.retyped_of(schema.entity_name)
+            key = (schema.schema_id, formulas, retyped)
             cached = self._fields.get(schema.entity_name)
             if cached is None or cached[0] != key:
-                cached = (key, ObjectFields.of_schema(schema, formulas))
+                cached = (key, ObjectFields.of_schema(schema, formulas, dict(retyped)))
                 self._fields[schema.entity_name] = cached
             return cached[1]
         return None

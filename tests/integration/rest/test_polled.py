@@ -6,9 +6,12 @@ changes reads only what was saved since the watermark minus the look-back."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import get_args
 
 import pyarrow as pa
 import pytest
@@ -18,6 +21,7 @@ from ingest.emulator.catalogue import default_catalogue
 from ingest.emulator.formulas import DEFAULT_FORMULAS
 from ingest.emulator.server import Emulator, EmulatorConfig
 from ingest.emulator.workload import Workload, WorkloadMix
+from ingest.emulator.workload_mix import TransactionKind
 from pipelines.cli import main
 from pipelines.engines import TableRef
 from pipelines.formulas import FORMULA_TABLE
@@ -217,3 +221,48 @@ def test_a_continuous_run_polls_what_is_due_and_a_conf_of_polled_objects_alone_r
     state = poll_state(engine, conf.object("Invoice__c"))
     assert state.batch_id is not None and state.batch_id >= 3, state
     print(assert_gold_equals_truth(engine, conf, workload.truth))
+
+
+def test_a_lossy_type_conversion_makes_the_next_poll_read_the_whole_object(
+    emulator: Emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Converting a custom field to a type that cannot hold its data empties it on every
+    record without moving any SystemModstamp: only the describe shows it. The next poll reads
+    the whole object again, and gold holds the emptied field."""
+    mix = replace(MIX, wildcard=0.0, entity_weights={"Invoice__c": 1.0})
+    workload = Workload(emulator.catalogue, seed=383, mix=mix)
+    emulator.serve_records(workload.truth)
+    emulator.append(list(workload.events(200)))
+    conf_dir = write_conf(
+        tmp_path,
+        emulator,
+        {"invoice": "Invoice__c"},
+        start="earliest",
+        bodies={"invoice": "kind: polled\npoll: {every: 1h, lookback: 0s, api: rest}\n"},
+    )
+    conf = load_conf(conf_dir)
+    engine = engine_for(conf.pipeline.lake)
+    assert main(["-q", "run", "--once", "--conf", str(conf_dir)]) == 0
+    print(assert_gold_equals_truth(engine, conf, workload.truth))
+    stamps = dict(workload.truth.modstamps("Invoice__c"))
+
+    # One wildcard change: a field's type converted, its data lost everywhere.
+    only = {**dict.fromkeys(get_args(TransactionKind), 0.0), "wildcard": 1.0}
+    workload.mix = replace(mix, **only)
+    emulator.append(workload.transaction())
+    (field, converted), *_ = emulator.catalogue.retyped_of("Invoice__c")
+    assert all(r.get(field) is None for r in workload.truth.records("Invoice__c").values())
+    assert dict(workload.truth.modstamps("Invoice__c")) == stamps
+    gold = {r["Id"]: r for r in engine.read_arrow(TableRef("gold", "invoice")).to_pylist()}
+    assert any(r[field] is not None for r in gold.values()), f"{field} was empty already"
+    capsys.readouterr()
+    assert main(["-q", "poll", "--all", "--conf", str(conf_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"Invoice__c: poll 2 read {len(stamps)} records" in out, out
+    assert main(["-q", "run", "--once", "--conf", str(conf_dir)]) == 0
+    print(assert_gold_equals_truth(engine, conf, workload.truth))
+    bronze = engine.read_arrow(polled_table(conf.object("Invoice__c"))).to_pylist()
+    described = {r["batch_id"]: r["payload"] for r in bronze if r["kind"] == "describe"}
+    assert sorted(described) == [1, 2]
+    types = {f["name"]: f["type"] for f in json.loads(described[2])["fields"]}
+    assert types[field] == converted
