@@ -33,8 +33,9 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -83,6 +84,16 @@ _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 # control characters).
 _WRITTEN_AS_IS = bytes(b for b in range(0x100) if b >= 0x20 and b not in b'"\\')
 _escaped: Callable[[str], str] = json.encoder.encode_basestring
+_T = TypeVar("_T")
+_END: Any = object()
+# Number texts that json.dumps writes back unchanged once typed_value has read them (a whole
+# number; a decimal of at most 15 digits, which is the shortest text of its float, written
+# positionally as repr writes floats from 1e-4 to 1e16), and how long such a text may be.
+_AS_JSON = {
+    "int": (r"^(0|-?[1-9][0-9]*)$", None),
+    "double": (r"^-?([1-9][0-9]*\.([0-9]*[1-9]|0)|0\.(0{0,3}[1-9]([0-9]*[1-9])?|0))$", 16),
+}
+_AS_JSON.update(long=_AS_JSON["int"], currency=_AS_JSON["double"], percent=_AS_JSON["double"])
 
 
 class RecordReader(Protocol):
@@ -257,7 +268,8 @@ class BulkRecords:
         bulk_soql, columns = self.plan(soql)
         entity = _SELECT.match(soql).group("object")  # type: ignore[union-attr]
         header: list[str] | None = None
-        for result in self.bulk.record_sets(bulk_soql, operation="queryAll"):
+        # The next set downloads while this one is converted (Arrow lets go of the GIL).
+        for result in _read_ahead(self.bulk.record_sets(bulk_soql, operation="queryAll")):
             table = _csv_table(result)
             if header is None:
                 header = table.column_names
@@ -268,6 +280,23 @@ class BulkRecords:
             if result.records is not None and result.records != table.num_rows:
                 raise result.cut_short(table.num_rows)
             yield _payload_table(table, entity, columns)
+
+
+def _read_ahead(items: Iterator[_T]) -> Iterator[_T]:
+    """``items`` in order, each next one read by a worker thread while the caller works on the
+    one it was given. A failure to read an item is raised where that item would have been; a
+    caller that stops early closes ``items`` once the worker is done with it."""
+    with ThreadPoolExecutor(1, thread_name_prefix="sfcdc-read-ahead") as worker:
+        pending = worker.submit(next, items, _END)
+        try:
+            while (item := pending.result()) is not _END:
+                pending = worker.submit(next, items, _END)
+                yield item
+        finally:
+            wait([pending])
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
 
 
 def _csv_table(result: ResultSet) -> pa.Table:
@@ -384,6 +413,14 @@ def _json_typed(
         lower = pc.utf8_lower(values)
         if pc.all(pc.is_in(lower.drop_null(), pa.array(["true", "false"]))).as_py() is not False:
             return lower
+    elif sf_type in _AS_JSON:
+        pattern, longest = _AS_JSON[sf_type]
+        present = values.drop_null()
+        as_is = pc.match_substring_regex(present, pattern)
+        if longest is not None:
+            as_is = pc.and_(as_is, pc.less_equal(pc.utf8_length(present), longest))
+        if pc.all(as_is).as_py() is not False:
+            return values
     written: dict[str, str] = {}
     out: list[str | None] = []
     for position, text in enumerate(values.to_pylist()):

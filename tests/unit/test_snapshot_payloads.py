@@ -7,15 +7,17 @@ from __future__ import annotations
 import csv
 import io
 import json
+import threading
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.bulk import QueryJob, ResultSet
+from ingest.bulk import QueryJob, ResultSet, typed_value
 from ingest.errors import BulkJobError, RestError
-from pipelines.snapshot_read import _csv_table, _json_text, _json_typed
+from pipelines.snapshot_read import _csv_table, _json_text, _json_typed, _read_ahead
 
 # Text as records hold it: any character but a surrogate (UTF-8 cannot carry one), control
 # characters, quotes and backslashes included.
@@ -73,3 +75,71 @@ def test_booleans_and_numbers_are_written_as_the_record_reader_types_them() -> N
     ).to_pylist() == ["1.5", "2000.0", "7.0"]
     with pytest.raises(RestError, match="Bulk value of A record 001B: IsX: expected true or false"):
         _json_typed(pa.array(["true", "yes", None]), "boolean", "IsX", entity="A", ids=ids)
+
+
+# A number as a CSV may write it: Python's repr, fixed decimals, exponents, upper case.
+NUMBER_TEXT = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False).flatmap(
+        lambda x: st.sampled_from(
+            [repr(x), f"{x:.2f}", f"{x:.4f}", f"{x:g}", f"{x:.17g}", repr(x).upper(), f"{x:.15g}"]
+        )
+    ),
+    st.integers(-(10**20), 10**20).flatmap(
+        lambda n: st.sampled_from([str(n), f"{n}.0", f"+{n}", f"{n:05d}", f"{n}E0"])
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), NUMBER_TEXT), min_size=1, max_size=20),
+    st.sampled_from(["double", "currency", "percent", "int", "long"]),
+)
+def test_numbers_are_written_as_json_dumps_writes_what_the_record_reader_reads(
+    texts: list[str | None], sf_type: str
+) -> None:
+    # Texts already in the form json.dumps writes are kept as they are; the others are read
+    # and written one by one: either way, the payload says what the record reader reads.
+    def written(text: str | None) -> str | None:
+        try:
+            return None if text is None else json.dumps(typed_value(text, sf_type))
+        except ValueError:
+            return "error"
+
+    want = [written(t) for t in texts]
+    ids = pa.array([f"001{n:012d}" for n in range(len(texts))])
+    try:
+        got = _json_typed(pa.array(texts, pa.string()), sf_type, "N", entity="A", ids=ids)
+    except RestError:
+        assert "error" in want
+    else:
+        assert got.to_pylist() == want
+
+
+def test_reading_ahead_keeps_the_order_and_raises_a_failure_where_it_happened() -> None:
+    def sets() -> Iterator[int]:
+        yield 1
+        yield 2
+        raise BulkJobError("set 3 is gone", job_id="750", state="JobComplete")
+
+    got = []
+    with pytest.raises(BulkJobError, match="set 3 is gone"):
+        for item in _read_ahead(sets()):
+            got.append(item)
+    assert got == [1, 2]
+
+
+def test_a_reader_that_stops_early_closes_the_sets_once_the_worker_is_done() -> None:
+    closed = threading.Event()
+
+    def sets() -> Iterator[int]:
+        try:
+            yield from range(10)
+        finally:
+            closed.set()
+
+    reading = _read_ahead(sets())
+    assert next(reading) == 0
+    reading.close()
+    assert closed.is_set()
+    assert not [t for t in threading.enumerate() if t.name.startswith("sfcdc-read-ahead")]
