@@ -396,7 +396,7 @@ class Transactions:
         tx.user = self._users[0]
         item = Item(record_id="", body={}, changed=(name,), nulled=(name,))
         # The field's type is converted (describe shows the new type) and its data lost.
-        current = dict(self._catalogue.retyped_of(entity)).get(name) or describe_type(fp.info)
+        current = describe_type(fp.info, dict(self._catalogue.retyped_of(entity)))
         converted = lossy_conversion(current)
         assert converted is not None, f"{entity}.{name}: no lossy conversion from {current}"
         self._catalogue.retype_field(entity, name, converted)

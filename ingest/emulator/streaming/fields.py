@@ -121,8 +121,12 @@ def lossy_conversion(current: str) -> str | None:
     return _LOSSY.get(current)
 
 
-def describe_type(info: FieldInfo) -> str:
-    """The ``type`` of a schema field in ``sobjects/<Object>/describe``."""
+def describe_type(info: FieldInfo, retyped: Mapping[str, str] | None = None) -> str:
+    """The ``type`` of a schema field in ``sobjects/<Object>/describe``: the type ``retyped``
+    gives it (field -> type, after a custom field type conversion), or the schema's."""
+    converted = (retyped or {}).get(info.name)
+    if converted is not None:
+        return converted
     if info.kind == "id":
         return "reference"
     if info.kind == "string":
@@ -256,7 +260,7 @@ class ObjectFields:
                     # The REST value of a part: the nested value, as the parent shows it.
                     out[part] = _with_rest(out[part], _rest_part(readers[info.name], child))
             else:
-                sf_type = (retyped or {}).get(info.name) or describe_type(info)
+                sf_type = describe_type(info, retyped)
                 add(info.name, info.kind, sf_type, sources=frozenset({info.name}))
         for formula in formulas:
 
