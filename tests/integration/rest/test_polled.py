@@ -23,11 +23,11 @@ from ingest.emulator.server import Emulator, EmulatorConfig
 from ingest.emulator.workload import Workload, WorkloadMix
 from ingest.emulator.workload_mix import TransactionKind
 from pipelines.cli import main
-from pipelines.engines import TableRef
+from pipelines.engines import LakeEngine, TableRef
 from pipelines.formulas import FORMULA_TABLE
 from pipelines.polled import poll_state, polled_table
 from pipelines.session import engine_for
-from pipelines.spec import load_conf
+from pipelines.spec import Conf, load_conf
 from tests.integration.rest.oracle import assert_gold_equals_truth, write_conf
 
 pytestmark = [pytest.mark.integration]
@@ -62,17 +62,34 @@ def emulator() -> Iterator[Emulator]:
         yield running
 
 
+def _org_and_lake(
+    emulator: Emulator,
+    tmp_path: Path,
+    *,
+    seed: int,
+    mix: WorkloadMix,
+    events: int,
+    objects: dict[str, str],
+    bodies: dict[str, str],
+) -> tuple[Workload, Path, Conf, LakeEngine]:
+    """An org of ``events`` changes served by ``emulator``, and a conf of ``objects`` (declared
+    by ``bodies``) over a local lake."""
+    workload = Workload(emulator.catalogue, seed=seed, mix=mix)
+    emulator.serve_records(workload.truth)
+    emulator.append(list(workload.events(events)))
+    conf_dir = write_conf(
+        tmp_path, emulator, objects, start="earliest", engine="local", bodies=bodies
+    )
+    conf = load_conf(conf_dir)
+    return workload, conf_dir, conf, engine_for(conf.pipeline.lake)
+
+
 def test_polled_objects_and_formulas_reach_gold(
     emulator: Emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    workload = Workload(emulator.catalogue, seed=380, mix=MIX)
-    emulator.serve_records(workload.truth)
-    emulator.append(list(workload.events(500)))
-    conf_dir = write_conf(
-        tmp_path, emulator, OBJECTS, start="earliest", engine="local", bodies=BODIES
+    workload, conf_dir, conf, engine = _org_and_lake(
+        emulator, tmp_path, seed=380, mix=MIX, events=500, objects=OBJECTS, bodies=BODIES
     )
-    conf = load_conf(conf_dir)
-    engine = engine_for(conf.pipeline.lake)
     assert main(["-q", "run", "--once", "--conf", str(conf_dir)]) == 0
     print(assert_gold_equals_truth(engine, conf, workload.truth))
     opportunity, invoice = conf.object("Opportunity"), conf.object("Invoice__c")
@@ -132,19 +149,15 @@ def test_formula_columns_are_written_by_the_refresh_and_snapshots_only(
     """The gold fold never carries formula fields: an event leaves them as the last refresh
     set them (never null), a snapshot (reconcile's repair) reads them with the record, and a
     column no writer knows keeps its value through both."""
-    mix = WorkloadMix(platform_event=0.0, gap=0.0, overflow=0.0, entity_weights={"Account": 1.0})
-    workload = Workload(emulator.catalogue, seed=381, mix=mix)
-    emulator.serve_records(workload.truth)
-    emulator.append(list(workload.events(300)))
-    conf_dir = write_conf(
-        tmp_path,
+    workload, conf_dir, conf, engine = _org_and_lake(
         emulator,
-        {"account": "Account"},
-        start="earliest",
+        tmp_path,
+        seed=381,
+        mix=WorkloadMix(platform_event=0.0, gap=0.0, overflow=0.0, entity_weights={"Account": 1.0}),
+        events=300,
+        objects={"account": "Account"},
         bodies={"account": "kind: change_events\nformulas: {refresh_every: 24h}\n"},
     )
-    conf = load_conf(conf_dir)
-    engine = engine_for(conf.pipeline.lake)
     gold = TableRef("gold", "account")
     assert main(["-q", "run", "--once", "--conf", str(conf_dir)]) == 0
     print(assert_gold_equals_truth(engine, conf, workload.truth))
@@ -203,18 +216,15 @@ def test_formula_columns_are_written_by_the_refresh_and_snapshots_only(
 def test_a_continuous_run_polls_what_is_due_and_a_conf_of_polled_objects_alone_runs(
     emulator: Emulator, tmp_path: Path
 ) -> None:
-    workload = Workload(emulator.catalogue, seed=382, mix=MIX)
-    emulator.serve_records(workload.truth)
-    emulator.append(list(workload.events(200)))
-    conf_dir = write_conf(
-        tmp_path,
+    workload, conf_dir, conf, engine = _org_and_lake(
         emulator,
-        {"invoice": "Invoice__c"},
-        start="earliest",
+        tmp_path,
+        seed=382,
+        mix=MIX,
+        events=200,
+        objects={"invoice": "Invoice__c"},
         bodies={"invoice": "kind: polled\npoll: {every: 0.5s, lookback: 0s, api: rest}\n"},
     )
-    conf = load_conf(conf_dir)
-    engine = engine_for(conf.pipeline.lake)
     # No topic to land: the run polls (every pass, once 0.5 s have passed) and carries on.
     args = ["-q", "run", "--continuous", "--landing", "thread", "--interval", "0.2"]
     assert main([*args, "--for", "3", "--conf", str(conf_dir)]) == 0
@@ -230,18 +240,15 @@ def test_a_lossy_type_conversion_makes_the_next_poll_read_the_whole_object(
     record without moving any SystemModstamp: only the describe shows it. The next poll reads
     the whole object again, and gold holds the emptied field."""
     mix = replace(MIX, wildcard=0.0, entity_weights={"Invoice__c": 1.0})
-    workload = Workload(emulator.catalogue, seed=383, mix=mix)
-    emulator.serve_records(workload.truth)
-    emulator.append(list(workload.events(200)))
-    conf_dir = write_conf(
-        tmp_path,
+    workload, conf_dir, conf, engine = _org_and_lake(
         emulator,
-        {"invoice": "Invoice__c"},
-        start="earliest",
+        tmp_path,
+        seed=383,
+        mix=mix,
+        events=200,
+        objects={"invoice": "Invoice__c"},
         bodies={"invoice": "kind: polled\npoll: {every: 1h, lookback: 0s, api: rest}\n"},
     )
-    conf = load_conf(conf_dir)
-    engine = engine_for(conf.pipeline.lake)
     assert main(["-q", "run", "--once", "--conf", str(conf_dir)]) == 0
     print(assert_gold_equals_truth(engine, conf, workload.truth))
     stamps = dict(workload.truth.modstamps("Invoice__c"))
