@@ -238,6 +238,22 @@ def _column_text(values: Sequence[Any], kind: str) -> pa.Array:
         return pa.array(map(_text, values), pa.string(), size=len(values))
 
 
+def _csv_rows(texts: pa.Table, delimiter: str, ending: str) -> str:
+    """The rows of a table of cell texts as CSV: every value quoted, its quotes doubled, a null
+    an empty cell (as :func:`_text_cell` writes one), each row ended by ``ending``."""
+    options = {"include_header": False, "delimiter": delimiter, "quoting_style": "all_valid"}
+    if ending != "\n":
+        options["eol"] = ending
+    try:
+        body = pa.BufferOutputStream()
+        pa_csv.write_csv(texts, body, pa_csv.WriteOptions(**options))
+        return str(body.getvalue().to_pybytes().decode())
+    except TypeError:
+        # An Arrow whose writer has no eol option ends every row with "\n".
+        rows = zip(*(column.to_pylist() for column in texts.columns), strict=True)
+        return "".join(delimiter.join(map(_text_cell, row)) + ending for row in rows)
+
+
 def _since(since: tuple[str, int], stamp: int | None) -> bool:
     op, bound = since
     return stamp is not None and (stamp >= bound if op == ">=" else stamp > bound)
@@ -560,25 +576,11 @@ class BulkQueryApi:
         start = offset or 0
         page = table.slice(start, size)
         end = start + page.num_rows
-        ending = job.line_ending
-        header = job.delimiter.join(_text_cell(n) for n in job.names) + ending
-        # Every value quoted, embedded quotes doubled, a null an empty cell: as _text_cell.
-        body = pa.BufferOutputStream()
-        body.write(header.encode())
-        pa_csv.write_csv(
-            page,
-            body,
-            pa_csv.WriteOptions(
-                include_header=False,
-                delimiter=job.delimiter,
-                quoting_style="all_valid",
-                eol=ending,
-            ),
-        )
+        header = job.delimiter.join(_text_cell(n) for n in job.names) + job.line_ending
         self.result_sets += 1
         return HttpAnswer(
             200,
-            body.getvalue().to_pybytes().decode(),
+            header + _csv_rows(page, job.delimiter, job.line_ending),
             content_type="text/csv",
             headers=(
                 ("Sforce-Locator", _locator(end) if end < rows else "null"),
