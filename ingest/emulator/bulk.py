@@ -238,7 +238,7 @@ def _column_text(values: Sequence[Any], kind: str) -> pa.Array:
         return pa.array(map(_text, values), pa.string(), size=len(values))
 
 
-def _csv_rows(texts: pa.Table, delimiter: str, ending: str) -> str:
+def _csv_rows(texts: pa.Table, delimiter: str, ending: str) -> bytes:
     """The rows of a table of cell texts as CSV: every value quoted, its quotes doubled, a null
     an empty cell (as :func:`_text_cell` writes one), each row ended by ``ending``."""
     options = {"include_header": False, "delimiter": delimiter, "quoting_style": "all_valid"}
@@ -247,11 +247,11 @@ def _csv_rows(texts: pa.Table, delimiter: str, ending: str) -> str:
     try:
         body = pa.BufferOutputStream()
         pa_csv.write_csv(texts, body, pa_csv.WriteOptions(**options))
-        return str(body.getvalue().to_pybytes().decode())
+        return bytes(body.getvalue().to_pybytes())
     except TypeError:
         # An Arrow whose writer has no eol option ends every row with "\n".
         rows = zip(*(column.to_pylist() for column in texts.columns), strict=True)
-        return "".join(delimiter.join(map(_text_cell, row)) + ending for row in rows)
+        return "".join(delimiter.join(map(_text_cell, row)) + ending for row in rows).encode()
 
 
 def _since(since: tuple[str, int], stamp: int | None) -> bool:
@@ -580,7 +580,7 @@ class BulkQueryApi:
         self.result_sets += 1
         return HttpAnswer(
             200,
-            header + _csv_rows(page, job.delimiter, job.line_ending),
+            header.encode() + _csv_rows(page, job.delimiter, job.line_ending),
             content_type="text/csv",
             headers=(
                 ("Sforce-Locator", _locator(end) if end < rows else "null"),

@@ -44,7 +44,7 @@ def test_rows_are_written_as_each_cell_is_quoted(
     columns: list[list[str | None]], delimiter: str, ending: str
 ) -> None:
     table = pa.table({f"c{n}": pa.array(c, pa.string()) for n, c in enumerate(columns)})
-    want = _by_cell(columns, delimiter, ending)
+    want = _by_cell(columns, delimiter, ending).encode()
     assert _csv_rows(table, delimiter, ending) == want
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(bulk.pa_csv, "WriteOptions", _without_eol)
