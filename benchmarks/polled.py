@@ -25,7 +25,6 @@ its servers, done here in this process on the same CPU) and the ratio without it
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import resource
 import shutil
@@ -92,14 +91,6 @@ def _conf(root: Path, emulator: Emulator, entity: str, body: str) -> Path:
     return conf
 
 
-def _settled() -> None:
-    """Before a side is timed: what is alive (the org in the emulator, the previous side's
-    leftovers) is frozen, so the cycle collector walks only what the side allocates, as in a
-    process of its own. The org is in this process only because the emulator is."""
-    gc.collect()
-    gc.freeze()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000, help="records (and events)")
@@ -132,7 +123,6 @@ def main() -> None:
             emulator.append(events)
 
             events_dir = _conf(scratch / "events", emulator, entity, "kind: change_events\n")
-            _settled()
             t0 = time.perf_counter()
             assert sfcdc(["-q", "ingest", "--once", "--conf", str(events_dir)]) == 0
             event_seconds = time.perf_counter() - t0
@@ -147,7 +137,6 @@ def main() -> None:
             conf = load_conf(polled_dir)
             engine = engine_for(conf.pipeline.lake)
             with rest_and_bulk(emulator) as (rest, bulk):
-                _settled()
                 t0 = time.perf_counter()
                 (result,) = poll_objects(engine, conf, rest=rest, bulk=bulk, force=True)
                 poll_seconds = time.perf_counter() - t0
