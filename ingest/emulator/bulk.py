@@ -235,10 +235,15 @@ def _column_cells(
         values = [read(rid, stamped(v, stamp), gone) for rid, v, gone, stamp in chosen]
     cell = _CELLS.get(column.kind)
     if cell is None:
-        # Text, the common case, is quoted here without a call per cell (``_text_cell`` writes
-        # it the same way); anything else goes through ``_text_cell``.
+        # Text, the common case, and nulls are written here without a call per cell
+        # (``_text_cell`` writes them the same way); anything else goes through it.
         return [
-            '"' + v.replace('"', '""') + '"' if type(v) is str else _text_cell(v) for v in values
+            '"' + v.replace('"', '""') + '"'
+            if type(v) is str
+            else ""
+            if v is None
+            else _text_cell(v)
+            for v in values
         ]
     # Booleans, dates and datetimes repeat across records (a transaction stamps all it
     # touches alike): each distinct value is written once.
