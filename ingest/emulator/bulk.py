@@ -228,7 +228,10 @@ def _column_cells(
 ) -> list[str]:
     """One column's cells for the records ``chosen`` (id, values, deleted, SystemModstamp);
     ``stored`` holds the values of the columns read as stored (name -> a value per record)."""
-    if column.stored is not None and column.name != MODSTAMP:
+    values: Sequence[Any]
+    if column.name == MODSTAMP:
+        values = [stamp for _, _, _, stamp in chosen]
+    elif column.stored is not None:
         values = stored.get(column.stored) or [None] * len(chosen)
     else:
         read = column.wire
@@ -519,7 +522,7 @@ class BulkQueryApi:
         # No record chosen: no columns of values (a column's cells are then empty as well).
         stored = dict(zip(names, zip(*by_record, strict=True), strict=False))
         columns = [_column_cells(c, chosen, stored) for c in job.columns]
-        return [job.delimiter.join(row) for row in zip(*columns, strict=True)]
+        return list(map(job.delimiter.join, zip(*columns, strict=True)))
 
     # -- results, abort --------------------------------------------------------------------
 
