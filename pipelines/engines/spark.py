@@ -16,11 +16,17 @@ partition's rows. Everything else is plain Delta Spark:
   idempotency uses Delta's own ``txnAppId`` / ``txnVersion`` writer options (and, for MERGE,
   the ``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` session settings), so Delta
   itself skips a write it has already committed;
-- merges are ``DeltaTable.forName(...).merge`` with schema evolution;
+- merges are ``MERGE [WITH SCHEMA EVOLUTION] INTO ... USING`` a temporary view;
 - ``read_appends`` reads the change data feed (inserts) of the version range, which is why
   every table has ``delta.enableChangeDataFeed`` on;
-- history, OPTIMIZE and VACUUM are SQL. Delta Spark writes log checkpoints by itself (every
-  ``delta.checkpointInterval`` commits) and cleans the log up after them.
+- history, table properties, OPTIMIZE and VACUUM are SQL. Delta Spark writes log checkpoints
+  by itself (every ``delta.checkpointInterval`` commits) and cleans the log up after them.
+
+SQL and the DataFrame API only, so the same engine runs on a classic session and over Spark
+Connect (Databricks serverless and standard access mode, where Python has no JVM gateway).
+The one exception is optional: ``one_commit_appends`` commits several parts with their
+transactions at once through Delta's classes over the py4j gateway of a classic session
+(:mod:`pipelines.engines.spark_write`).
 
 The writes (and their application transactions) are in :mod:`pipelines.engines.spark_write`,
 table creation, history and maintenance in :mod:`pipelines.engines.spark_tables`; the SQL text,
@@ -55,10 +61,11 @@ from pipelines.engines.base import (
 )
 from pipelines.engines.spark_sql import history_entry, select_sql
 from pipelines.engines.spark_tables import SparkTablesMixin
-from pipelines.engines.spark_write import SparkWriteMixin
+from pipelines.engines.spark_write import SparkWriteMixin, _TxnIndex
 from pipelines.engines.sql import (
     quote_identifier,
     quote_string,
+    spark_type_sql,
 )
 from pipelines.spec import LakeSpec, SchemasSpec
 
@@ -104,6 +111,7 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         schemas: SchemasSpec | None = None,
         table_prefix: str = "",
         default_properties: Mapping[str, str] = DEFAULT_PROPERTIES,
+        one_commit_appends: bool = False,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if catalog is None and location is None:
@@ -114,8 +122,9 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         self.schemas = schemas or SchemasSpec()
         self.table_prefix = table_prefix
         self.default_properties = dict(default_properties)
+        self.one_commit_appends = one_commit_appends
         self._clock = clock
-        self._txns: dict[tuple[TableRef, str], int] = {}
+        self._txn_indexes: dict[TableRef, _TxnIndex] = {}
 
     @classmethod
     def from_spec(
@@ -235,9 +244,11 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         path = self.path(table)
         if "://" not in path:
             return _has_commit(Path(path, "_delta_log"))
-        from delta.tables import DeltaTable
-
-        return bool(DeltaTable.isDeltaTable(self._spark, path))
+        try:
+            self._sql(f"DESCRIBE HISTORY {self._ident(table)} LIMIT 1").collect()
+        except Exception:  # not a Delta table (yet): Spark raises its analysis errors
+            return False
+        return True
 
     def version(self, table: TableRef) -> int | None:
         if not self.exists(table):
@@ -267,12 +278,13 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
     def read_keyed(
         self, table: TableRef, *, key: str, keys: Any, columns: Sequence[str] | None = None
     ) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        wanted = self._dataframe(keys).select(F.col(quote_identifier(key)).alias(key))
+        # Columns come from their DataFrames, never from pyspark.sql.functions: those build
+        # classic or Spark Connect columns by the process's mode, not by this session's.
+        frame = self._dataframe(keys)
+        wanted = frame.select(frame[quote_identifier(key)].alias(key))
         # The batch's keys are few next to the table's rows: broadcast them, so the table's
         # rows are filtered where they are read instead of being shuffled for the join.
-        ids = F.broadcast(wanted.where(F.col(key).isNotNull()).distinct())
+        ids = wanted.where(wanted[quote_identifier(key)].isNotNull()).distinct().hint("broadcast")
         return self.read(table, columns=columns).join(ids, on=key, how="left_semi")
 
     def read_arrow(
@@ -381,29 +393,23 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         schema: StructType,
         partitions: int | None = None,
     ) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        column = F.col(quote_identifier(key))
         frame = self._dataframe(rows)
+        column = frame[quote_identifier(key)]
         grouped = frame.repartition(partitions, column) if partitions else frame.repartition(column)
         return grouped.mapInArrow(_PerPartition(function), schema)  # type: ignore[arg-type]
 
     def union(self, parts: Sequence[Any], schema: StructType) -> DataFrame:
-        from pyspark.sql import functions as F
-
         frames = [self.rows(p, schema) if isinstance(p, pa.Table) else p for p in parts] or [
             self._spark.createDataFrame([], schema)
         ]
         shaped = [
-            f.select(
+            f.selectExpr(
                 *[
-                    (
-                        F.col(quote_identifier(field.name))
-                        if field.name in f.columns
-                        else F.lit(None)
+                    "CAST({} AS {}) AS {}".format(
+                        quote_identifier(field.name) if field.name in f.columns else "NULL",
+                        spark_type_sql(field.dataType),
+                        quote_identifier(field.name),
                     )
-                    .cast(field.dataType)
-                    .alias(field.name)
                     for field in schema.fields
                 ]
             )

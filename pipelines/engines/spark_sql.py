@@ -6,6 +6,7 @@ Delta jar (``tests/unit/test_spark_engine.py``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -38,11 +39,14 @@ __all__ = [
     "TXN_VERSION_CONF",
     "USER_METADATA_CONF",
     "add_columns_sql",
+    "commit_metadata",
+    "commit_txns",
     "create_table_sql",
     "history_entry",
     "is_append_only",
     "merge_condition",
     "merge_counts",
+    "merge_sql",
     "metric_int",
     "select_sql",
     "set_properties_sql",
@@ -136,6 +140,72 @@ def write_options(
     elif merge_schema:
         options["mergeSchema"] = "true"
     return options
+
+
+# The other application transactions of a commit that records several (a one-commit append of
+# parts): a JSON object of app id -> version, beside the first txn's own keys.
+MORE_TXNS_KEY = "sfcdc.txn.more"
+
+
+def commit_metadata(metadata: Mapping[str, str] | None, txns: Sequence[Txn]) -> str | None:
+    """The ``userMetadata`` of a commit carrying ``metadata`` and recording ``txns``: the first
+    as :func:`~pipelines.engines.base.encode_user_metadata` writes it (so every reader of
+    single-txn commits reads it), the others under ``sfcdc.txn.more``."""
+    text = encode_user_metadata(metadata, txns[0] if txns else None)
+    if len(txns) < 2 or text is None:
+        return text
+    payload = json.loads(text)
+    payload[MORE_TXNS_KEY] = json.dumps(
+        {t.app_id: t.version for t in txns[1:]}, sort_keys=True, separators=(",", ":")
+    )
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"))
+
+
+def commit_txns(user_metadata: object) -> dict[str, int]:
+    """Every application transaction a commit's ``userMetadata`` records (app id -> version):
+    what :func:`commit_metadata` wrote; ``{}`` for other writers' text."""
+    _metadata, txn = decode_user_metadata(user_metadata)
+    if txn is None:
+        return {}
+    found = {txn.app_id: txn.version}
+    try:
+        more = json.loads(json.loads(str(user_metadata)).get(MORE_TXNS_KEY) or "{}")
+    except (ValueError, AttributeError):
+        return found
+    if isinstance(more, dict):
+        for app_id, version in more.items():
+            if isinstance(version, int):
+                found[str(app_id)] = version
+    return found
+
+
+def merge_sql(
+    target: str,
+    source_view: str,
+    *,
+    on: Sequence[str],
+    update_condition: str | None = None,
+    delete_condition: str | None = None,
+    insert: bool = True,
+    evolve_schema: bool = True,
+) -> str:
+    """``MERGE INTO`` of the temporary view ``source_view`` into ``target`` (aliases ``target``
+    and ``source``): matched rows are deleted where ``delete_condition`` holds, else updated
+    (``UPDATE SET *``) where ``update_condition`` does; unmatched rows inserted (``INSERT *``)
+    when ``insert``. ``evolve_schema``: ``MERGE WITH SCHEMA EVOLUTION`` adds the source's new
+    columns (nested fields too) to the table."""
+    evolution = " WITH SCHEMA EVOLUTION" if evolve_schema else ""
+    clauses = []
+    if delete_condition:
+        clauses.append(f"WHEN MATCHED AND ({delete_condition}) THEN DELETE")
+    update = f" AND ({update_condition})" if update_condition else ""
+    clauses.append(f"WHEN MATCHED{update} THEN UPDATE SET *")
+    if insert:
+        clauses.append("WHEN NOT MATCHED THEN INSERT *")
+    return (
+        f"MERGE{evolution} INTO {target} AS target USING {quote_identifier(source_view)} AS "
+        f"source ON {merge_condition(on)} " + " ".join(clauses)
+    )
 
 
 def merge_condition(keys: Sequence[str]) -> str:

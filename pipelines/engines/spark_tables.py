@@ -1,7 +1,10 @@
 """How the ``spark`` engine manages its tables: creating them and adding columns and
-properties, their history, and their upkeep -- OPTIMIZE, VACUUM, log checkpoints and log
-cleanup. Log checkpoints (and the application transactions the writes check) go through
-Delta's log classes on the JVM, where the session reaches them.
+properties, their history, and their upkeep -- OPTIMIZE, VACUUM and log cleanup, all SQL.
+
+Delta has no SQL statement that writes a log checkpoint: Delta Spark writes one by itself every
+``delta.checkpointInterval`` commits (10 by default) and removes log entries older than
+``delta.logRetentionDuration`` after it, so :meth:`SparkTablesMixin.maintain` leaves
+checkpoints to Delta and reports none.
 
 :class:`SparkTablesMixin` is part of :class:`~pipelines.engines.spark.SparkEngine`.
 """
@@ -39,19 +42,6 @@ __all__ = ["SparkTablesMixin"]
 
 # The engine's log lines stay under its module's logger, whichever module writes them.
 _log = logging.getLogger("pipelines.engines.spark")
-
-# Delta's log class in open-source Delta and in Databricks runtimes.
-_DELTA_LOG_CLASSES = (
-    "org.apache.spark.sql.delta.DeltaLog",
-    "com.databricks.sql.transaction.tahoe.DeltaLog",
-)
-
-
-def _jvm_class(jvm: Any, name: str) -> Any:
-    target = jvm
-    for part in name.split("."):
-        target = getattr(target, part)
-    return target
 
 
 class SparkTablesMixin:
@@ -168,10 +158,10 @@ class SparkTablesMixin:
                     self._sql(f"VACUUM {ident} RETAIN {hours} HOURS")
                 if before is not None and local_dir is not None:
                     vacuumed = max(0, before - _data_files(local_dir))
-            if checkpoint:
-                checkpoint_version = self._checkpoint(table)
-                if log_hours is not None:
-                    expired = self._expire_log(table, local_dir, log_hours, log_from_version)
+            # No SQL writes a log checkpoint: Delta writes them itself (checkpoint_version
+            # stays None), and log cleanup only ever goes up to the newest one.
+            if checkpoint and log_hours is not None:
+                expired = self._expire_log(table, local_dir, log_hours, log_from_version)
         return MaintenanceResult(table, removed, added, checkpoint_version, vacuumed, expired)
 
     def _local_dir(self, table: TableRef) -> Path | None:
@@ -210,43 +200,13 @@ class SparkTablesMixin:
             local_dir / "_delta_log", older_than=time.time() - log_hours * 3600, keep_version=keep
         )
 
-    def _checkpoint(self, table: TableRef) -> int | None:
-        """Write a log checkpoint of the latest version now (Delta Spark also writes one
-        every ``delta.checkpointInterval`` commits by itself, and cleans up expired log
-        entries after it); its version, ``None`` when the log is out of reach."""
-        opened = self._delta_log(table)
-        if opened is None:
-            _log.debug("%s: Delta Spark writes log checkpoints itself", table)
-            return None
-        delta_log, snapshot = opened
-        try:
-            jvm: Any = self._spark._jvm
-            delta_log.checkpoint(snapshot, jvm.scala.Option.empty())
-        except Exception as exc:
-            _log.warning("%s: writing a log checkpoint failed: %s", table, exc)
-            return None
-        return int(snapshot.version())
-
-    def _delta_log(self, table: TableRef) -> tuple[Any, Any] | None:
-        """``(DeltaLog, its latest snapshot)`` through the JVM gateway, or ``None`` where
-        Delta's classes cannot be reached that way (Spark Connect, another runtime)."""
-        jvm: Any = getattr(self._spark, "_jvm", None)
-        if jvm is None:
-            return None
+    def _table_location(self, table: TableRef) -> str:
+        """Where the table's files are: its directory, or what the catalog says."""
         if self.location is not None:
-            path = self.path(table)
-        else:
-            with self._errors("describe", table):
-                detail = self._sql(f"DESCRIBE DETAIL {self._ident(table)}").collect()[0]
-            path = str(detail["location"])
-        for name in _DELTA_LOG_CLASSES:
-            try:
-                delta_log = _jvm_class(jvm, name).forTable(self._spark._jsparkSession, path)
-                empty = jvm.scala.Option.empty()
-                return delta_log, delta_log.update(False, empty, empty)
-            except Exception as exc:  # a class or signature this runtime does not have
-                _log.debug("opening the Delta log of %s with %s failed: %s", table, name, exc)
-        return None
+            return self.path(table)
+        with self._errors("describe", table):
+            detail = self._sql(f"DESCRIBE DETAIL {self._ident(table)}").collect()[0]
+        return str(detail["location"])
 
 
 def _data_files(directory: Path) -> int:

@@ -1,14 +1,20 @@
 """How the ``spark`` engine writes: appends and overwrites through ``DataFrameWriter``, merges
-through ``DeltaTable.merge``, each reporting the version it committed and its row counts.
+as ``MERGE INTO`` a temporary view, each reporting the version it committed and its row counts.
+Only SQL and the DataFrame API, so the writes run on a classic session and on Spark Connect
+(Databricks serverless, standard access mode) alike.
 
-A write that carries a :class:`~pipelines.engines.base.Txn` is skipped when the table has
-recorded that transaction already. The table's own record is the snapshot's application
-transactions, read through Delta's JVM classes; where those cannot be reached (Spark Connect),
-this process's writes and the ``userMetadata`` of the table's history stand in. Delta itself
-also skips a write whose ``txnAppId`` / ``txnVersion`` it has committed, which the version
-left unchanged after the write shows. Several parts, each with its own transaction, go into
-one commit through Delta's ``OptimisticTransaction`` where its JVM classes are at hand (a
-lake of paths); a DataFrameWriter commits one part at a time otherwise.
+A write that carries a :class:`~pipelines.engines.base.Txn` is made idempotent by Delta itself:
+the ``txnAppId`` / ``txnVersion`` writer options (and, for MERGE, the
+``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` session settings) make Delta skip a
+transaction it has committed already, which the version left unchanged after the write shows.
+What a table has recorded is read back from ``DESCRIBE HISTORY``: every commit sfcdc writes
+carries its transactions in its ``userMetadata``. Where the history no longer reaches an app
+id's last commit (Delta cleaned the log up to a checkpoint), the transactions of that
+checkpoint are read with the DataFrame API.
+
+``one_commit_appends`` (off by default) turns on a fast path for a classic session on a lake of
+paths: several parts, each with its own transaction, go into one Delta commit through Delta's
+``OptimisticTransaction`` over the py4j gateway, instead of a commit per part.
 
 :class:`SparkWriteMixin` is part of :class:`~pipelines.engines.spark.SparkEngine`.
 """
@@ -16,7 +22,9 @@ lake of paths); a DataFrameWriter commits one part at a time otherwise.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -28,8 +36,7 @@ from pipelines.engines.base import (
     TableRef,
     Txn,
     WriteLayout,
-    decode_user_metadata,
-    encode_user_metadata,
+    merge_keys,
     txn_applied,
 )
 from pipelines.engines.spark_sql import (
@@ -37,12 +44,13 @@ from pipelines.engines.spark_sql import (
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,
     USER_METADATA_CONF,
-    merge_condition,
+    commit_metadata,
+    commit_txns,
     merge_counts,
+    merge_sql,
     metric_int,
     write_options,
 )
-from pipelines.engines.spark_tables import _jvm_class
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -55,6 +63,38 @@ __all__ = ["SparkWriteMixin"]
 # The engine's log lines stay under its module's logger, whichever module writes them.
 _log = logging.getLogger("pipelines.engines.spark")
 
+# Delta's log class in open-source Delta and in Databricks runtimes (the one-commit append).
+_DELTA_LOG_CLASSES = (
+    "org.apache.spark.sql.delta.DeltaLog",
+    "com.databricks.sql.transaction.tahoe.DeltaLog",
+)
+# The newest commits read first when looking an app id up: most lookups find it there.
+_RECENT_COMMITS = 32
+
+
+def _jvm_class(jvm: Any, name: str) -> Any:
+    target = jvm
+    for part in name.split("."):
+        target = getattr(target, part)
+    return target
+
+
+@dataclass
+class _TxnIndex:
+    """The application transactions of a table's commits, as far as its history was read:
+    ``version`` is the newest commit read; ``complete`` says every retained commit was;
+    ``oldest`` is the oldest retained commit (when ``complete``)."""
+
+    version: int
+    txns: dict[str, int] = field(default_factory=dict)
+    complete: bool = False
+    oldest: int | None = None
+
+    def add(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Apply history rows (any order): a newer commit's version of an app id wins."""
+        for row in sorted(rows, key=lambda r: int(r["version"])):
+            self.txns.update(commit_txns(row.get("userMetadata")))
+
 
 class SparkWriteMixin:
     """Appends, overwrites and merges of :class:`~pipelines.engines.spark.SparkEngine`, and
@@ -64,8 +104,9 @@ class SparkWriteMixin:
         # What the writes use of the rest of the engine.
         _spark: SparkSession
         location: str | None
+        one_commit_appends: bool
         _clock: Callable[[], float]
-        _txns: dict[tuple[TableRef, str], int]
+        _txn_indexes: dict[TableRef, _TxnIndex]
 
         def exists(self, table: TableRef) -> bool: ...
         def version(self, table: TableRef) -> int | None: ...
@@ -79,56 +120,79 @@ class SparkWriteMixin:
             properties: Mapping[str, str] | None = None,
             deletion_vectors: bool = False,
         ) -> None: ...
+        def _ident(self, table: TableRef) -> str: ...
+        def _sql(self, text: str) -> DataFrame: ...
         def _require(self, table: TableRef) -> int: ...
         def _dataframe(self, data: Any) -> DataFrame: ...
         def _history_rows(self, table: TableRef, limit: int | None) -> list[dict[str, Any]]: ...
         def _errors(self, action: str, table: TableRef) -> AbstractContextManager[None]: ...
         def _session_conf(self, values: Mapping[str, str]) -> AbstractContextManager[None]: ...
-        def _delta_log(self, table: TableRef) -> tuple[Any, Any] | None: ...
+        def _table_location(self, table: TableRef) -> str: ...
+
+    # ------------------------------------------------------------ application transactions
 
     def txn_version(self, table: TableRef, app_id: str) -> int | None:
-        """Latest txn version for ``app_id``: from the snapshot's transactions (read through
-        Delta's JVM classes), or -- where those cannot be reached (Spark Connect) -- from
-        this process's writes, else the ``userMetadata`` of the table's history."""
+        """Latest txn version for ``app_id``, from the ``userMetadata`` of the table's commits
+        (``DESCRIBE HISTORY``, newest first, the commits read before kept per table); where
+        the history no longer reaches back to the table's first commit and does not name
+        ``app_id``, from the table's newest log checkpoint."""
         if not self.exists(table):
             return None
-        transactions = self._snapshot_transactions(table)
-        if transactions is not None:
-            return transactions.get(app_id)
-        known = self._txns.get((table, app_id))
-        if known is not None:
-            return known
-        for row in self._history_rows(table, None):
-            _metadata, txn = decode_user_metadata(row.get("userMetadata"))
-            if txn is not None and txn.app_id == app_id:
-                self._txns[(table, app_id)] = txn.version
-                return txn.version
+        index = self._txn_index(table)
+        if app_id in index.txns:
+            return index.txns[app_id]
+        if not index.complete:
+            rows = self._history_rows(table, None)
+            index.txns.clear()
+            index.add(rows)
+            index.complete = True
+            index.oldest = min((int(r["version"]) for r in rows), default=0)
+            if app_id in index.txns:
+                return index.txns[app_id]
+        if index.oldest:
+            # Delta removed the log entries before a checkpoint: that checkpoint holds the
+            # transactions of every commit the history no longer shows.
+            return self._checkpoint_txns(table).get(app_id)
         return None
 
-    def _snapshot_transactions(self, table: TableRef) -> dict[str, int] | None:
-        """The application transactions of the table's latest snapshot (``None``: unknown)."""
-        opened = self._delta_log(table)
-        if opened is None:
-            return None
-        try:
-            iterator = opened[1].transactions().iterator()
-            out: dict[str, int] = {}
-            while iterator.hasNext():
-                pair = iterator.next()
-                out[str(pair._1())] = int(pair._2())
-        except Exception as exc:
-            _log.debug("reading the transactions of %s failed: %s", table, exc)
-            return None
-        return out
+    def _txn_index(self, table: TableRef) -> _TxnIndex:
+        """The table's transactions as of its latest commit: what was read before, plus the
+        commits since."""
+        (newest,) = self._history_rows(table, 1)
+        latest = int(newest["version"])
+        index = self._txn_indexes.get(table)
+        if index is not None and index.version <= latest:
+            if latest > index.version:
+                rows = self._history_rows(table, latest - index.version)
+                index.add([r for r in rows if int(r["version"]) > index.version])
+                index.version = latest
+            return index
+        rows = self._history_rows(table, _RECENT_COMMITS) if latest else [newest]
+        index = _TxnIndex(latest)
+        index.add(rows)
+        if len(rows) < _RECENT_COMMITS:
+            index.complete = True
+            index.oldest = min(int(r["version"]) for r in rows)
+        self._txn_indexes[table] = index
+        return index
+
+    def _checkpoint_txns(self, table: TableRef) -> dict[str, int]:
+        """The application transactions of the table's newest log checkpoint (the one
+        ``_last_checkpoint`` names), read with the DataFrame API."""
+        log = f"{self._table_location(table).rstrip('/')}/_delta_log"
+        with self._errors("read the log checkpoint of", table):
+            (last,) = self._spark.read.json(f"{log}/_last_checkpoint").select("version").collect()
+            name = f"{log}/{int(last['version']):020d}.checkpoint*.parquet"
+            frame = self._spark.read.parquet(name)
+            if "txn" not in frame.columns:
+                return {}
+            rows = frame.where("txn IS NOT NULL").select("txn.appId", "txn.version").collect()
+        return {str(r["appId"]): int(r["version"]) for r in rows}
 
     def _already_applied(self, table: TableRef, txn: Txn | None) -> bool:
         if txn is None:
             return False
         return txn_applied(table, txn, self.txn_version(table, txn.app_id), _log)
-
-    def _remember(self, table: TableRef, txn: Txn | None) -> None:
-        if txn is not None:
-            self._txns[(table, txn.app_id)] = txn.version
 
     # ------------------------------------------------------------------------- writing
 
@@ -157,7 +221,6 @@ class SparkWriteMixin:
                 writer.save(self.path(table))
         (latest,) = self._history_rows(table, 1)
         after = int(latest["version"])
-        self._remember(table, txn)
         if after == before:
             # Delta skipped the write itself: the txn had been committed by another process.
             return CommitResult(table, after, skipped=True, rows=0)
@@ -190,12 +253,33 @@ class SparkWriteMixin:
         app_ids = [txn.app_id for _, txn in parts]
         if len(set(app_ids)) != len(app_ids):
             raise LakeError(f"{table}: one commit cannot record one app id twice ({app_ids})")
-        if len(parts) > 1 and self.location is not None and self.exists(table):
+        if (
+            self.one_commit_appends
+            and len(parts) > 1
+            and self.location is not None
+            and self.exists(table)
+        ):
             together = self._append_in_one_commit(table, parts, metadata)
             if together is not None:
                 return together
         # A DataFrameWriter records one application transaction: a commit per part.
         return [self.append(table, data, txn=txn, metadata=metadata) for data, txn in parts]
+
+    def _delta_log(self, table: TableRef) -> tuple[Any, Any] | None:
+        """``(DeltaLog, its latest snapshot)`` through the py4j gateway, or ``None`` where
+        Delta's classes cannot be reached that way (Spark Connect, another runtime)."""
+        jvm: Any = getattr(self._spark, "_jvm", None)
+        if jvm is None:
+            return None
+        path = self.path(table)
+        for name in _DELTA_LOG_CLASSES:
+            try:
+                delta_log = _jvm_class(jvm, name).forTable(self._spark._jsparkSession, path)
+                empty = jvm.scala.Option.empty()
+                return delta_log, delta_log.update(False, empty, empty)
+            except Exception as exc:  # a class or signature this runtime does not have
+                _log.debug("opening the Delta log of %s with %s failed: %s", table, name, exc)
+        return None
 
     def _append_in_one_commit(
         self,
@@ -204,11 +288,11 @@ class SparkWriteMixin:
         metadata: Mapping[str, str] | None,
     ) -> list[CommitResult] | None:
         """The parts appended in one Delta commit that records every part's transaction,
-        through Delta's own ``OptimisticTransaction`` (reached over the JVM gateway): the
+        through Delta's own ``OptimisticTransaction`` (reached over the py4j gateway): the
         transaction reads each app id's version (so a concurrent commit of one of them is a
         conflict, as it is for a DataFrameWriter's ``txnAppId``), writes the rows of the parts
         not applied yet, and commits their files with a ``SetTransaction`` each. ``None`` --
-        a commit per part instead -- where that is not possible here: no JVM gateway, a
+        a commit per part instead -- where that is not possible here: no py4j gateway, a
         runtime whose classes differ, or rows whose columns are not exactly the table's (a
         DataFrameWriter evolves the schema, this path does not)."""
         opened = self._delta_log(table)
@@ -250,7 +334,9 @@ class SparkWriteMixin:
             txns = [parts[i][1] for i in keep]
             for txn in txns:
                 transaction.updateSetTransaction(txn.app_id, txn.version, now)
-            text = encode_user_metadata(metadata, txns[0] if len(txns) == 1 else None)
+            # Every transaction in the commit's metadata too: readers of the history (Spark
+            # Connect, another session) find them there.
+            text = commit_metadata(metadata, txns)
             none = option.empty()
             operation = write_operation(
                 jvm.org.apache.spark.sql.SaveMode.Append,
@@ -262,8 +348,6 @@ class SparkWriteMixin:
                 none,
             )
             committed = int(transaction.commit(files, operation))
-        for txn in txns:
-            self._remember(table, txn)
         for index in keep:
             results[index] = CommitResult(
                 table, committed, skipped=False, rows=parts[index][0].num_rows
@@ -298,15 +382,7 @@ class SparkWriteMixin:
         metadata: Mapping[str, str] | None = None,
         evolve_schema: bool = True,
     ) -> MergeMetrics:
-        try:
-            from delta.tables import DeltaTable
-        except ImportError as exc:
-            raise LakeError(
-                "the spark lake engine merges with delta-spark, which is not installed here; "
-                "install sfcdc[spark] (Databricks runtimes include it) or use engine: local"
-            ) from exc
-
-        condition = merge_condition(on)
+        merge_keys(on)  # a malformed key list fails before anything is read
         started = self._clock()
         if self._already_applied(table, txn):
             return MergeMetrics(table, 0, 0, 0, 0, self.version(table), True, 0.0)
@@ -321,29 +397,32 @@ class SparkWriteMixin:
         if not self.exists(table):
             self.ensure_table(table, df.schema)
         before = self._require(table)
+        conf: dict[str, str] = dict(PRESERVE_NULL_STRUCTS)
+        if txn is not None:
+            conf[TXN_APP_ID_CONF] = txn.app_id
+            conf[TXN_VERSION_CONF] = str(txn.version)
+        user_metadata = commit_metadata(metadata, [txn] if txn is not None else [])
+        if user_metadata:
+            conf[USER_METADATA_CONF] = user_metadata
+        # A temporary view of this session names the source in the statement; a name of its
+        # own, so merges of several threads sharing the session never see each other's.
+        view = f"sfcdc_merge_source_{uuid.uuid4().hex}"
+        statement = merge_sql(
+            self._ident(table),
+            view,
+            on=on,
+            update_condition=update_condition,
+            delete_condition=delete_condition,
+            insert=insert,
+            evolve_schema=evolve_schema,
+        )
         with self._errors("merge into", table):
-            if self.location is None:
-                target = DeltaTable.forName(self._spark, self.qualified_name(table))
-            else:
-                target = DeltaTable.forPath(self._spark, self.path(table))
-            builder = target.alias("target").merge(df.alias("source"), condition)
-            if delete_condition:
-                builder = builder.whenMatchedDelete(condition=delete_condition)
-            builder = builder.whenMatchedUpdateAll(condition=update_condition)
-            if insert:
-                builder = builder.whenNotMatchedInsertAll()
-            conf: dict[str, str] = dict(PRESERVE_NULL_STRUCTS)
-            if evolve_schema:
-                builder = builder.withSchemaEvolution()
-            if txn is not None:
-                conf[TXN_APP_ID_CONF] = txn.app_id
-                conf[TXN_VERSION_CONF] = str(txn.version)
-            user_metadata = encode_user_metadata(metadata, txn)
-            if user_metadata:
-                conf[USER_METADATA_CONF] = user_metadata
-            with self._session_conf(conf):
-                builder.execute()
-        self._remember(table, txn)
+            df.createOrReplaceTempView(view)
+            try:
+                with self._session_conf(conf):
+                    self._sql(statement).collect()
+            finally:
+                self._spark.catalog.dropTempView(view)
         (latest,) = self._history_rows(table, 1)
         after = int(latest["version"])
         inserted, updated, deleted, source_rows = (

@@ -25,11 +25,14 @@ from pipelines.engines import (
 from pipelines.engines.base import LakeEngine, encode_user_metadata
 from pipelines.engines.spark_sql import (
     add_columns_sql,
+    commit_metadata,
+    commit_txns,
     create_table_sql,
     history_entry,
     is_append_only,
     merge_condition,
     merge_counts,
+    merge_sql,
     select_sql,
     set_properties_sql,
     write_options,
@@ -161,6 +164,47 @@ def test_merge_condition_quotes_keys() -> None:
     )
     with pytest.raises(LakeError):
         merge_condition("Id")
+
+
+def test_merge_sql_uses_a_view_and_every_clause_asked_for() -> None:
+    full = merge_sql(
+        "delta.`/lake/gold/account`",
+        "sfcdc_merge_source_1",
+        on=["Id"],
+        update_condition="source.ts > target.ts",
+        delete_condition="source.deleted",
+    )
+    assert full == (
+        "MERGE WITH SCHEMA EVOLUTION INTO delta.`/lake/gold/account` AS target USING "
+        "`sfcdc_merge_source_1` AS source ON target.`Id` = source.`Id` "
+        "WHEN MATCHED AND (source.deleted) THEN DELETE "
+        "WHEN MATCHED AND (source.ts > target.ts) THEN UPDATE SET * "
+        "WHEN NOT MATCHED THEN INSERT *"
+    )
+    plain = merge_sql("`t`", "v", on=["Id", "Ts"], insert=False, evolve_schema=False)
+    assert plain == (
+        "MERGE INTO `t` AS target USING `v` AS source ON target.`Id` = source.`Id` AND "
+        "target.`Ts` = source.`Ts` WHEN MATCHED THEN UPDATE SET *"
+    )
+    with pytest.raises(LakeError, match="got 'Id', a str"):
+        merge_sql("`t`", "v", on="Id")  # type: ignore[arg-type]
+
+
+def test_commit_metadata_records_every_txn_of_a_commit() -> None:
+    one = commit_metadata({"batch": "b1"}, [Txn("a", 3)])
+    # One txn: exactly what every other writer of sfcdc's commits writes.
+    assert one == encode_user_metadata({"batch": "b1"}, Txn("a", 3))
+    assert commit_txns(one) == {"a": 3}
+    several = commit_metadata(None, [Txn("a", 3), Txn("b", 7), Txn("c", 1)])
+    assert commit_txns(several) == {"a": 3, "b": 7, "c": 1}
+    # History rows show the first txn and no extra metadata key.
+    entry = history_entry({"version": 4, "userMetadata": several})
+    assert entry.txn == Txn("a", 3) and entry.metadata == {}
+    assert commit_metadata(None, []) is None
+    assert commit_txns(None) == {} and commit_txns("not json") == {}
+    assert commit_txns(
+        '{"sfcdc.txn.app_id": "a", "sfcdc.txn.version": "2", "sfcdc.txn.more": "[1, 2]"}'
+    ) == {"a": 2}
 
 
 @pytest.mark.parametrize(
