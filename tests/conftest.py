@@ -2,7 +2,15 @@
 
 Tests that touch tables ask for ``lake_engine`` (or ``make_engine`` / ``engine_name``) and
 run once per lake engine: ``local`` (delta-rs) and ``spark`` (delta-spark), the latter
-marked ``spark_engine`` so ``python -m pytest -m spark_engine`` runs exactly those.
+marked ``spark_engine`` so ``python -m pytest -m spark_engine`` runs exactly those. Tests that
+make their engines with ``make_engine`` (and run no command through ``lake_kind``) run a third
+time, ``spark_connect``: the spark engine over Spark Connect (marked ``spark_connect``).
+
+Spark Connect's service runs inside the shared session's JVM (one server per worker, no second
+driver): the ``spark_connect`` fixture is a Connect session of that server, and a test that
+asks for it runs as a Spark Connect process does (``pyspark.sql.functions`` builds Connect
+columns, the active session is the Connect one, and ``SPARK_REMOTE`` points subprocesses at the
+same server).
 
 One local Spark session serves the whole run (starting one costs seconds); tests that need it
 ask for the ``spark`` fixture and are marked ``spark``. Unit tests never start a JVM. The
@@ -20,6 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from pipelines.session import CONNECT_SERVICE_CONF
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,12 +53,43 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session = local_session(
         "sfcdc-tests",
         cores=2,
-        conf={"spark.driver.memory": "2g"},
+        conf={"spark.driver.memory": "2g", **CONNECT_SERVICE_CONF},
         delta=True,
         workdir=tmp_path_factory.mktemp("spark"),
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect_url(spark: SparkSession) -> str:
+    """The ``sc://`` URL of the Spark Connect service this worker's session serves."""
+    from pipelines.session import serve_connect
+
+    return serve_connect(spark)
+
+
+@pytest.fixture(scope="session")
+def _connect_session(spark_connect_url: str) -> Iterator[SparkSession]:
+    from pipelines.session import connect_session
+
+    session = connect_session(spark_connect_url)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def spark_connect(
+    _connect_session: SparkSession, spark_connect_url: str, monkeypatch: pytest.MonkeyPatch
+) -> SparkSession:
+    """A Spark Connect session with Delta Lake, the active session of a test that runs as a
+    Spark Connect process does; the process's classic mode comes back after the test."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    monkeypatch.setenv("SPARK_REMOTE", spark_connect_url)
+    RemoteSession._set_default_and_active_session(_connect_session)  # type: ignore[arg-type]
+    return _connect_session
 
 
 @pytest.fixture(autouse=True)
@@ -64,26 +105,60 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
 ENGINE_NAMES = ("local", "spark")
 
 
-def engine_params() -> list[Any]:
+def engine_params(*, connect: bool = False) -> list[Any]:
     """The engine names tests run on; the spark one is marked ``spark_engine`` and
-    ``spark`` (it uses the shared session)."""
-    return [
+    ``spark`` (it uses the shared session). ``connect``: the spark engine over Spark Connect
+    too (``spark_connect``, marked ``spark_connect`` and ``spark``)."""
+    params = [
         pytest.param("local", id="local"),
         pytest.param("spark", id="spark", marks=[pytest.mark.spark_engine, pytest.mark.spark]),
     ]
+    if connect:
+        marks = [pytest.mark.spark_connect, pytest.mark.spark]
+        params.append(pytest.param("spark_connect", id="spark_connect", marks=marks))
+    return params
 
 
-@pytest.fixture(params=engine_params())
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``engine_name`` runs each test once per lake engine; tests that make their engines
+    with ``make_engine`` and run no command through ``lake_kind`` (whose subprocesses start
+    drivers of their own) also run over Spark Connect. Tests marked ``append_parts`` run the
+    classic session's spark engine once more, with its one-commit append of parts on."""
+    names = metafunc.fixturenames
+    if "engine_name" not in names:
+        return
+    connect = "make_engine" in names and "lake_kind" not in names
+    params = engine_params(connect=connect)
+    if metafunc.definition.get_closest_marker("append_parts") is None:
+        metafunc.parametrize("engine_name", params, indirect=True)
+        return
+    cases = [pytest.param(p.values[0], False, id=p.id, marks=p.marks) for p in params]
+    spark = next(p for p in params if p.id == "spark")
+    cases.insert(2, pytest.param("spark", True, id="spark-one-commit", marks=spark.marks))
+    metafunc.parametrize(("engine_name", "one_commit_appends"), cases, indirect=True)
+
+
+@pytest.fixture
 def engine_name(request: pytest.FixtureRequest) -> str:
-    """Each test that asks for it runs once per lake engine."""
+    """Each test that asks for it runs once per lake engine (see pytest_generate_tests)."""
     return str(request.param)
+
+
+@pytest.fixture
+def one_commit_appends(request: pytest.FixtureRequest) -> bool:
+    """Whether the classic session's spark engine commits several parts at once
+    (``SparkEngine(one_commit_appends=True)``); on for tests marked ``append_parts``' second
+    spark run."""
+    return bool(getattr(request, "param", False))
 
 
 EngineFactory = Callable[..., "LakeEngine"]
 
 
 @pytest.fixture
-def make_engine(engine_name: str, request: pytest.FixtureRequest) -> EngineFactory:
+def make_engine(
+    engine_name: str, one_commit_appends: bool, request: pytest.FixtureRequest
+) -> EngineFactory:
     """``make_engine(location, **options)``: an engine of this test's kind over the lake at
     ``location`` (the spark engine keeps its tables there as Delta directories, as the
     local engine does, so either reads the other's lake)."""
@@ -92,7 +167,12 @@ def make_engine(engine_name: str, request: pytest.FixtureRequest) -> EngineFacto
 
     def make(location: Path | str, **options: Any) -> LakeEngine:
         if engine_name == "spark":
-            return SparkEngine(request.getfixturevalue("spark"), location=location, **options)
+            session = request.getfixturevalue("spark")
+            options.setdefault("one_commit_appends", one_commit_appends)
+            return SparkEngine(session, location=location, **options)
+        if engine_name == "spark_connect":
+            session = request.getfixturevalue("spark_connect")
+            return SparkEngine(session, location=location, **options)
         return LocalEngine(location=location, **options)
 
     return make
@@ -121,8 +201,10 @@ def lake_kind(engine_name: str, request: pytest.FixtureRequest) -> str:
 # unit test takes milliseconds.
 _COST = (
     (("slow", "spark_engine"), 50.0),
+    (("slow", "spark_connect"), 50.0),
     (("slow",), 8.0),
     (("spark_engine",), 6.0),
+    (("spark_connect",), 6.0),
     (("spark",), 2.0),
     (("integration",), 0.5),
 )

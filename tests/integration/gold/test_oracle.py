@@ -49,11 +49,11 @@ from tests.cli_env import cli_env
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[3]
-EVENTS = {"local": 100_000, "spark": 6_000}
+EVENTS = {"local": 100_000, "spark": 6_000, "spark_connect": 6_000}
 # Events appended per second (None: as fast as the emulator takes them). A spark-engine ingest
 # starts a JVM before it lands, so its producer is paced, and it goes on past its events until
 # the kills are over, however long the JVM starts take on a busy machine.
-RATES: dict[str, float | None] = {"local": None, "spark": 60.0}
+RATES: dict[str, float | None] = {"local": None, "spark": 60.0, "spark_connect": 60.0}
 KILLS = 4
 SEED = 20260611
 OBJECTS = {
@@ -96,7 +96,13 @@ def _conf(root: Path, emulator: Emulator, engine: str) -> Path:
 
 
 def _ingest(conf: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = cli_env()
+    # The landings SIGKILLed here run in drivers of their own, whichever session silver and
+    # gold use (a Spark Connect client killed mid-commit leaves the commit to its server).
+    env = {
+        k: v
+        for k, v in cli_env().items()
+        if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")
+    }
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "pipelines.cli", "ingest", "--conf", str(conf), *extra],
@@ -223,7 +229,8 @@ def test_gold_equals_the_ground_truth(engine_name: str, make_engine: Any, tmp_pa
     workload = Workload(catalogue, seed=SEED, mix=WorkloadMix(platform_event=0.0, wildcard=0.03))
     producer = Producer(emulator, workload, events, RATES[engine_name])
     try:
-        conf_dir = _conf(tmp_path, emulator, engine_name)
+        # spark_connect: the spark engine, with silver and gold over Spark Connect.
+        conf_dir = _conf(tmp_path, emulator, engine_name.removesuffix("_connect"))
         conf = load_conf(conf_dir)
         engine = make_engine(conf.pipeline.lake.location)
         producer.start()
