@@ -30,6 +30,7 @@ COMMANDS: tuple[str, ...] = (
     "gold",
     "streaming",
     "bootstrap",
+    "onboard",
     "resync",
     "maintain",
     "publish",
