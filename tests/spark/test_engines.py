@@ -5,6 +5,7 @@ wrote."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -120,6 +121,30 @@ def test_append_parts_record_each_txn(lake_engine: LakeEngine, make_engine: Any)
     assert ids(lake_engine, lake_engine.read(BRONZE)) == ["e0", "e1", "e2", "e3", "e4"]
     with pytest.raises(LakeError, match="app id twice"):
         lake_engine.append_parts(BRONZE, [(events(5, 1), Txn("c", 1)), (events(6, 1), Txn("c", 2))])
+
+
+def test_a_txn_older_than_the_retained_log_is_read_from_the_checkpoint(
+    lake_engine: LakeEngine, make_engine: Any
+) -> None:
+    """Log cleanup removes the commits before a checkpoint: a txn written there is no longer in
+    the history (which the spark engine reads), yet the table still records it."""
+    lake_engine.append(BRONZE, events(0, 1), txn=Txn("old", 7))
+    for i in range(1, 12):
+        lake_engine.append(BRONZE, events(i, 1))
+    log = Path(lake_engine.location) / "bronze" / "account_change_event" / "_delta_log"  # type: ignore[attr-defined]
+    if not (log / "_last_checkpoint").exists():  # delta-rs checkpoints when asked
+        lake_engine.maintain(BRONZE, compact=False)
+    checkpoint = json.loads((log / "_last_checkpoint").read_text())["version"]
+    assert checkpoint >= 10
+    for commit in log.glob("*.json"):
+        if int(commit.name.split(".")[0]) < checkpoint:
+            commit.unlink()  # what Delta's log cleanup does after delta.logRetentionDuration
+    lake_engine.append(BRONZE, events(12, 1), txn=Txn("new", 1))
+    later = make_engine(lake_engine.location)  # type: ignore[attr-defined]
+    assert later.txn_version(BRONZE, "old") == 7
+    assert later.txn_version(BRONZE, "new") == 1
+    assert later.txn_version(BRONZE, "never") is None
+    assert later.append(BRONZE, events(0, 1), txn=Txn("old", 7)).skipped
 
 
 def test_empty_appends(lake_engine: LakeEngine) -> None:
