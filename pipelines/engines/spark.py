@@ -17,6 +17,12 @@ partition's rows. Everything else is plain Delta Spark:
   the ``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` session settings), so Delta
   itself skips a write it has already committed;
 - merges are ``MERGE [WITH SCHEMA EVOLUTION] INTO ... USING`` a temporary view;
+- Delta takes some settings of a MERGE from the session rather than the statement (its
+  application transaction, its commit's ``userMetadata``, schema evolution), and every write
+  without writer options of its own takes them from there too. A write that sets them, or
+  would take another thread's, holds the session's lock while it runs (:func:`session_lock`);
+  appends and overwrites with a transaction carry all of them as writer options and run
+  beside it;
 - ``read_appends`` reads the change data feed (inserts) of the version range, which is why
   every table has ``delta.enableChangeDataFeed`` on;
 - history, table properties, OPTIMIZE and VACUUM are SQL. Delta Spark writes log checkpoints
@@ -38,7 +44,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -59,7 +67,7 @@ from pipelines.engines.base import (
     TableRef,
     check_until,
 )
-from pipelines.engines.spark_sql import history_entry, select_sql
+from pipelines.engines.spark_sql import PRESERVE_NULL_STRUCTS, history_entry, select_sql
 from pipelines.engines.spark_tables import SparkTablesMixin
 from pipelines.engines.spark_write import SparkWriteMixin, _TxnIndex
 from pipelines.engines.sql import (
@@ -73,9 +81,22 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["SparkEngine"]
+__all__ = ["SparkEngine", "session_lock"]
 
 _log = logging.getLogger(__name__)
+
+_SESSION_LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
+_SESSION_LOCKS_GUARD = threading.Lock()
+
+
+def session_lock(spark: SparkSession) -> threading.RLock:
+    """The lock of this process's writes that depend on ``spark``'s settings: one per
+    session, whichever engines share it."""
+    with _SESSION_LOCKS_GUARD:
+        lock = _SESSION_LOCKS.get(spark)
+        if lock is None:
+            lock = _SESSION_LOCKS[spark] = threading.RLock()
+        return lock
 
 
 # ----------------------------------------------------------------------------- the engine
@@ -125,6 +146,10 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         self.one_commit_appends = one_commit_appends
         self._clock = clock
         self._txn_indexes: dict[TableRef, _TxnIndex] = {}
+        self._settings_lock = session_lock(spark)
+        # What every write of the engine wants, set once: no write changes them back.
+        for key, value in PRESERVE_NULL_STRUCTS.items():
+            spark.conf.set(key, value)
 
     @classmethod
     def from_spec(
@@ -182,19 +207,23 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         return self._spark.sql(text)
 
     @contextlib.contextmanager
-    def _session_conf(self, values: Mapping[str, str]) -> Iterator[None]:
-        conf = self._spark.conf
-        previous: dict[str, str | None] = {key: conf.get(key, None) for key in values}
-        for key, value in values.items():
-            conf.set(key, value)
-        try:
-            yield
-        finally:
-            for key, old in previous.items():
-                if old is None:
-                    conf.unset(key)
-                else:
-                    conf.set(key, old)
+    def _session_conf(self, values: Mapping[str, str] | None = None) -> Iterator[None]:
+        """Run the block with the session's lock held and ``values`` set in its settings
+        (restored after): no other write of this process runs with them, nor changes them
+        meanwhile."""
+        with self._settings_lock:
+            conf = self._spark.conf
+            previous = {key: conf.get(key, None) for key in values or {}}
+            for key, value in (values or {}).items():
+                conf.set(key, value)
+            try:
+                yield
+            finally:
+                for key, old in previous.items():
+                    if old is None:
+                        conf.unset(key)
+                    else:
+                        conf.set(key, old)
 
     @contextlib.contextmanager
     def _errors(self, action: str, table: TableRef) -> Iterator[None]:
@@ -273,6 +302,10 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
             reader = reader.option("versionAsOf", str(int(version)))
         with self._errors("read", table):
             df = self._load(reader, table)
+            if version is not None:
+                # Spark Connect analyses a plan when it is first used: a version the table
+                # does not have fails here, as on a classic session.
+                df.schema  # noqa: B018
         return df if columns is None else df.select(*[quote_identifier(c) for c in columns])
 
     def read_keyed(

@@ -6,7 +6,6 @@ Delta jar (``tests/unit/test_spark_engine.py``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -35,12 +34,11 @@ __all__ = [
     "DELETION_VECTORS_PROPERTY",
     "PRESERVE_NULL_STRUCTS",
     "RETENTION_CHECK_CONF",
+    "SCHEMA_EVOLUTION_CONF",
     "TXN_APP_ID_CONF",
     "TXN_VERSION_CONF",
     "USER_METADATA_CONF",
     "add_columns_sql",
-    "commit_metadata",
-    "commit_txns",
     "create_table_sql",
     "history_entry",
     "is_append_only",
@@ -57,6 +55,7 @@ TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
+SCHEMA_EVOLUTION_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
 # Delta expands a NULL struct of the source into a struct of NULL fields when a MERGE
 # updates a subset of columns (UPDATE SET * with schema evolution) or casts a struct type; a
 # compound field Salesforce left empty must stay NULL in gold.
@@ -137,46 +136,10 @@ def write_options(
         options["userMetadata"] = user_metadata
     if overwrite_schema:
         options["overwriteSchema"] = "true"
-    elif merge_schema:
-        options["mergeSchema"] = "true"
+    else:
+        # Always given: the session's setting (a MERGE of another thread sets it) never decides.
+        options["mergeSchema"] = "true" if merge_schema else "false"
     return options
-
-
-# The other application transactions of a commit that records several (a one-commit append of
-# parts): a JSON object of app id -> version, beside the first txn's own keys.
-MORE_TXNS_KEY = "sfcdc.txn.more"
-
-
-def commit_metadata(metadata: Mapping[str, str] | None, txns: Sequence[Txn]) -> str | None:
-    """The ``userMetadata`` of a commit carrying ``metadata`` and recording ``txns``: the first
-    as :func:`~pipelines.engines.base.encode_user_metadata` writes it (so every reader of
-    single-txn commits reads it), the others under ``sfcdc.txn.more``."""
-    text = encode_user_metadata(metadata, txns[0] if txns else None)
-    if len(txns) < 2 or text is None:
-        return text
-    payload = json.loads(text)
-    payload[MORE_TXNS_KEY] = json.dumps(
-        {t.app_id: t.version for t in txns[1:]}, sort_keys=True, separators=(",", ":")
-    )
-    return json.dumps(payload, sort_keys=True, separators=(",", ":"))
-
-
-def commit_txns(user_metadata: object) -> dict[str, int]:
-    """Every application transaction a commit's ``userMetadata`` records (app id -> version):
-    what :func:`commit_metadata` wrote; ``{}`` for other writers' text."""
-    _metadata, txn = decode_user_metadata(user_metadata)
-    if txn is None:
-        return {}
-    found = {txn.app_id: txn.version}
-    try:
-        more = json.loads(json.loads(str(user_metadata)).get(MORE_TXNS_KEY) or "{}")
-    except (ValueError, AttributeError):
-        return found
-    if isinstance(more, dict):
-        for app_id, version in more.items():
-            if isinstance(version, int):
-                found[str(app_id)] = version
-    return found
 
 
 def merge_sql(

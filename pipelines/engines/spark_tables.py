@@ -64,7 +64,9 @@ class SparkTablesMixin:
         def _require(self, table: TableRef) -> int: ...
         def _history_rows(self, table: TableRef, limit: int | None) -> list[dict[str, Any]]: ...
         def _errors(self, action: str, table: TableRef) -> AbstractContextManager[None]: ...
-        def _session_conf(self, values: Mapping[str, str]) -> AbstractContextManager[None]: ...
+        def _session_conf(
+            self, values: Mapping[str, str] | None = None
+        ) -> AbstractContextManager[None]: ...
 
     def properties(self, table: TableRef) -> dict[str, str]:
         with self._errors("read the properties of", table):
@@ -84,7 +86,8 @@ class SparkTablesMixin:
             wanted[DELETION_VECTORS_PROPERTY] = "true"
         ident = self._ident(table)
         if not self.exists(table):
-            with self._errors("create", table):
+            # Its commit would take a MERGE's settings of another thread: see _session_conf.
+            with self._errors("create", table), self._session_conf():
                 if self.location is None:
                     self._sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_name(table.layer)}")
                 self._sql(create_table_sql(ident, schema, wanted))
@@ -104,7 +107,7 @@ class SparkTablesMixin:
                     f"{existing.dataType.simpleString()}, not {f.dataType.simpleString()}; "
                     "changing a column type needs a rewrite"
                 )
-        with self._errors("alter", table):
+        with self._errors("alter", table), self._session_conf():
             if missing:
                 self._sql(add_columns_sql(ident, missing))
             have = self.properties(table)
@@ -139,7 +142,7 @@ class SparkTablesMixin:
         local_dir = self._local_dir(table)
         if log_hours is not None and log_hours < 0:
             raise LakeError(f"log_hours must be >= 0 (got {log_hours})")
-        with self._errors("maintain", table):
+        with self._errors("maintain", table), self._session_conf():
             if compact:
                 rows = self._sql(f"OPTIMIZE {ident}").collect()
                 report = rows[0].asDict(recursive=True).get("metrics") if rows else None
@@ -199,14 +202,6 @@ class SparkTablesMixin:
         return expire_log(
             local_dir / "_delta_log", older_than=time.time() - log_hours * 3600, keep_version=keep
         )
-
-    def _table_location(self, table: TableRef) -> str:
-        """Where the table's files are: its directory, or what the catalog says."""
-        if self.location is not None:
-            return self.path(table)
-        with self._errors("describe", table):
-            detail = self._sql(f"DESCRIBE DETAIL {self._ident(table)}").collect()[0]
-        return str(detail["location"])
 
 
 def _data_files(directory: Path) -> int:

@@ -21,6 +21,7 @@ paths: several parts, each with its own transaction, go into one Delta commit th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -36,16 +37,16 @@ from pipelines.engines.base import (
     TableRef,
     Txn,
     WriteLayout,
+    decode_user_metadata,
+    encode_user_metadata,
     merge_keys,
     txn_applied,
 )
 from pipelines.engines.spark_sql import (
-    PRESERVE_NULL_STRUCTS,
+    SCHEMA_EVOLUTION_CONF,
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,
     USER_METADATA_CONF,
-    commit_metadata,
-    commit_txns,
     merge_counts,
     merge_sql,
     metric_int,
@@ -68,8 +69,11 @@ _DELTA_LOG_CLASSES = (
     "org.apache.spark.sql.delta.DeltaLog",
     "com.databricks.sql.transaction.tahoe.DeltaLog",
 )
-# The newest commits read first when looking an app id up: most lookups find it there.
+# A catalog table's newest commits are read first when looking an app id up in its history:
+# most lookups find it there.
 _RECENT_COMMITS = 32
+# What a Delta log file (a commit, a checkpoint) holds of an application transaction.
+_TXN_ACTION = "txn STRUCT<appId: STRING, version: BIGINT>"
 
 
 def _jvm_class(jvm: Any, name: str) -> Any:
@@ -81,19 +85,39 @@ def _jvm_class(jvm: Any, name: str) -> Any:
 
 @dataclass
 class _TxnIndex:
-    """The application transactions of a table's commits, as far as its history was read:
-    ``version`` is the newest commit read; ``complete`` says every retained commit was;
-    ``oldest`` is the oldest retained commit (when ``complete``)."""
+    """The application transactions of a table (app id -> version) as of its commit
+    ``version``; ``complete``: every transaction the table records is in it (else only those
+    of its newest commits)."""
 
     version: int
     txns: dict[str, int] = field(default_factory=dict)
-    complete: bool = False
-    oldest: int | None = None
+    complete: bool = True
 
-    def add(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Apply history rows (any order): a newer commit's version of an app id wins."""
-        for row in sorted(rows, key=lambda r: int(r["version"])):
-            self.txns.update(commit_txns(row.get("userMetadata")))
+
+def _history_txns(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The transactions the ``userMetadata`` of history rows records (any order of rows: a
+    newer commit's version of an app id wins)."""
+    found: dict[str, int] = {}
+    for row in sorted(rows, key=lambda r: int(r["version"])):
+        _metadata, txn = decode_user_metadata(row.get("userMetadata"))
+        if txn is not None:
+            found[txn.app_id] = txn.version
+    return found
+
+
+def _missing_path(exc: Exception) -> bool:
+    """Whether Spark refused a read because a path (or every file of a pattern) is missing."""
+    return "PATH_NOT_FOUND" in str(exc)
+
+
+def _txn_rows(frame: DataFrame) -> dict[str, int]:
+    """The transactions of Delta log files read into ``frame`` (columns ``file``, the file's
+    name, and ``txn``): a newer file's version of an app id wins."""
+    rows = frame.where("txn IS NOT NULL").selectExpr("file", "txn.appId", "txn.version")
+    found: dict[str, int] = {}
+    for row in sorted(rows.collect(), key=lambda r: str(r["file"])):
+        found[str(row["appId"])] = int(row["version"])
+    return found
 
 
 class SparkWriteMixin:
@@ -126,68 +150,91 @@ class SparkWriteMixin:
         def _dataframe(self, data: Any) -> DataFrame: ...
         def _history_rows(self, table: TableRef, limit: int | None) -> list[dict[str, Any]]: ...
         def _errors(self, action: str, table: TableRef) -> AbstractContextManager[None]: ...
-        def _session_conf(self, values: Mapping[str, str]) -> AbstractContextManager[None]: ...
-        def _table_location(self, table: TableRef) -> str: ...
+        def _session_conf(
+            self, values: Mapping[str, str] | None = None
+        ) -> AbstractContextManager[None]: ...
 
     # ------------------------------------------------------------ application transactions
 
     def txn_version(self, table: TableRef, app_id: str) -> int | None:
-        """Latest txn version for ``app_id``, from the ``userMetadata`` of the table's commits
-        (``DESCRIBE HISTORY``, newest first, the commits read before kept per table); where
-        the history no longer reaches back to the table's first commit and does not name
-        ``app_id``, from the table's newest log checkpoint."""
+        """Latest txn version for ``app_id``. A table under ``location``: from its Delta log,
+        read with the DataFrame API (the newest checkpoint's transactions, then those of the
+        commits after it), as Delta reads them. A catalog table, whose files SQL does not
+        reach (Unity Catalog): from the ``userMetadata`` that records the transaction of each
+        commit sfcdc writes (``DESCRIBE HISTORY``, newest commits first), as far back as the
+        table keeps its log. What was read is kept per table and brought up to date with the
+        commits since."""
         if not self.exists(table):
             return None
-        index = self._txn_index(table)
-        if app_id in index.txns:
-            return index.txns[app_id]
-        if not index.complete:
-            rows = self._history_rows(table, None)
-            index.txns.clear()
-            index.add(rows)
-            index.complete = True
-            index.oldest = min((int(r["version"]) for r in rows), default=0)
-            if app_id in index.txns:
-                return index.txns[app_id]
-        if index.oldest:
-            # Delta removed the log entries before a checkpoint: that checkpoint holds the
-            # transactions of every commit the history no longer shows.
-            return self._checkpoint_txns(table).get(app_id)
-        return None
+        index = self._txn_index(table, complete=False)
+        if app_id not in index.txns and not index.complete:
+            index = self._txn_index(table, complete=True)
+        return index.txns.get(app_id)
 
-    def _txn_index(self, table: TableRef) -> _TxnIndex:
-        """The table's transactions as of its latest commit: what was read before, plus the
-        commits since."""
-        (newest,) = self._history_rows(table, 1)
-        latest = int(newest["version"])
+    def _txn_index(self, table: TableRef, *, complete: bool) -> _TxnIndex:
+        latest = self._require(table)
         index = self._txn_indexes.get(table)
-        if index is not None and index.version <= latest:
-            if latest > index.version:
-                rows = self._history_rows(table, latest - index.version)
-                index.add([r for r in rows if int(r["version"]) > index.version])
+        if index is None or index.version > latest or (complete and not index.complete):
+            index = self._read_txns(table, latest, complete=complete)
+        elif latest > index.version:
+            newer = self._txns_after(table, index.version, latest)
+            if newer is None:  # the log no longer has those commits: read it again
+                index = self._read_txns(table, latest, complete=complete)
+            else:
+                index.txns.update(newer)
                 index.version = latest
-            return index
-        rows = self._history_rows(table, _RECENT_COMMITS) if latest else [newest]
-        index = _TxnIndex(latest)
-        index.add(rows)
-        if len(rows) < _RECENT_COMMITS:
-            index.complete = True
-            index.oldest = min(int(r["version"]) for r in rows)
         self._txn_indexes[table] = index
         return index
 
-    def _checkpoint_txns(self, table: TableRef) -> dict[str, int]:
-        """The application transactions of the table's newest log checkpoint (the one
-        ``_last_checkpoint`` names), read with the DataFrame API."""
-        log = f"{self._table_location(table).rstrip('/')}/_delta_log"
-        with self._errors("read the log checkpoint of", table):
-            (last,) = self._spark.read.json(f"{log}/_last_checkpoint").select("version").collect()
-            name = f"{log}/{int(last['version']):020d}.checkpoint*.parquet"
-            frame = self._spark.read.parquet(name)
-            if "txn" not in frame.columns:
-                return {}
-            rows = frame.where("txn IS NOT NULL").select("txn.appId", "txn.version").collect()
-        return {str(r["appId"]): int(r["version"]) for r in rows}
+    def _read_txns(self, table: TableRef, latest: int, *, complete: bool) -> _TxnIndex:
+        if self.location is None:
+            rows = self._history_rows(table, None if complete else _RECENT_COMMITS)
+            reached_all = complete or len(rows) < _RECENT_COMMITS
+            return _TxnIndex(latest, _history_txns(rows), reached_all)
+        checkpoint, txns = self._checkpoint_txns(table)
+        newer = self._txns_after(table, checkpoint, latest) if latest > checkpoint else {}
+        if newer is None:
+            raise LakeError(
+                f"{table}: the Delta log at {self.path(table)} lacks commits after its newest "
+                f"checkpoint (version {checkpoint})"
+            )
+        return _TxnIndex(latest, {**txns, **newer})
+
+    def _txns_after(self, table: TableRef, version: int, latest: int) -> dict[str, int] | None:
+        """The transactions of the commits after ``version`` up to ``latest`` (``None``: some
+        of those commits are gone from the log)."""
+        if self.location is None:
+            rows = self._history_rows(table, latest - version)
+            return _history_txns([r for r in rows if int(r["version"]) > version])
+        log = f"{self.path(table)}/_delta_log"
+        commits = [f"{log}/{v:020d}.json" for v in range(version + 1, latest + 1)]
+        with self._errors("read the Delta log of", table):
+            try:
+                frame = self._spark.read.schema(_TXN_ACTION).json(commits)
+                return _txn_rows(frame.selectExpr("_metadata.file_name AS file", "txn"))
+            except Exception as exc:
+                if _missing_path(exc):
+                    return None  # Delta's log cleanup removed some of them
+                raise
+
+    def _checkpoint_txns(self, table: TableRef) -> tuple[int, dict[str, int]]:
+        """``(version, transactions)`` of the table's newest log checkpoint; ``(-1, {})``
+        when it has none (then its log holds every commit from version 0)."""
+        log = f"{self.path(table)}/_delta_log"
+        with self._errors("read the log checkpoints of", table):
+            try:
+                frame = self._spark.read.parquet(f"{log}/*.checkpoint*.parquet").selectExpr(
+                    "_metadata.file_name AS file", "txn"
+                )
+                (newest,) = frame.selectExpr("max(file)").collect()[0]
+            except Exception as exc:
+                if _missing_path(exc):
+                    return -1, {}
+                raise
+            version = int(newest[:20])
+            # Each part of a multi-part checkpoint is named after its version.
+            of_newest = frame.where(f"file LIKE '{version:020d}.%'")
+            return version, _txn_rows(of_newest)
 
     def _already_applied(self, table: TableRef, txn: Txn | None) -> bool:
         if txn is None:
@@ -214,7 +261,10 @@ class SparkWriteMixin:
         writer = df.write.format("delta").mode(mode)
         for key, value in options.items():
             writer = writer.option(key, value)
-        with self._errors(mode, table), self._session_conf(PRESERVE_NULL_STRUCTS):
+        # With a txn, the writer options carry everything Delta would otherwise take from the
+        # session's settings (the txn, userMetadata, mergeSchema): no lock needed.
+        exclusive = self._session_conf() if txn is None else contextlib.nullcontext()
+        with self._errors(mode, table), exclusive:
             if self.location is None:
                 writer.saveAsTable(self.qualified_name(table))
             else:
@@ -327,16 +377,13 @@ class SparkWriteMixin:
             if not keep:
                 return results
             rows = pa.concat_tables([selected[i] for i in keep])
-            with self._session_conf(PRESERVE_NULL_STRUCTS):
-                files = transaction.writeFiles(self._dataframe(rows)._jdf)
+            files = transaction.writeFiles(self._dataframe(rows)._jdf)
             option = jvm.scala.Option
             now = option.apply(jvm.java.lang.Long.valueOf(int(self._clock() * 1000)))
             txns = [parts[i][1] for i in keep]
             for txn in txns:
                 transaction.updateSetTransaction(txn.app_id, txn.version, now)
-            # Every transaction in the commit's metadata too: readers of the history (Spark
-            # Connect, another session) find them there.
-            text = commit_metadata(metadata, txns)
+            text = encode_user_metadata(metadata, txns[0] if len(txns) == 1 else None)
             none = option.empty()
             operation = write_operation(
                 jvm.org.apache.spark.sql.SaveMode.Append,
@@ -397,11 +444,13 @@ class SparkWriteMixin:
         if not self.exists(table):
             self.ensure_table(table, df.schema)
         before = self._require(table)
-        conf: dict[str, str] = dict(PRESERVE_NULL_STRUCTS)
+        # MERGE takes these from the session's settings only (Delta 4.1 also ignores the
+        # statement's WITH SCHEMA EVOLUTION, which Databricks runtimes honour).
+        conf = {SCHEMA_EVOLUTION_CONF: "true" if evolve_schema else "false"}
         if txn is not None:
             conf[TXN_APP_ID_CONF] = txn.app_id
             conf[TXN_VERSION_CONF] = str(txn.version)
-        user_metadata = commit_metadata(metadata, [txn] if txn is not None else [])
+        user_metadata = encode_user_metadata(metadata, txn)
         if user_metadata:
             conf[USER_METADATA_CONF] = user_metadata
         # A temporary view of this session names the source in the statement; a name of its

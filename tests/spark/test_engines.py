@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import date, datetime, timezone
@@ -466,6 +467,88 @@ def test_merge_evolves_the_schema(lake_engine: LakeEngine) -> None:
     lake_engine.merge(GOLD, pa.table({"Id": ["1"], "Name": ["a"]}), on=["Id"])
     lake_engine.merge(GOLD, pa.table({"Id": ["1"], "Rating": ["Hot"]}), on=["Id"])
     assert rows_of(lake_engine, GOLD) == [{"Id": "1", "Name": "a", "Rating": "Hot"}]
+
+
+class HeldUntil:
+    """Rows unchanged, once the file ``release`` exists (``started`` is created first): holds
+    a statement reading them mid-way, in the Python worker that runs it."""
+
+    def __init__(self, started: Path, release: Path) -> None:
+        self.started = str(started)
+        self.release = str(release)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        Path(self.started).touch()
+        deadline = time.monotonic() + 300
+        while not Path(self.release).exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.release} never appeared")
+            time.sleep(0.05)
+        yield from batches
+
+
+@pytest.mark.parametrize(
+    "session",
+    [
+        pytest.param("spark", marks=[pytest.mark.spark_engine, pytest.mark.spark]),
+        pytest.param("spark_connect", marks=[pytest.mark.spark_connect, pytest.mark.spark]),
+    ],
+)
+def test_a_write_beside_a_merge_of_another_thread_takes_none_of_its_settings(
+    session: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Delta takes a MERGE's txn and userMetadata from the session's settings, and so does
+    every commit without writer options of its own: one of another thread sharing the session
+    must not run while those are set (nor record that MERGE's txn as its own)."""
+    engine = SparkEngine(request.getfixturevalue(session), location=tmp_path / "lake")
+    schema = T.StructType([T.StructField("Id", T.StringType()), T.StructField("n", T.LongType())])
+    engine.merge(GOLD, pa.table({"Id": ["1"], "n": pa.array([1], pa.int64())}), on=["Id"])
+    engine.append(BRONZE, events(0, 1))
+    started, release = tmp_path / "started", tmp_path / "release"
+    held = engine.map_batches(
+        engine.rows(pa.table({"Id": ["2"], "n": pa.array([2], pa.int64())}), schema),
+        HeldUntil(started, release),
+        schema,
+    )
+    failures: list[BaseException] = []
+
+    def run(work: Any) -> threading.Thread:
+        def target() -> None:
+            try:
+                work()
+            except BaseException as exc:
+                failures.append(exc)
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        return thread
+
+    merging = run(
+        lambda: engine.merge(
+            GOLD, held, on=["Id"], txn=Txn("gold:held", 1), metadata={"run": "held"}
+        )
+    )
+    deadline = time.monotonic() + 300
+    while not started.exists():
+        assert not failures and time.monotonic() < deadline, failures
+        time.sleep(0.05)
+    # The MERGE is running (its settings are set): a write without a txn, and a CREATE TABLE.
+    appending = run(lambda: engine.append(BRONZE, events(1, 1)))
+    creating = run(lambda: engine.ensure_table(TableRef("silver", "other"), schema))
+    appending.join(timeout=3)
+    release.touch()
+    for thread in (merging, appending, creating):
+        thread.join(timeout=300)
+    assert not failures, failures
+
+    fresh = SparkEngine(engine.spark, location=tmp_path / "lake")  # reads the log anew
+    assert fresh.txn_version(GOLD, "gold:held") == 1
+    assert fresh.history(GOLD, limit=1)[0].metadata == {"run": "held"}
+    assert fresh.txn_version(BRONZE, "gold:held") is None
+    assert fresh.txn_version(TableRef("silver", "other"), "gold:held") is None
+    for table in (BRONZE, TableRef("silver", "other")):
+        assert [(h.txn, h.metadata) for h in fresh.history(table, limit=1)] == [(None, {})]
+    assert ids(engine, engine.read(BRONZE)) == ["e0", "e1"]
 
 
 # -------------------------------------------------------------------- history and maintain

@@ -25,8 +25,6 @@ from pipelines.engines import (
 from pipelines.engines.base import LakeEngine, encode_user_metadata
 from pipelines.engines.spark_sql import (
     add_columns_sql,
-    commit_metadata,
-    commit_txns,
     create_table_sql,
     history_entry,
     is_append_only,
@@ -113,7 +111,8 @@ def test_alter_sql() -> None:
 
 
 def test_write_options() -> None:
-    assert write_options(None, None) == {}
+    # mergeSchema is always given: Delta falls back to the session's setting without it.
+    assert write_options(None, None) == {"mergeSchema": "false"}
     options = write_options(Txn("bronze", 5), {"batch": "5"}, merge_schema=True)
     assert options == {
         "txnAppId": "bronze",
@@ -131,6 +130,7 @@ def test_write_layout_turns_dictionaries_off_per_column() -> None:
     assert options == {
         "parquet.enable.dictionary#event_id": "false",
         "parquet.enable.dictionary#payload": "false",
+        "mergeSchema": "false",
     }
 
 
@@ -188,23 +188,6 @@ def test_merge_sql_uses_a_view_and_every_clause_asked_for() -> None:
     )
     with pytest.raises(LakeError, match="got 'Id', a str"):
         merge_sql("`t`", "v", on="Id")  # type: ignore[arg-type]
-
-
-def test_commit_metadata_records_every_txn_of_a_commit() -> None:
-    one = commit_metadata({"batch": "b1"}, [Txn("a", 3)])
-    # One txn: exactly what every other writer of sfcdc's commits writes.
-    assert one == encode_user_metadata({"batch": "b1"}, Txn("a", 3))
-    assert commit_txns(one) == {"a": 3}
-    several = commit_metadata(None, [Txn("a", 3), Txn("b", 7), Txn("c", 1)])
-    assert commit_txns(several) == {"a": 3, "b": 7, "c": 1}
-    # History rows show the first txn and no extra metadata key.
-    entry = history_entry({"version": 4, "userMetadata": several})
-    assert entry.txn == Txn("a", 3) and entry.metadata == {}
-    assert commit_metadata(None, []) is None
-    assert commit_txns(None) == {} and commit_txns("not json") == {}
-    assert commit_txns(
-        '{"sfcdc.txn.app_id": "a", "sfcdc.txn.version": "2", "sfcdc.txn.more": "[1, 2]"}'
-    ) == {"a": 2}
 
 
 @pytest.mark.parametrize(
