@@ -7,10 +7,15 @@ A write that carries a :class:`~pipelines.engines.base.Txn` is made idempotent b
 the ``txnAppId`` / ``txnVersion`` writer options (and, for MERGE, the
 ``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` session settings) make Delta skip a
 transaction it has committed already, which the version left unchanged after the write shows.
-What a table has recorded is read back from ``DESCRIBE HISTORY``: every commit sfcdc writes
-carries its transactions in its ``userMetadata``. Where the history no longer reaches an app
-id's last commit (Delta cleaned the log up to a checkpoint), the transactions of that
-checkpoint are read with the DataFrame API.
+What a table under a location has recorded is read from its Delta log with the DataFrame API
+(the newest checkpoint's transactions and those of the commits after it); a catalog table's,
+from the ``userMetadata`` in which every commit sfcdc writes records its transaction
+(``DESCRIBE HISTORY``).
+
+Delta takes a MERGE's transaction, ``userMetadata`` and schema evolution from the session's
+settings (a commit without writer options of its own takes them from there too), so the
+writes that set them or would take them hold the session's lock
+(:func:`~pipelines.engines.spark.session_lock`) while they run.
 
 ``one_commit_appends`` (off by default) turns on a fast path for a classic session on a lake of
 paths: several parts, each with its own transaction, go into one Delta commit through Delta's
