@@ -60,7 +60,8 @@ class Credentials:
     """What every Pub/Sub API call needs: token, instance URL and tenant (org) id.
 
     ``expires_at`` is an epoch time when the login response said so (Salesforce's usually do
-    not); ``issued_at`` is the epoch time the token was issued.
+    not); ``issued_at`` is the epoch time the token was issued. ``user_id`` is the logged-in
+    user's Id when the login said it (the identity URL, SOAP's userInfo).
     """
 
     access_token: Secret
@@ -68,6 +69,7 @@ class Credentials:
     tenant_id: str
     expires_at: float | None
     issued_at: float
+    user_id: str | None = None
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         """The gRPC auth headers, lower-case as gRPC requires."""
@@ -222,6 +224,7 @@ class _HttpFlow:
             tenant_id=tenant,
             expires_at=expires_at,
             issued_at=issued_at,
+            user_id=_user_from_identity_url(body.get("id")),
         )
 
     def _userinfo_org(self, token: Secret) -> str:
@@ -261,6 +264,15 @@ def _org_from_identity_url(value: object) -> str | None:
     parts = [p for p in urlsplit(value).path.split("/") if p]
     if len(parts) >= 3 and parts[-3] == "id":
         return parts[-2]
+    return None
+
+
+def _user_from_identity_url(value: object) -> str | None:
+    if not isinstance(value, str):
+        return None
+    parts = [p for p in urlsplit(value).path.split("/") if p]
+    if len(parts) >= 3 and parts[-3] == "id":
+        return parts[-1]
     return None
 
 
@@ -562,6 +574,7 @@ class SoapLogin(_HttpFlow):
         session = result.findtext("p:sessionId", default="", namespaces=_SOAP_NS)
         server_url = result.findtext("p:serverUrl", default="", namespaces=_SOAP_NS)
         org = result.findtext("p:userInfo/p:organizationId", default="", namespaces=_SOAP_NS)
+        user = result.findtext("p:userInfo/p:userId", default="", namespaces=_SOAP_NS)
         valid = result.findtext("p:userInfo/p:sessionSecondsValid", default="", namespaces=_SOAP_NS)
         if not session or not server_url or not org:
             raise AuthError(
@@ -574,6 +587,7 @@ class SoapLogin(_HttpFlow):
             tenant_id=org,
             expires_at=issued_at + int(valid) if valid.isdigit() else None,
             issued_at=issued_at,
+            user_id=user or None,
         )
 
     def __repr__(self) -> str:

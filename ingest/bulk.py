@@ -15,7 +15,9 @@ A query job runs a SOQL query on Salesforce's side and keeps its results as CSV 
 :class:`BulkQueryClient` yields the records as dicts of column name to CSV text, ``None`` for an
 empty value: Salesforce stores no empty text, so an empty CSV field is a null whether or not it
 was quoted. What the values mean (numbers, booleans, dates) is the caller's to decide, from the
-object's describe (:func:`typed_value` reads the common types).
+object's describe (:func:`typed_value` reads the common types). :meth:`BulkQueryClient.record_sets`
+yields the sets as served instead (:class:`ResultSet`), for a caller that parses large ones
+column by column.
 
 Requests go through :meth:`ingest.rest.RestClient.send`: the same token, refresh, retries and
 TLS verification as every REST call. Failures are :class:`~ingest.errors.BulkJobError` (a job
@@ -32,7 +34,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ingest.errors import BulkJobError, RestError
 from ingest.rest import RestClient
@@ -42,6 +44,7 @@ __all__ = [
     "BulkQueryClient",
     "Operation",
     "QueryJob",
+    "ResultSet",
     "typed_value",
 ]
 
@@ -53,6 +56,7 @@ _DONE = ("JobComplete", "Failed", "Aborted")
 _BOOLEANS = {"true": True, "false": False}
 _INTEGER_TYPES = frozenset({"int", "long"})
 _DOUBLE_TYPES = frozenset({"double", "currency", "percent"})
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class QueryJob:
     state: str
     records_processed: int | None = None
     error_message: str | None = None
+    # totalProcessingTime: milliseconds Salesforce spent running the job.
+    processing_ms: int | None = None
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> QueryJob:
@@ -76,6 +82,7 @@ class QueryJob:
             )
         processed = body.get("numberRecordsProcessed")
         message = body.get("errorMessage")
+        processing = body.get("totalProcessingTime")
         return cls(
             id=job_id,
             object=str(body.get("object", "")),
@@ -83,6 +90,36 @@ class QueryJob:
             state=state,
             records_processed=processed if isinstance(processed, int) else None,
             error_message=str(message) if message else None,
+            processing_ms=processing if isinstance(processing, int) else None,
+        )
+
+
+@dataclass(frozen=True)
+class ResultSet:
+    """One set of a completed job's results as served: ``content`` is its CSV (UTF-8, a header
+    row first), ``number`` counts sets from 1, ``records`` is what ``Sforce-NumberOfRecords``
+    announced (``None`` when absent)."""
+
+    job: QueryJob
+    number: int
+    content: bytes
+    records: int | None
+
+    def cut_short(self, held: int) -> BulkJobError:
+        """The error for a set that held ``held`` records, not the ``records`` announced."""
+        return BulkJobError(
+            f"Bulk query job {self.job.id}: set {self.number} announced {self.records} records "
+            f"and held {held}; the download was cut short, run the command again",
+            job_id=self.job.id,
+            state=self.job.state,
+        )
+
+    def malformed(self, problem: str) -> BulkJobError:
+        """The error for a set whose CSV cannot be read (``problem`` says why)."""
+        return BulkJobError(
+            f"Bulk query job {self.job.id}: set {self.number} of its results {problem}",
+            job_id=self.job.id,
+            state=self.job.state,
         )
 
 
@@ -179,11 +216,21 @@ class BulkQueryClient:
         A job left unfinished (an error, or the caller stopping early) is aborted when it was
         still running; a finished one is left for Salesforce to remove after a week.
         """
+        return self._job_yielding(soql, operation, self.results)
+
+    def record_sets(self, soql: str, *, operation: Operation = "queryAll") -> Iterator[ResultSet]:
+        """As :meth:`records`, yielding each set of results as served (for callers that parse
+        the CSV themselves)."""
+        return self._job_yielding(soql, operation, self.result_sets)
+
+    def _job_yielding(
+        self, soql: str, operation: Operation, read: Callable[[QueryJob], Iterator[_T]]
+    ) -> Iterator[_T]:
         job = self.create(soql, operation=operation)
         finished = False
         try:
             job = self.wait(job)
-            yield from self.results(job)
+            yield from read(job)
             finished = True
         finally:
             latest = self.last_job if self.last_job is not None else job
@@ -259,12 +306,16 @@ class BulkQueryClient:
                 job_id=job.id,
                 state=job.state,
             )
-        self._log.info("Bulk query job %s completed: %s records", job.id, job.records_processed)
+        self._log.info(
+            "Bulk query job %s completed: %s records (%s ms of processing on Salesforce's side)",
+            job.id,
+            job.records_processed,
+            job.processing_ms,
+        )
         return job
 
-    def results(self, job: QueryJob) -> Iterator[dict[str, str | None]]:
-        """The records of a completed job, set after set (following ``Sforce-Locator``)."""
-        header: list[str] | None = None
+    def result_sets(self, job: QueryJob) -> Iterator[ResultSet]:
+        """The sets of results of a completed job, in order (following ``Sforce-Locator``)."""
         locator: str | None = None
         number = 0
         while True:
@@ -292,46 +343,43 @@ class BulkQueryClient:
                     status=exc.status,
                     error_code=exc.error_code,
                 ) from exc
-            rows = list(csv.reader(io.StringIO(response.text, newline="")))
-            if not rows:
-                raise BulkJobError(
-                    f"Bulk query job {job.id}: set {number} of its results has no header row",
-                    job_id=job.id,
-                    state=job.state,
-                )
-            if header is None:
-                header = rows[0]
-            elif rows[0] != header:
-                raise BulkJobError(
-                    f"Bulk query job {job.id}: set {number} has the columns {rows[0]}, the first "
-                    f"set had {header}",
-                    job_id=job.id,
-                    state=job.state,
-                )
-            records = rows[1:]
-            expected = response.headers.get("Sforce-NumberOfRecords")
-            if expected is not None and expected.isdigit() and int(expected) != len(records):
-                raise BulkJobError(
-                    f"Bulk query job {job.id}: set {number} announced {expected} records and "
-                    f"held {len(records)}; the download was cut short, run the command again",
-                    job_id=job.id,
-                    state=job.state,
-                )
-            width = len(header)
-            for position, row in enumerate(records, start=1):
-                if len(row) != width:
-                    raise BulkJobError(
-                        f"Bulk query job {job.id}: record {position} of set {number} has "
-                        f"{len(row)} values for {width} columns",
-                        job_id=job.id,
-                        state=job.state,
-                    )
-                yield {name: value or None for name, value in zip(header, row, strict=True)}
-            self._log.debug("Bulk query job %s: set %d, %d records", job.id, number, len(records))
+            announced = response.headers.get("Sforce-NumberOfRecords")
+            yield ResultSet(
+                job,
+                number,
+                response.content,
+                int(announced) if announced is not None and announced.isdigit() else None,
+            )
             nxt = response.headers.get("Sforce-Locator", "null")
             if not nxt or nxt == "null":
                 return
             locator = nxt
+
+    def results(self, job: QueryJob) -> Iterator[dict[str, str | None]]:
+        """The records of a completed job, set after set."""
+        header: list[str] | None = None
+        for result in self.result_sets(job):
+            text = result.content.decode("utf-8", errors="replace")
+            rows = list(csv.reader(io.StringIO(text, newline="")))
+            if not rows:
+                raise result.malformed("has no header row")
+            if header is None:
+                header = rows[0]
+            elif rows[0] != header:
+                raise result.malformed(f"has the columns {rows[0]}, the first set had {header}")
+            records = rows[1:]
+            if result.records is not None and result.records != len(records):
+                raise result.cut_short(len(records))
+            width = len(header)
+            for position, row in enumerate(records, start=1):
+                if len(row) != width:
+                    raise result.malformed(
+                        f"has {len(row)} values in record {position} for {width} columns"
+                    )
+                yield {name: value or None for name, value in zip(header, row, strict=True)}
+            self._log.debug(
+                "Bulk query job %s: set %d, %d records", job.id, result.number, len(records)
+            )
 
     def abort(self, job: QueryJob) -> None:
         """Ask Salesforce to stop a running job."""

@@ -241,7 +241,7 @@ class RestClient:
                 if attempt >= self._attempts:
                     raise RestUnavailableError(
                         f"REST {what}: no answer from {credentials.instance_url} after "
-                        f"{attempt} attempts ({type(exc).__name__})"
+                        f"{attempt} attempts ({type(exc).__name__}: {exc})"
                     ) from exc
                 self._sleep(self._backoff * 2 ** (attempt - 1))
                 continue

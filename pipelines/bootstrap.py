@@ -65,26 +65,32 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql import types as T
 
 from ingest.errors import CheckpointError, ConfigError
 from ingest.schema import EventSchema, FieldInfo
 from pipelines.bronze.checkpoint import Checkpoint, CheckpointStore
+from pipelines.bronze.streaming_setup import read_describes
 from pipelines.bronze.tables import bronze_tables
 from pipelines.engines import LakeEngine, MergeMetrics, TableRef
 from pipelines.engines.arrow import spark_schema_to_arrow
-from pipelines.gold.columns import DELETED, ID, body_fields, gold_schema
+from pipelines.formulas import formula_columns
+from pipelines.gold.columns import DELETED, FORMULAS_REFRESHED_AT, ID, body_fields, gold_schema
 from pipelines.gold.job import gold_table, run_gold
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE
+from pipelines.gold.streaming import gold_object, run_streaming_gold
+from pipelines.polled.layout import polled_layout
 from pipelines.progress import progress
-from pipelines.silver.columns import SilverLayout
+from pipelines.silver.columns import LeafKind, SilverLayout, leaf_kind_of
 from pipelines.silver.job import REGISTRY_TABLE, read_registry, run_silver, silver_layout
+from pipelines.silver.streaming_job import run_streaming_silver, streaming_plan
 from pipelines.snapshot_read import RecordReader, SnapshotSource
-from pipelines.snapshot_rows import record_infos, rest_row, snapshot_soql
+from pipelines.snapshot_rows import record_infos, rest_row, rest_value, snapshot_soql
 from pipelines.snapshot_write import (
     SNAPSHOT_CHANGE_TYPE,
     SNAPSHOT_MARK,
@@ -93,6 +99,7 @@ from pipelines.snapshot_write import (
     snapshot_key,
 )
 from pipelines.spec import Conf, ObjectSpec
+from pipelines.spec_streaming import StreamingObjectSpec
 
 __all__ = [
     "CHUNK_ROWS",
@@ -104,6 +111,7 @@ __all__ = [
     "SnapshotResult",
     "SnapshotSource",
     "bootstrap_object",
+    "rebootstrap_due",
     "record_position",
     "refresh_from_rest",
     "rest_row",
@@ -215,6 +223,7 @@ def refresh_from_rest(
     ids: Sequence[str] | None,
     position: Checkpoint | None = None,
     registry_table: TableRef = REGISTRY_TABLE,
+    layout: SilverLayout | None = None,
     chunk_rows: int = CHUNK_ROWS,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     clock: Callable[[], float] = time.perf_counter,
@@ -222,6 +231,10 @@ def refresh_from_rest(
     """Steps 3 to 5 of the module docstring for ``obj``: read the whole object (``ids``
     ``None``) or those records, MERGE them into gold as snapshot rows, and resolve the open
     re-sync rows that were detected before the read began.
+
+    ``layout`` gives gold's fields when they do not come from the registered event schemas
+    (a Streaming API channel's, from its stored describes; its ``entity`` is the object
+    read).
 
     ``rest`` is where records come from: a :class:`SnapshotSource` (REST for named records;
     REST, Bulk API or a choice by size for a whole object) or a plain reader used for both.
@@ -232,33 +245,52 @@ def refresh_from_rest(
         raise ValueError(f"chunk_rows must be >= 1 (got {chunk_rows})")
     started = clock()
     at = now()
-    registry = read_registry(engine, registry_table)
-    layout = silver_layout(obj, registry)
-    if not layout.fields:
-        raise ConfigError(
-            f"{mode} of {obj.api_name}: no schema of {obj.topic} is registered, so gold's "
-            "columns are unknown; run `sfcdc bootstrap` (which fetches it) or `sfcdc ingest` first"
-        )
-    infos = record_infos(obj, registry)
+    if layout is None:
+        layout, infos = _layout(engine, obj, registry_table)
+        if not layout.fields:
+            raise ConfigError(
+                f"{mode} of {obj.api_name}: no schema of {obj.topic} is registered, so gold's "
+                "columns are unknown; run `sfcdc bootstrap` (which fetches it) or `sfcdc "
+                "ingest` first"
+            )
+    else:
+        infos = {}
     gold = gold_table(obj)
     silver = TableRef("silver", obj.tables.silver)
     silver_schema = engine.schema(silver) or layout.silver_schema()
     engine.ensure_table(gold, gold_schema(body_fields(silver_schema)))
-    schema = engine.schema(gold)
-    assert schema is not None
+    table_schema = engine.schema(gold)
+    assert table_schema is not None
+    # What a snapshot writes: the object's columns and gold's control columns, and the formula
+    # fields the last refresh read (a whole record is read, formulas included). Any other
+    # column of the table keeps its value: the MERGE does not name it.
+    formulas = _formula_fields(table_schema, formula_columns(engine, obj))
+    written = set(gold_schema(body_fields(silver_schema)).names) | set(formulas)
+    if formulas:
+        written.add(FORMULAS_REFRESHED_AT)
+    schema = T.StructType([f for f in table_schema.fields if f.name in written])
     open_rows = _open_resync_rows(engine, obj)
 
     wanted = list(dict.fromkeys(ids)) if ids is not None else None
     source = rest if isinstance(rest, SnapshotSource) else SnapshotSource(rest)
     write = SnapshotWriter(
-        engine, obj, gold, spark_schema_to_arrow(schema), at=at, mode=mode, position=position
+        engine,
+        obj,
+        gold,
+        spark_schema_to_arrow(schema),
+        at=at,
+        mode=mode,
+        position=position,
+        untracked=frozenset(formulas),
     )
-    records, api, total = _read(source, layout, infos, wanted)
+    records, api, total = _read(source, layout, infos, wanted, extra=list(formulas))
     seen: set[str] = set()
     # A whole-object read may not know its size until the query answers: the bar counts.
     with progress(total=total, unit="records", label=f"{mode} {obj.api_name}") as bar:
         for batch in _batched(records, chunk_rows):
-            batch_rows = [rest_row(layout, infos, rec) for rec in batch]
+            batch_rows = [
+                _with_formulas(rest_row(layout, infos, rec), rec, formulas, at) for rec in batch
+            ]
             deleted_ids = {rec["Id"] for rec in batch if rec.get("IsDeleted")}
             batch_ids = [r[ID] for r in batch_rows]
             seen.update(batch_ids)
@@ -323,20 +355,58 @@ def refresh_from_rest(
     return result
 
 
+def _layout(
+    engine: LakeEngine, obj: ObjectSpec, registry_table: TableRef
+) -> tuple[SilverLayout, Mapping[str, FieldInfo]]:
+    """The object's columns: from its event schemas, or from the describes its polls stored
+    (a polled object)."""
+    if obj.kind == "polled":
+        found = polled_layout(engine, obj)
+        if found is None:
+            return SilverLayout(obj.api_name, True, ()), {}
+        return found
+    registry = read_registry(engine, registry_table)
+    return silver_layout(obj, registry), record_infos(obj, registry)
+
+
+def _formula_fields(schema: T.StructType, fields: Sequence[str]) -> dict[str, LeafKind]:
+    """The formula ``fields`` gold has columns for, with the kind each column is read as."""
+    kinds: dict[str, LeafKind] = {}
+    by_name = {f.name: f for f in schema.fields}
+    for name in fields:
+        column = by_name.get(name)
+        if column is not None:
+            kinds[name] = leaf_kind_of(column.dataType)
+    return kinds
+
+
+def _with_formulas(
+    row: dict[str, Any], record: Mapping[str, Any], kinds: Mapping[str, LeafKind], at: datetime
+) -> dict[str, Any]:
+    if not kinds:
+        return row
+    for name, kind in kinds.items():
+        row[name] = rest_value(kind, record.get(name), f"{name} of {row[ID]}")
+    row[FORMULAS_REFRESHED_AT] = at
+    return row
+
+
 def _read(
     source: SnapshotSource,
     layout: SilverLayout,
     infos: Mapping[str, FieldInfo],
     ids: Sequence[str] | None,
+    *,
+    extra: Sequence[str] = (),
 ) -> tuple[Iterator[dict[str, Any]], str, int | None]:
     """The records to write, the API reading them, and their number when known."""
     if ids is None:
-        whole = source.whole(snapshot_soql(layout, infos), layout.entity)
+        whole = source.whole(snapshot_soql(layout, infos, extra=extra), layout.entity)
         return whole.records, whole.api, whole.total
 
     def named() -> Iterator[dict[str, Any]]:
         for chunk in _chunks(ids, ID_CHUNK):
-            yield from source.named(snapshot_soql(layout, infos, chunk))
+            yield from source.named(snapshot_soql(layout, infos, chunk, extra=extra))
 
     return named(), "rest", len(ids)
 
@@ -390,7 +460,7 @@ def _resolve(
 # ------------------------------------------------------------------------------------ commands
 
 
-def _change_event_object(conf: Conf, name: str, what: str) -> ObjectSpec:
+def _change_event_object(conf: Conf, name: str, what: str, *, polled: bool = False) -> ObjectSpec:
     by_name = {o.api_name: o for o in conf.objects}
     obj = by_name.get(name)
     if obj is None:
@@ -401,7 +471,12 @@ def _change_event_object(conf: Conf, name: str, what: str) -> ObjectSpec:
         )
     if not obj.enabled:
         raise ConfigError(f"{what}: {name} is disabled (enabled: false in its file)")
-    if obj.kind != "change_events":
+    if obj.kind == "polled" and not polled:
+        raise ConfigError(
+            f"{what}: {name} is polled (kind polled): its first poll reads every record, and "
+            "sfcdc resync re-reads what its re-sync rows name"
+        )
+    if obj.kind == "platform_event":
         raise ConfigError(
             f"{what}: {name} is a platform event; only change event objects have records to load"
         )
@@ -445,6 +520,70 @@ def bootstrap_object(
     )
 
 
+def _stream(conf: Conf, name: str) -> StreamingObjectSpec | None:
+    """The Streaming API channel ``name`` names (its key ``streaming:/topic/X`` or its
+    channel ``/topic/X``), or ``None`` when it names an object."""
+    if not name.startswith(("streaming:", "/")):
+        return None
+    known = {s.key: s for s in conf.streams} | {s.channel: s for s in conf.streams}
+    spec = known.get(name)
+    if spec is None:
+        listed = ", ".join(sorted(s.key for s in conf.streams)) or "none"
+        raise ConfigError(
+            f"resync: no Streaming API channel {name!r} in {conf.conf_dir} (configured: {listed})"
+        )
+    if not spec.enabled:
+        raise ConfigError(f"resync: {spec.key} is disabled (enabled: false in its file)")
+    if not spec.has_gold:
+        raise ConfigError(
+            f"resync: {spec.key} has no gold table to re-read records into: only PushTopic "
+            "(/topic/...) and change event (/data/...) channels have records"
+        )
+    return spec
+
+
+def rebootstrap_due(
+    engine: LakeEngine, conf: Conf, names: Sequence[str] | None = None
+) -> list[ObjectSpec]:
+    """The objects (of ``names``, default every enabled one) whose ``replay.on_expired`` is
+    ``rebootstrap`` and whose topic's stored position expired: an open ``replay_gap`` row in the
+    re-sync table, and a checkpoint of the topic after that gap, so the stream has resumed at a
+    position taken before the snapshot that is about to be read (the bootstrap hand-off)."""
+    if not engine.exists(RESYNC_TABLE):
+        return []
+    candidates = [
+        o
+        for o in conf.enabled_objects()
+        if o.kind == "change_events"
+        and o.replay.on_expired == "rebootstrap"
+        and (not names or o.api_name in names)
+    ]
+    if not candidates:
+        return []
+    open_gaps = [
+        r
+        for r in engine.read_arrow(RESYNC_TABLE, where=[("reason", "=", "replay_gap")]).to_pylist()
+        if r["resolved_at"] is None
+    ]
+    if not open_gaps:
+        return []
+    store = CheckpointStore(engine, bronze_tables(conf.topics()))
+    due = []
+    for obj in candidates:
+        gaps = [r["bronze_batch_id"] or 0 for r in open_gaps if r["object"] == obj.api_name]
+        if not gaps:
+            continue
+        latest = store.latest(obj.topic)
+        if latest is not None and latest.batch_id > max(gaps):
+            due.append(obj)
+        else:
+            _log.info(
+                "rebootstrap of %s waits until the stream has resumed after its replay gap",
+                obj.api_name,
+            )
+    return due
+
+
 def resync_objects(
     engine: LakeEngine,
     conf: Conf,
@@ -453,17 +592,39 @@ def resync_objects(
     rest: RecordReader | SnapshotSource,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
 ) -> list[SnapshotResult]:
-    """``sfcdc resync [<name>]``: for each object (default: every enabled change event
-    object), catch silver and gold up, then re-read what its open re-sync rows list: the
-    whole object when one of them has no record id (overflow, replay gap), else those
-    records. Objects with nothing open are skipped."""
+    """``sfcdc resync [<name>]``: for each object (default: every enabled change event and polled
+    object, and every PushTopic and change event channel of the Streaming API, named
+    ``streaming:<channel>``), catch silver and gold up, then re-read what its open re-sync
+    rows list: the whole object when one of them has no record id (overflow, replay gap),
+    else those records. A channel's records are read with its gold's fields (a PushTopic's:
+    its query's, over every record of the object: the query's WHERE clause is not applied).
+    Objects with nothing open are skipped."""
+    targets: list[tuple[ObjectSpec, StreamingObjectSpec | None]] = []
     if names:
-        objs = [_change_event_object(conf, n, "resync") for n in names]
+        for name in names:
+            stream = _stream(conf, name)
+            if stream is None:
+                targets.append((_change_event_object(conf, name, "resync", polled=True), None))
+            else:
+                targets.append((gold_object(stream), stream))
     else:
-        objs = [o for o in conf.enabled_objects() if o.kind == "change_events"]
+        targets = [
+            (o, None) for o in conf.enabled_objects() if o.kind in ("change_events", "polled")
+        ]
+        targets += [(gold_object(s), s) for s in conf.enabled_streams() if s.has_gold]
     results = []
-    for obj in objs:
-        _catch_up(engine, conf, obj)
+    for obj, stream in targets:
+        layout: SilverLayout | None = None
+        if stream is None:
+            _catch_up(engine, conf, obj)
+        else:
+            run_streaming_silver(engine, conf, streams=[stream.key])
+            run_streaming_gold(engine, conf, streams=[stream.key])
+            plan = streaming_plan(stream, read_describes(engine).get(stream.key, []))
+            if plan.layout is None or stream.api_name is None:
+                _log.info("resync: %s has no stored describe yet; skipped", stream.key)
+                continue
+            layout = replace(plan.layout, entity=stream.api_name)
         if not engine.exists(gold_table(obj)):
             _log.info("resync: %s has no gold table yet; skipped", obj.api_name)
             continue
@@ -481,6 +642,7 @@ def resync_objects(
                 rest=rest,
                 mode="resync",
                 ids=ids,
+                layout=layout,
                 now=now,
             )
         )

@@ -1,5 +1,9 @@
 """The ``sfcdc`` command. Each subcommand lives in ``pipelines/commands/<name>.py`` and exposes
-``register(subparsers)``; this module only wires them together and configures logging."""
+``register(subparsers)``; this module only wires them together and configures logging.
+
+``pip install sfcdc`` without extras has neither Spark nor delta-rs: ``sfcdc --help``,
+``validate``, ``emulator`` and ``publish`` work, and a command that needs an extra says which
+one (``pip install 'sfcdc[local]'``) instead of failing with an import traceback."""
 
 from __future__ import annotations
 
@@ -16,7 +20,16 @@ from pipelines.progress import configure as configure_progress
 if TYPE_CHECKING:
     from ingest.auth import SecretResolver
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "EXTRAS", "build_parser", "main", "missing_extra"]
+
+# The packages of the extras (pyproject.toml), and the extra to install for each.
+EXTRAS: dict[str, str] = {
+    "pyspark": "local",
+    "py4j": "local",
+    "deltalake": "local",
+    "pandas": "local",
+    "delta": "spark",
+}
 
 # Module names under pipelines.commands, in the order `sfcdc --help` lists them.
 COMMANDS: tuple[str, ...] = (
@@ -26,12 +39,15 @@ COMMANDS: tuple[str, ...] = (
     "status",
     "sql",
     "ingest",
+    "poll",
     "silver",
     "gold",
     "streaming",
     "bootstrap",
     "onboard",
     "resync",
+    "reconcile",
+    "formulas",
     "maintain",
     "publish",
     "emulator",
@@ -50,9 +66,50 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        module = importlib.import_module(f"pipelines.commands.{name.replace('-', '_')}")
+        try:
+            module = importlib.import_module(f"pipelines.commands.{name.replace('-', '_')}")
+        except ModuleNotFoundError as exc:
+            if missing_extra(exc) is None:
+                raise
+            _needs_extra(sub, name, exc)
+            continue
         module.register(sub)
     return parser
+
+
+def missing_extra(exc: ImportError) -> str | None:
+    """The extra whose package ``exc`` failed to import, or ``None`` for another module."""
+    name = (exc.name or "").split(".")[0]
+    return EXTRAS.get(name)
+
+
+def _extra_message(command: str, exc: ImportError) -> str:
+    extra = missing_extra(exc)
+    package = (exc.name or "").split(".")[0]
+    hint = (
+        " (the local engine and sfcdc sql; 'sfcdc[spark]' for the spark engine on plain Spark)"
+        if extra == "local"
+        else " (the spark engine on plain Spark)"
+    )
+    return (
+        f"sfcdc {command} needs {package}, which is not installed: pip install "
+        f"'sfcdc[{extra}]'{hint}"
+    )
+
+
+def _needs_extra(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, exc: ImportError
+) -> None:
+    """``name`` as a command that only says which extra it needs."""
+    message = _extra_message(name, exc)
+    parser = sub.add_parser(name, help=f"(needs pip install 'sfcdc[{missing_extra(exc)}]')")
+
+    def handler(args: argparse.Namespace) -> int:
+        print(message, file=sys.stderr)
+        return 2
+
+    # Its options are unknown here: main() lets them through.
+    parser.set_defaults(handler=handler, needs_extra=True)
 
 
 def _configure_logging(verbose: int, quiet: bool) -> None:
@@ -74,7 +131,9 @@ def main(argv: Sequence[str] | None = None, *, secrets: SecretResolver | None = 
     (default: environment variables only); Databricks entry points pass one that reads secret
     scopes with ``dbutils``."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "needs_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.secrets = secrets
     _configure_logging(args.verbose, args.quiet)
     # Bars on a terminal, log lines otherwise (jobs, CI); -q shows neither.
@@ -83,6 +142,11 @@ def main(argv: Sequence[str] | None = None, *, secrets: SecretResolver | None = 
         result = args.handler(args)
     except SfcdcError as exc:
         print(f"sfcdc {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        if missing_extra(exc) is None:
+            raise
+        print(_extra_message(args.command, exc), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"sfcdc {args.command}: interrupted", file=sys.stderr)

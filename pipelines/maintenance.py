@@ -17,9 +17,10 @@ snapshot), needs no old files. Its next read still starts at the version after t
 it read, which may be one maintenance itself commits (compaction, VACUUM), so the log is never
 cleaned past ``processed + 1`` of any consumer that has read (:func:`log_floor`). Time travel
 to versions older than the retention used is gone by design. Log cleanup deletes commit files
-older than the retention and than the newest log checkpoint
-(:func:`pipelines.engines.deltalog.expire_log`, on tables on a local disk); the engines do the
-Delta work (:meth:`~pipelines.engines.LakeEngine.maintain`).
+older than the retention and than a complete log checkpoint (the local engine:
+:func:`pipelines.engines.deltalog.expire_log`; the spark engine: Delta itself, after
+maintenance sets the table's ``delta.logRetentionDuration``); the engines do the Delta work
+(:meth:`~pipelines.engines.LakeEngine.maintain`), VACUUM through the library's own.
 """
 
 from __future__ import annotations

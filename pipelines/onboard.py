@@ -1,4 +1,11 @@
-"""Onboarding an object: its ``conf/objects/<name>.yml`` written from its event schema.
+"""Onboarding an object: its ``conf/objects/<name>.yml`` written from its event schema, or
+from its describe when it has no change events.
+
+Given an object's API name (``Opportunity``), :func:`propose` asks for its change event topic:
+where Change Data Capture is on for it (the topic exists), the file says ``kind: change_events``;
+where it is not (GetTopic answers NOT_FOUND: an org selects at most five entities without the
+add-on licence), it says ``kind: polled``, written from the object's describe, with the
+default poll schedule and, when the object has formula fields, their refresh as a suggestion.
 
 The schema says everything the file needs: a change event's schema starts with
 ``ChangeEventHeader`` and is named after its entity (``Invoice__ChangeEvent`` is ``Invoice__c``),
@@ -20,16 +27,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ingest.auth import SecretResolver
 from ingest.client.schemas import SchemaCache
-from ingest.errors import ConfigError
+from ingest.errors import ConfigError, PubSubError
 from ingest.schema import HEADER_FIELD, EventSchema
 from pipelines.connect import connect, secret_resolver
 from pipelines.spec import (
+    Conf,
     ConnectionSpec,
     EmulatorWorkload,
     ObjectKind,
@@ -39,7 +47,14 @@ from pipelines.spec import (
     parse_topic,
 )
 
-__all__ = ["fetch_schema", "object_file_name", "object_yaml", "onboard"]
+__all__ = [
+    "fetch_schema",
+    "object_file_name",
+    "object_yaml",
+    "onboard",
+    "polled_yaml",
+    "propose",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -94,6 +109,63 @@ def object_yaml(schema: EventSchema, *, topic: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def polled_yaml(api_name: str, describe: Mapping[str, Any]) -> str:
+    """The object file of ``api_name`` read by polls (no change events), from its describe:
+    its fields (formula fields apart) in a comment, the default schedule written out."""
+    fields = [f for f in describe.get("fields", []) if isinstance(f, Mapping) and "name" in f]
+    stored = [
+        f"{f['name']}\u00a0({f.get('type', '?')})"
+        for f in fields
+        if not f.get("calculated") and not f.get("compoundFieldName")
+    ]
+    formulas = [str(f["name"]) for f in fields if f.get("calculated")]
+    tables = default_tables(api_name, default_topic(api_name, "polled"))
+    lines = [
+        "# yaml-language-server: $schema=../schema/object.schema.json",
+        f"# {api_name} has no change events (Change Data Capture is off for it): it is read by",
+        "# incremental queries on SystemModstamp, generated from its describe.",
+        f"#   bronze {tables.bronze}, silver {tables.silver}, gold {tables.gold}.",
+        f"# Fields ({len(stored)}):",
+        *(
+            f"#   {line}".replace("\u00a0", " ")
+            for line in textwrap.wrap(", ".join(stored), width=96, break_on_hyphens=False)
+        ),
+    ]
+    if formulas:
+        lines.append(f"# Formula fields, in gold when refreshed: {', '.join(formulas)}")
+    lines += [
+        f"object: {api_name}",
+        "kind: polled",
+        "poll: {every: 15m, lookback: 5m}",
+    ]
+    if formulas:
+        lines.append("formulas: {refresh_every: 24h}")
+    return "\n".join(lines) + "\n"
+
+
+def propose(conf: Conf, api_name: str, *, secrets: SecretResolver | None = None) -> tuple[str, str]:
+    """The object file for ``api_name`` (its name and YAML): ``kind: change_events`` when its
+    change event topic exists, ``kind: polled`` from its describe when it does not, and
+    ``kind: platform_event`` for a platform event (``__e``)."""
+    event = api_name.endswith("__e")
+    topic = default_topic(api_name, "platform_event" if event else "change_events")
+    try:
+        schema = fetch_schema(conf.pipeline.connection, topic, secrets=secrets)
+    except PubSubError as exc:
+        if event or exc.status != "NOT_FOUND":
+            raise
+        _log.info("%s has no change event topic (%s): proposing kind polled", api_name, topic)
+    else:
+        return object_file_name(schema), object_yaml(schema)
+    from pipelines.commands.bootstrap import open_rest
+
+    resolver = secrets if secrets is not None else secret_resolver()
+    with open_rest(conf, secrets=resolver) as (_source, rest):
+        describe = rest.describe(api_name)
+    name = default_tables(api_name, default_topic(api_name, "polled")).gold
+    return f"{name}.yml", polled_yaml(api_name, describe)
+
+
 def fetch_schema(
     connection: ConnectionSpec,
     topic: str,
@@ -139,26 +211,34 @@ def onboard(
 ) -> Path:
     """Write ``conf_dir/objects/<name>.yml`` for the object of ``topic`` and return its path.
 
-    The schema is fetched from the source ``conf_dir/pipeline.yml`` (with ``overrides``)
-    connects to. ``channel`` puts the object on a channel shared with others instead of its
+    ``topic`` is a topic (``/data/InvoiceChangeEvent``), or an object's API name
+    (``Opportunity``), which :func:`propose` turns into ``kind: change_events`` or ``kind:
+    polled`` as the org has change events for it or not. The schema (or describe) comes from
+    the source ``conf_dir/pipeline.yml`` (with ``overrides``) connects to. ``channel`` puts the
+    object on a channel shared with others instead of its
     own topic. An existing file is kept unless ``overwrite``; a file that makes ``conf_dir``
     invalid is removed again and the problems raised.
     """
     conf = load_conf(conf_dir, overrides=overrides)
-    schema = fetch_schema(conf.pipeline.connection, topic, secrets=secrets)
-    if schema.entity_name in {o.api_name for o in conf.objects} and not overwrite:
-        existing = conf.object_files.get(schema.entity_name, conf_dir / "objects")
+    if topic.startswith("/"):
+        schema = fetch_schema(conf.pipeline.connection, topic, secrets=secrets)
+        entity, file_name = schema.entity_name, object_file_name(schema)
+        text = object_yaml(schema, topic=channel)
+    else:
+        # An object's API name: change events where its topic exists, polls elsewhere.
+        entity = topic
+        file_name, text = propose(conf, topic, secrets=secrets)
+    if entity in {o.api_name for o in conf.objects} and not overwrite:
+        existing = conf.object_files.get(entity, conf_dir / "objects")
         raise ConfigError(
-            f"{schema.entity_name} is already configured in {existing}; pass overwrite=True "
-            "to replace that file"
+            f"{entity} is already configured in {existing}; pass overwrite=True to replace "
+            "that file"
         )
-    path = conf.object_files.get(schema.entity_name) or (
-        Path(conf_dir) / "objects" / object_file_name(schema)
-    )
+    path = conf.object_files.get(entity) or (Path(conf_dir) / "objects" / file_name)
     if path.exists() and not overwrite:
         raise ConfigError(f"{path} exists; pass overwrite=True to replace it")
     previous = path.read_text(encoding="utf-8") if path.exists() else None
-    path.write_text(object_yaml(schema, topic=channel), encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     try:
         load_conf(conf_dir, overrides=overrides)
     except ConfigError:
@@ -167,5 +247,5 @@ def onboard(
         else:
             path.write_text(previous, encoding="utf-8")
         raise
-    _log.info("onboarded %s from %s into %s", schema.entity_name, topic, path)
+    _log.info("onboarded %s from %s into %s", entity, topic, path)
     return path

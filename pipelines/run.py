@@ -43,26 +43,36 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ingest.auth import SecretResolver
+from ingest.bulk import BulkQueryClient
 from ingest.errors import LakeError, ReplayIdError, SfcdcError
+from pipelines.bootstrap import SnapshotResult, rebootstrap_due, resync_objects
 from pipelines.bronze import BronzeLanding, LandingResult
+from pipelines.bronze.streaming import StreamingLanding
+from pipelines.commands.bootstrap import open_rest
 from pipelines.commands.conf_options import METRICS_PORT_KEY
 from pipelines.connect import connect, secret_resolver
+from pipelines.formulas import FormulaResult, formulas_due, refresh_formulas
 from pipelines.gold.job import GoldResult, run_gold
 from pipelines.maintenance import describe, maintain_tables, tables_to_maintain
 from pipelines.memory import release_unused_memory
 from pipelines.ops.recorder import OpsRecorder, recorder_for
+from pipelines.polled import PollResult, due, poll_objects, poll_state, select_polled
+from pipelines.reconcile import last_reconcile_at, reconcile_objects
 from pipelines.session import engine_for
 from pipelines.silver.job import SilverResult, run_silver
+from pipelines.snapshot_read import BulkRecords, SnapshotSource
 from pipelines.spec import Conf
 from pipelines.streaming_pipeline import (
     StreamingPassResult,
     land_topics_and_streams,
     push_topic_provisioner,
     run_streaming_pass,
+    streaming_landing,
 )
 
 if TYPE_CHECKING:
@@ -96,6 +106,12 @@ class PassResult:
     seconds: float
     # The Streaming API channels' silver and gold (None without any).
     streaming: StreamingPassResult | None = None
+    # Objects whose stored position had expired, read again whole (replay.on_expired).
+    rebootstrapped: tuple[SnapshotResult, ...] = ()
+    # The polls of objects without change events that were due (before silver).
+    polled: tuple[PollResult, ...] = ()
+    # The formula refreshes that were due (after gold).
+    formulas: tuple[FormulaResult, ...] = ()
 
     @property
     def silver_rows(self) -> int:
@@ -441,12 +457,20 @@ class Pipeline:
 
         self.conf = conf
         self.objects = tuple(objects) if objects else None
-        self._topics = select_topics(conf, self.objects)
+        # A conf/ of Streaming API channels or polled objects alone has no topic: the
+        # channels land by themselves, polled objects are read by polls.
+        self._topics = (
+            ()
+            if not conf.topics() and conf.polled_objects()
+            else select_topics(conf, self.objects, streams=self.objects is None)
+        )
+        # run_once polls every polled object; continuous passes poll those that are due.
+        self._poll_all = False
         # Two engines: the landing commits from its own thread (or process) while passes run.
         self._landing_engine = landing_engine or (
-            lambda: engine_for(conf.pipeline.lake, environ=environ or os.environ)
+            lambda: engine_for(conf.pipeline.lake, write=True, environ=environ or os.environ)
         )
-        self._engine_factory = engine or (lambda: engine_for(conf.pipeline.lake))
+        self._engine_factory = engine or (lambda: engine_for(conf.pipeline.lake, write=True))
         self._pass_engine: LakeEngine | None = None
         self._log = logger or _log
         self._report = report or (lambda line: self._log.info("%s", line))
@@ -455,7 +479,7 @@ class Pipeline:
         self._monotonic = monotonic
         self._stop = threading.Event()
         self._stop_reason: str | None = None
-        self._landing: BronzeLanding | None = None
+        self._landing: BronzeLanding | StreamingLanding | None = None
         self._landing_process = landing_process
         self._child: _ChildLanding | None = None
         self._lock = threading.Lock()
@@ -468,6 +492,7 @@ class Pipeline:
         self._pass_ops: OpsRecorder | None = None
         self._next_maintenance: float | None = None
         self._maintenance_due: collections.deque[TableRef] = collections.deque()
+        self._next_reconcile: float | None = None
         if metrics is not None:
             metrics.watch_landing(self._snapshot)
 
@@ -521,9 +546,11 @@ class Pipeline:
         started = self._monotonic()
         self._engine()  # before any gRPC channel exists: see the module docstring
         landing = self._land(once=True, duration=None)
+        self._poll_all = True
         try:
             passes = (self.run_pass(),)
         finally:
+            self._poll_all = False
             self._flush_ops()
         return RunResult(
             landing,
@@ -542,7 +569,7 @@ class Pipeline:
         every = self.conf.pipeline.maintenance.every_seconds
         self._next_maintenance = self._monotonic() + every if every > 0 else None
         try:
-            if self._landing_process is not None:
+            if self._landing_process is not None and self._topics:
                 return self._run_with_child(self._landing_process, interval, duration)
             return self._run_with_thread(interval, duration)
         finally:
@@ -580,6 +607,7 @@ class Pipeline:
                 next_pass = self._monotonic() + interval
                 passes.append(self.run_pass())
                 self._maintain_if_due()
+                self._reconcile_if_due()
                 now = self._monotonic()
                 landing = self._landing
                 if landing is not None:
@@ -633,6 +661,7 @@ class Pipeline:
                 next_pass = self._monotonic() + interval
                 passes.append(self.run_pass())
                 self._maintain_if_due()
+                self._reconcile_if_due()
                 now = self._monotonic()
                 snapshot = child.snapshot()
                 if snapshot is not None:
@@ -664,10 +693,16 @@ class Pipeline:
         started = self._monotonic()
         names = list(self.objects) if self.objects else None
         ops = self._ops()
+        with self._failing(ops, "bronze"):
+            polled = self._poll(engine, names, ops)
         with self._failing(ops, "silver"):
             silver = run_silver(engine, self.conf, objects=names, on_commit=ops.record)
         with self._failing(ops, "gold"):
             gold = run_gold(engine, self.conf, objects=names, on_commit=ops.record)
+        with self._failing(ops, "gold"):
+            rebootstrapped = self._rebootstrap(engine, names)
+        with self._failing(ops, "gold"):
+            formulas = self._refresh_formulas(engine, names, ops)
         streaming = None
         if self._streams:
             streaming = run_streaming_pass(engine, self.conf, on_commit=ops.record)
@@ -675,7 +710,88 @@ class Pipeline:
         # What the pass allocated is free again: give it back rather than keep the largest
         # pass's worth for the rest of the run.
         release_unused_memory()
-        return PassResult(silver, gold, self._monotonic() - started, streaming)
+        return PassResult(
+            silver,
+            gold,
+            self._monotonic() - started,
+            streaming,
+            rebootstrapped,
+            tuple(polled),
+            tuple(formulas),
+        )
+
+    def _poll(
+        self, engine: LakeEngine, names: Sequence[str] | None, ops: OpsRecorder
+    ) -> list[PollResult]:
+        """Poll the polled objects that are due (every one in :meth:`run_once`), before
+        silver, so the pass carries their records to gold."""
+        now = datetime.now(timezone.utc)
+        wanted = [
+            o
+            for o in select_polled(self.conf, names)
+            if self._poll_all or due(poll_state(engine, o), o, now)
+        ]
+        if not wanted:
+            return []
+        api_names = [o.api_name for o in wanted]
+        with open_rest(self.conf, secrets=self._secrets) as (_source, rest):
+            bulk = BulkRecords(BulkQueryClient(rest), describe=rest.describe)
+            return poll_objects(
+                engine,
+                self.conf,
+                api_names,
+                rest=rest,
+                bulk=bulk,
+                force=True,
+                on_commit=ops.record,
+            )
+
+    def _refresh_formulas(
+        self, engine: LakeEngine, names: Sequence[str] | None, ops: OpsRecorder
+    ) -> list[FormulaResult]:
+        """Refresh the formula fields of the objects whose refresh is due, after gold."""
+        wanted = formulas_due(engine, self.conf, names, now=datetime.now(timezone.utc))
+        if not wanted:
+            return []
+        api_names = [o.api_name for o in wanted]
+        with open_rest(self.conf, secrets=self._secrets) as (_source, rest):
+            bulk = BulkRecords(BulkQueryClient(rest), describe=rest.describe)
+            return refresh_formulas(
+                engine,
+                self.conf,
+                api_names,
+                rest=rest,
+                bulk=bulk,
+                force=True,
+                on_record=ops.record,
+            )
+
+    def _rebootstrap(
+        self, engine: LakeEngine, names: Sequence[str] | None
+    ) -> tuple[SnapshotResult, ...]:
+        """Objects whose stored position expired (``replay.on_expired: rebootstrap``) are read
+        again whole, Bulk API for large ones, once the stream has resumed after the gap."""
+        due = rebootstrap_due(engine, self.conf, names)
+        if not due:
+            return ()
+        wanted = [o.api_name for o in due]
+        self._log.warning(
+            "rebootstrap: the stored position of %s expired; reading every record again",
+            ", ".join(wanted),
+        )
+        with open_rest(self.conf, secrets=self._secrets) as (_source, rest):
+            bulk = BulkRecords(BulkQueryClient(rest), describe=rest.describe)
+            source = SnapshotSource(rest, bulk=bulk, api="auto")
+            results = resync_objects(engine, self.conf, wanted, rest=source)
+        for result in results:
+            self._log.info(
+                "rebootstrap: %s: %d records read over %s, %d re-sync rows resolved",
+                result.object,
+                result.read,
+                "the Bulk API" if result.api == "bulk" else "REST",
+                result.resolved,
+            )
+        return tuple(results)
 
     def _maintain_if_due(self) -> None:
         """Maintain the next table of the current maintenance round, if one is under way or
@@ -706,6 +822,40 @@ class Pipeline:
         except LakeError as exc:
             # Compaction can conflict with the landing's own; the next round tries again.
             self._log.warning("maintenance of %s failed (next try in %g s): %s", table, every, exc)
+
+    def _reconcile_if_due(self) -> None:
+        """Reconcile every change event object when ``reconcile.every_hours`` have passed since
+        the last reconcile the lake recorded (so a restarted run keeps the schedule)."""
+        spec = self.conf.pipeline.reconcile
+        if spec.every_hours <= 0:
+            return
+        now = time.time()
+        if self._next_reconcile is None:
+            last = last_reconcile_at(self._engine())
+            start = last.timestamp() if last is not None else now - spec.every_hours * 3600
+            self._next_reconcile = start + spec.every_hours * 3600
+        if now < self._next_reconcile:
+            return
+        self._next_reconcile = now + spec.every_hours * 3600
+        names = list(self.objects) if self.objects else None
+        try:
+            with open_rest(self.conf, secrets=self._secrets) as (_source, rest):
+                bulk = BulkRecords(BulkQueryClient(rest), describe=rest.describe)
+                results = reconcile_objects(
+                    self._engine(),
+                    self.conf,
+                    names,
+                    source=SnapshotSource(rest, bulk=bulk, api=spec.api),
+                    repair=spec.repair,
+                    lookback=timedelta(seconds=spec.lookback_seconds),
+                    on_record=self._ops().record,
+                )
+        except SfcdcError as exc:
+            self._log.warning("reconcile failed (next try in %g h): %s", spec.every_hours, exc)
+            return
+        for result in results:
+            if self._metrics is not None:
+                self._metrics.record_reconcile(result)
 
     @staticmethod
     @contextlib.contextmanager
@@ -738,6 +888,18 @@ class Pipeline:
         with ops.watching("bronze"):
             return self._land_with(engine, ops, once=once, duration=duration, ready=ready)
 
+    def _register(
+        self, landing: BronzeLanding | StreamingLanding, ready: threading.Event | None
+    ) -> None:
+        """Make ``landing`` the one :meth:`stop` stops (at once when a stop came first)."""
+        with self._lock:
+            self._landing = landing
+            reason = self._stop_reason
+        if reason is not None:
+            landing.stop(reason)
+        if ready is not None:
+            ready.set()
+
     def _land_with(
         self,
         engine: LakeEngine,
@@ -748,11 +910,25 @@ class Pipeline:
         ready: threading.Event | None,
     ) -> LandingResult:
         conf = self.conf
+        if not self._topics and not self._streams:
+            # Only polled objects: nothing to subscribe to; the passes poll.
+            if ready is not None:
+                ready.set()
+            started = self._monotonic()
+            if not once:
+                self._stop.wait(duration)
+            return LandingResult((), self._monotonic() - started, "no topic to land")
         secrets = self._secrets or secret_resolver(environ=self._environ)
         provision = push_topic_provisioner(conf) if self._streams else None
         with connect(
             conf.pipeline.connection, secrets=secrets, topics=self._topics, on_start=provision
         ) as source:
+            if not self._topics:
+                alone = streaming_landing(
+                    conf, engine=engine, tokens=source.tokens, ca_file=source.ca_file, ops=ops
+                )
+                self._register(alone, ready)
+                return alone.run(once=once, duration=duration)
             landing = BronzeLanding(
                 engine,
                 self._topics,
@@ -761,13 +937,7 @@ class Pipeline:
                 ingest=conf.pipeline.ingest,
                 ops=ops,
             )
-            with self._lock:
-                self._landing = landing
-                reason = self._stop_reason
-            if reason is not None:
-                landing.stop(reason)
-            if ready is not None:
-                ready.set()
+            self._register(landing, ready)
             try:
                 result, channels = land_topics_and_streams(
                     conf,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,12 +35,14 @@ __all__ = [
     "DELTA_SESSION_CONF",
     "JAVA_OPTIONS_ENV",
     "LOCAL_SESSION_CONF",
+    "PYTHON_ENV",
     "connect_session",
     "engine_for",
     "local_session",
     "serve_connect",
     "session_for",
     "spark_dirs",
+    "use_this_python",
 ]
 
 LOCAL_SESSION_CONF: Mapping[str, str] = {
@@ -103,6 +105,21 @@ def spark_dirs(root: str | Path) -> tuple[Path, Path]:
     return base / "warehouse", base / "derby"
 
 
+# The environment variables PySpark takes the Python workers' interpreter from in local mode
+# (pyspark 4.1 reads PYSPARK_PYTHON when the context starts, else runs `python3` from PATH;
+# spark.pyspark.python alone does not reach them).
+PYTHON_ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+
+
+def use_this_python(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Make a local session's Python workers run this interpreter: the one sfcdc is installed
+    in, also when its virtualenv is not activated (a cron job or a service calling
+    ``.venv/bin/sfcdc``, where ``python3`` on PATH is another Python, without pyarrow). A value
+    the user set is kept."""
+    for name in PYTHON_ENV:
+        environ.setdefault(name, sys.executable)
+
+
 def _python_workers() -> dict[str, str]:
     """Spark's Python workers must run this interpreter (the one sfcdc is installed in, even
     when its virtualenv is not activated: ``python3`` on PATH may be another) and import this
@@ -160,6 +177,7 @@ def local_session(
     from pyspark.sql import SparkSession
 
     settings = local_session_conf(delta=delta, workdir=workdir, conf=conf)
+    use_this_python()
     builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -210,12 +228,24 @@ def session_for(lake: LakeSpec, *, environ: Mapping[str, str] = os.environ) -> S
 
 
 def engine_for(
-    lake: LakeSpec, *, sql: bool = False, environ: Mapping[str, str] = os.environ
+    lake: LakeSpec,
+    *,
+    sql: bool = False,
+    write: bool = False,
+    environ: Mapping[str, str] = os.environ,
 ) -> LakeEngine:
     """The lake engine a command runs ``lake`` with. The local engine needs no Spark session
     (``sql``: it gets one, to answer Spark SQL); the spark engine gets :func:`session_for`'s.
     ``auto`` is the spark engine on Databricks or in an active session that has Delta Lake,
-    else the local engine."""
+    else the local engine. ``write``: the command writes the lake, so a folder it cannot
+    write raises :class:`~ingest.errors.LakeError` at once, naming it and the cause."""
+    engine = _engine_for(lake, sql=sql, environ=environ)
+    if write:
+        engine.ensure_writable()
+    return engine
+
+
+def _engine_for(lake: LakeSpec, *, sql: bool, environ: Mapping[str, str]) -> LakeEngine:
     from pipelines.engines import local_engine, make_engine
 
     choice = lake.engine

@@ -13,7 +13,12 @@ read as ``api`` says:
   size REST needs at most 25 requests and no job has to be queued, polled and cleaned up.
 
 :class:`BulkRecords` shapes each CSV row like the REST API's JSON record, so both paths end in
-:func:`pipelines.snapshot_rows.rest_row` and give the same gold rows. The object's describe
+:func:`pipelines.snapshot_rows.rest_row` and give the same gold rows. A reader that stores the
+records' JSON as it is (a poll) reads :meth:`WholeRead.payloads` instead: Arrow tables of
+:data:`PAYLOAD_SCHEMA`, written straight from each CSV result set's columns for a Bulk read
+(no record passes through Python one at a time), and from the records for a REST read; a
+payload is the same text either way as ``json.dumps(record, separators=(",", ":"),
+ensure_ascii=False)`` of the record :meth:`BulkRecords.query_all` yields. The object's describe
 says how: a Bulk job cannot return an Address or Location compound field, so its parts are
 selected instead (the describe's ``compoundFieldName`` lists them) and nested again under the
 compound's name with the REST API's lower-camel keys (``BillingCity`` -> ``BillingAddress.city``);
@@ -23,22 +28,31 @@ else as text; an empty CSV value is null, as Salesforce stores no empty text).
 
 from __future__ import annotations
 
+import csv
+import json
 import logging
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
-from ingest.bulk import BulkQueryClient, typed_value
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+
+from ingest.bulk import BulkQueryClient, ResultSet, typed_value
 from ingest.errors import RestError
 
 __all__ = [
     "BULK_THRESHOLD",
+    "PAYLOAD_SCHEMA",
     "Api",
     "BulkRecords",
     "RecordReader",
     "SnapshotSource",
     "WholeRead",
+    "record_payloads",
 ]
 
 _log = logging.getLogger(__name__)
@@ -54,6 +68,32 @@ _SELECT = re.compile(
 _COMPOUND_TYPES = frozenset({"address", "location"})
 # Describe types whose CSV text typed_value converts (booleans and numbers).
 _TYPED = frozenset({"boolean", "int", "long", "double", "currency", "percent"})
+_MODSTAMP = "SystemModstamp"
+# Records as a poll stores them: id, SystemModstamp as the API wrote it, IsDeleted (false when
+# not selected), and the record's REST-shaped JSON.
+PAYLOAD_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string()),
+        pa.field("modstamp", pa.string()),
+        pa.field("is_deleted", pa.bool_(), nullable=False),
+        pa.field("payload", pa.string(), nullable=False),
+    ]
+)
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# The bytes of UTF-8 text json.dumps writes as they are (all but a quote, a backslash and the
+# control characters).
+_WRITTEN_AS_IS = bytes(b for b in range(0x100) if b >= 0x20 and b not in b'"\\')
+_escaped: Callable[[str], str] = json.encoder.encode_basestring
+_T = TypeVar("_T")
+_END: Any = object()
+# Number texts that json.dumps writes back unchanged once typed_value has read them (a whole
+# number; a decimal of at most 15 digits, which is the shortest text of its float, written
+# positionally as repr writes floats from 1e-4 to 1e16), and how long such a text may be.
+_AS_JSON = {
+    "int": (r"^(0|-?[1-9][0-9]*)$", None),
+    "double": (r"^-?([1-9][0-9]*\.([0-9]*[1-9]|0)|0\.(0{0,3}[1-9]([0-9]*[1-9])?|0))$", 16),
+}
+_AS_JSON.update(long=_AS_JSON["int"], currency=_AS_JSON["double"], percent=_AS_JSON["double"])
 
 
 class RecordReader(Protocol):
@@ -93,6 +133,29 @@ class _Column:
     sf_type: str
     compound: str | None
     key: str
+
+
+@dataclass(frozen=True)
+class _KeyOrder:
+    """The columns of a Bulk query in the order a record's keys are set: text fields, typed
+    fields (read through :func:`~pipelines.snapshot_rows.typed_value`), then each compound with
+    its parts."""
+
+    plain: list[_Column]
+    typed: list[_Column]
+    compounds: dict[str, list[_Column]]
+
+    @classmethod
+    def of(cls, columns: list[_Column]) -> _KeyOrder:
+        compounds: dict[str, list[_Column]] = {}
+        for c in columns:
+            if c.compound is not None:
+                compounds.setdefault(c.compound, []).append(c)
+        return cls(
+            plain=[c for c in columns if c.compound is None and c.sf_type not in _TYPED],
+            typed=[c for c in columns if c.compound is None and c.sf_type in _TYPED],
+            compounds=compounds,
+        )
 
 
 class BulkRecords:
@@ -171,25 +234,23 @@ class BulkRecords:
     def query_all(self, soql: str) -> Iterator[dict[str, Any]]:
         bulk_soql, columns = self.plan(soql)
         entity = _SELECT.match(soql).group("object")  # type: ignore[union-attr]
-        compounds = list(dict.fromkeys(c.compound for c in columns if c.compound is not None))
-        # Text types need no conversion; only the others go through typed_value.
-        plain = [c for c in columns if c.compound is None and c.sf_type not in _TYPED]
-        typed = [c for c in columns if c.compound is None and c.sf_type in _TYPED]
-        parts = [c for c in columns if c.compound is not None]
+        order = _KeyOrder.of(columns)
         for row in self.bulk.query_all(bulk_soql):
             record: dict[str, Any] = {"attributes": {"type": entity}}
-            for column in plain:
+            # Text types need no conversion; only the others go through typed_value.
+            for column in order.plain:
                 record[column.name] = row.get(column.name)
             try:
-                for column in typed:
+                for column in order.typed:
                     record[column.name] = typed_value(
                         row.get(column.name), column.sf_type, where=column.name
                     )
-                nested: dict[str, dict[str, Any]] = {c: {} for c in compounds}
-                for column in parts:
-                    nested[column.compound][column.key] = typed_value(  # type: ignore[index]
-                        row.get(column.name), column.sf_type, where=column.name
-                    )
+                nested = {
+                    compound: {
+                        c.key: typed_value(row.get(c.name), c.sf_type, where=c.name) for c in parts
+                    }
+                    for compound, parts in order.compounds.items()
+                }
             except ValueError as exc:
                 raise RestError(
                     f"Bulk value of {entity} record {row.get('Id') or '?'}: {exc}"
@@ -200,6 +261,209 @@ class BulkRecords:
                 record[compound] = children if has_value else None
             yield record
 
+    def payloads(self, soql: str) -> Iterator[pa.Table]:
+        """Every record ``soql`` selects, deleted ones included, as :data:`PAYLOAD_SCHEMA`
+        tables, one per set of results: each payload is the JSON of the record
+        :meth:`query_all` yields, written column by column."""
+        bulk_soql, columns = self.plan(soql)
+        entity = _SELECT.match(soql).group("object")  # type: ignore[union-attr]
+        header: list[str] | None = None
+        # The next set downloads while this one is converted (Arrow lets go of the GIL).
+        for result in _read_ahead(self.bulk.record_sets(bulk_soql, operation="queryAll")):
+            table = _csv_table(result)
+            if header is None:
+                header = table.column_names
+            elif table.column_names != header:
+                raise result.malformed(
+                    f"has the columns {table.column_names}, the first set had {header}"
+                )
+            if result.records is not None and result.records != table.num_rows:
+                raise result.cut_short(table.num_rows)
+            yield _payload_table(table, entity, columns)
+
+
+def _read_ahead(items: Iterator[_T]) -> Iterator[_T]:
+    """``items`` in order, each next one read by a worker thread while the caller works on the
+    one it was given. A failure to read an item is raised where that item would have been; a
+    caller that stops early closes ``items`` once the worker is done with it."""
+    with ThreadPoolExecutor(1, thread_name_prefix="sfcdc-read-ahead") as worker:
+        pending = worker.submit(next, items, _END)
+        try:
+            while (item := pending.result()) is not _END:
+                pending = worker.submit(next, items, _END)
+                yield item
+        finally:
+            wait([pending])
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+
+def _csv_table(result: ResultSet) -> pa.Table:
+    """A set of results as a table of its columns: every value text, an empty one null (as
+    :meth:`~ingest.bulk.BulkQueryClient.results` reads them)."""
+    first_line = result.content.split(b"\n", 1)[0].rstrip(b"\r")
+    if not first_line:
+        raise result.malformed("has no header row")
+    names = next(csv.reader([first_line.decode("utf-8", errors="replace")]))
+    try:
+        return pa_csv.read_csv(
+            pa.py_buffer(result.content),
+            parse_options=pa_csv.ParseOptions(delimiter=",", newlines_in_values=True),
+            convert_options=pa_csv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.string()),
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=True,
+            ),
+        )
+    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+        raise result.malformed(f"cannot be read as CSV ({str(exc)[:300]})") from None
+
+
+def _payload_table(table: pa.Table, entity: str, columns: list[_Column]) -> pa.Table:
+    rows = table.num_rows
+
+    def raw(name: str) -> pa.Array:
+        if name not in table.column_names:
+            return pa.nulls(rows, pa.string())
+        return table.column(name).combine_chunks()
+
+    ids = raw("Id")
+
+    def as_json(column: _Column) -> pa.Array:
+        values = raw(column.name)
+        if column.sf_type in _TYPED:
+            return _json_typed(values, column.sf_type, column.name, entity=entity, ids=ids)
+        return _json_text(values)
+
+    # The record's keys in the order query_all sets them: attributes, then _KeyOrder's.
+    order = _KeyOrder.of(columns)
+    pieces: list[str | pa.Array] = ['{"attributes":' + _JSON.encode({"type": entity})]
+    for column in order.plain + order.typed:
+        pieces += [f",{_JSON.encode(column.name)}:", pc.fill_null(as_json(column), "null")]
+    for compound, parts in order.compounds.items():
+        nested: list[str | pa.Array] = []
+        for position, part in enumerate(parts):
+            nested += [
+                ("{" if position == 0 else ",") + f"{_JSON.encode(part.key)}:",
+                pc.fill_null(as_json(part), "null"),
+            ]
+        every_part_null = pc.is_null(raw(parts[0].name))
+        for part in parts[1:]:
+            every_part_null = pc.and_(every_part_null, pc.is_null(raw(part.name)))
+        # The REST API writes a compound whose parts are all empty as null.
+        pieces += [
+            f",{_JSON.encode(compound)}:",
+            pc.if_else(every_part_null, "null", _joined([*nested, "}"], rows)),
+        ]
+    pieces.append("}")
+    deleted = raw("IsDeleted")
+    return pa.Table.from_arrays(
+        [
+            ids,
+            raw(_MODSTAMP),
+            pc.fill_null(pc.equal(pc.utf8_lower(deleted), "true"), False),
+            _joined(pieces, rows),
+        ],
+        schema=PAYLOAD_SCHEMA,
+    )
+
+
+def _joined(pieces: list[str | pa.Array], rows: int) -> pa.Array:
+    """Row by row, the concatenation of ``pieces`` (text repeated on every row, or arrays)."""
+    merged: list[str | pa.Array] = []
+    for piece in pieces:
+        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += piece
+        else:
+            merged.append(piece)
+    if not any(isinstance(p, pa.Array) for p in merged):
+        merged.insert(0, pa.array([""] * rows, pa.string()))
+    joined = pc.binary_join_element_wise(*merged, "")
+    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
+
+
+def _json_text(values: pa.Array) -> pa.Array:
+    """Text values as JSON strings, escaped as ``json.dumps`` escapes them (``ensure_ascii``
+    off); nulls stay null."""
+    if values.null_count == len(values):
+        return values
+    # What needs escaping, read off the column's UTF-8 bytes at once (a multi-byte character
+    # has no byte below 0x80, so each such byte is the character it stands for).
+    data = values.buffers()[2]
+    present = (
+        set(memoryview(data).tobytes().translate(None, _WRITTEN_AS_IS).decode())
+        if data is not None
+        else set()
+    )
+    # The backslash first: the other escapes add backslashes.
+    for char in sorted(present, key=lambda c: c != "\\"):
+        values = pc.replace_substring(values, char, _escaped(char)[1:-1])
+    return pc.binary_join_element_wise('"', values, '"', "")
+
+
+def _json_typed(
+    values: pa.Array, sf_type: str, name: str, *, entity: str, ids: pa.Array
+) -> pa.Array:
+    """Booleans and numbers as JSON, read by :func:`typed_value` (each distinct text once)."""
+    if values.null_count == len(values):
+        return values.cast(pa.string())
+    if sf_type == "boolean":
+        lower = pc.utf8_lower(values)
+        if pc.all(pc.is_in(lower.drop_null(), pa.array(["true", "false"]))).as_py() is not False:
+            return lower
+    elif sf_type in _AS_JSON:
+        pattern, longest = _AS_JSON[sf_type]
+        present = values.drop_null()
+        as_is = pc.match_substring_regex(present, pattern)
+        if longest is not None:
+            as_is = pc.and_(as_is, pc.less_equal(pc.utf8_length(present), longest))
+        if pc.all(as_is).as_py() is not False:
+            return values
+    written: dict[str, str] = {}
+    out: list[str | None] = []
+    for position, text in enumerate(values.to_pylist()):
+        if text is None:
+            out.append(None)
+            continue
+        json_text = written.get(text)
+        if json_text is None:
+            try:
+                json_text = written[text] = _JSON.encode(typed_value(text, sf_type, where=name))
+            except ValueError as exc:
+                raise RestError(
+                    f"Bulk value of {entity} record {ids[position].as_py() or '?'}: {exc}"
+                ) from None
+        out.append(json_text)
+    return pa.array(out, pa.string())
+
+
+def record_payloads(records: Iterable[Mapping[str, Any]], rows: int = 10_000) -> Iterator[pa.Table]:
+    """``records`` (REST-shaped) as :data:`PAYLOAD_SCHEMA` tables of up to ``rows`` rows."""
+    ids: list[str | None] = []
+    stamps: list[str | None] = []
+    deleted: list[bool] = []
+    payloads: list[str] = []
+
+    def table() -> pa.Table:
+        return pa.Table.from_pydict(
+            {"id": ids, "modstamp": stamps, "is_deleted": deleted, "payload": payloads},
+            schema=PAYLOAD_SCHEMA,
+        )
+
+    for record in records:
+        record_id, stamp = record.get("Id"), record.get(_MODSTAMP)
+        ids.append(record_id if isinstance(record_id, str) else None)
+        stamps.append(None if stamp is None else str(stamp))
+        deleted.append(bool(record.get("IsDeleted")))
+        payloads.append(_JSON.encode(record))
+        if len(ids) >= rows:
+            yield table()
+            ids, stamps, deleted, payloads = [], [], [], []
+    if ids:
+        yield table()
+
 
 @dataclass
 class WholeRead:
@@ -209,6 +473,15 @@ class WholeRead:
     records: Iterator[dict[str, Any]]
     api: Literal["rest", "bulk"]
     total: int | None
+    # A Bulk read's own way to PAYLOAD_SCHEMA tables (None: from the records).
+    bulk_payloads: Callable[[], Iterator[pa.Table]] | None = None
+
+    def payloads(self) -> Iterator[pa.Table]:
+        """The records as :data:`PAYLOAD_SCHEMA` tables (read these or ``records``, not
+        both)."""
+        if self.bulk_payloads is not None:
+            return self.bulk_payloads()
+        return record_payloads(self.records)
 
 
 class SnapshotSource:
@@ -242,17 +515,22 @@ class SnapshotSource:
         """Records a ``WHERE Id IN (...)`` query names, over REST."""
         return self.rest.query_all(soql)
 
-    def count(self, entity: str) -> int | None:
-        """Records of ``entity``, deleted ones included (``None``: ``rest`` cannot count)."""
+    def count(self, entity: str, *, where: str | None = None) -> int | None:
+        """Records of ``entity`` (that satisfy ``where``), deleted ones included (``None``:
+        ``rest`` cannot count)."""
         count: Callable[..., int] | None = getattr(self.rest, "count", None)
         if count is None:
             return None
-        return int(count(f"SELECT COUNT() FROM {entity}", include_deleted=True))
+        condition = f" WHERE {where}" if where else ""
+        return int(count(f"SELECT COUNT() FROM {entity}{condition}", include_deleted=True))
 
-    def whole(self, soql: str, entity: str, *, want_total: bool = False) -> WholeRead:
+    def whole(
+        self, soql: str, entity: str, *, want_total: bool = False, where: str | None = None
+    ) -> WholeRead:
         """Every record of ``entity`` that ``soql`` selects, over the API ``api`` picks;
-        ``want_total`` counts them first when the choice did not need to."""
-        total = self.count(entity) if self.api == "auto" or want_total else None
+        ``want_total`` counts them first when the choice did not need to; ``where`` is the
+        condition of ``soql`` (the records counted)."""
+        total = self.count(entity, where=where) if self.api == "auto" or want_total else None
         if self.api == "bulk" or (
             self.api == "auto" and total is not None and total >= self.bulk_threshold
         ):
@@ -264,7 +542,9 @@ class SnapshotSource:
                     total,
                     self.bulk_threshold,
                 )
-            return WholeRead(self.bulk.query_all(soql), "bulk", total)
+            bulk = self.bulk
+            payloads = (lambda: bulk.payloads(soql)) if isinstance(bulk, BulkRecords) else None
+            return WholeRead(bulk.query_all(soql), "bulk", total, payloads)
         if self.api == "auto":
             self._log.info(
                 "%s: %s records (< %d): reading them over REST", entity, total, self.bulk_threshold

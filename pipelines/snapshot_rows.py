@@ -23,7 +23,14 @@ from pipelines.gold.columns import ID
 from pipelines.silver.columns import FieldLayout, LeafKind, SilverLayout
 from pipelines.spec import ObjectSpec
 
-__all__ = ["RecordShape", "record_infos", "record_shapes", "rest_row", "snapshot_soql"]
+__all__ = [
+    "RecordShape",
+    "record_infos",
+    "record_shapes",
+    "rest_row",
+    "rest_value",
+    "snapshot_soql",
+]
 
 
 @dataclass(frozen=True)
@@ -60,11 +67,19 @@ def record_shapes(layout: SilverLayout, infos: Mapping[str, FieldInfo]) -> list[
 
 
 def snapshot_soql(
-    layout: SilverLayout, infos: Mapping[str, FieldInfo], ids: Sequence[str] | None = None
+    layout: SilverLayout,
+    infos: Mapping[str, FieldInfo],
+    ids: Sequence[str] | None = None,
+    *,
+    extra: Sequence[str] = (),
+    where: str | None = None,
 ) -> str:
     """The SOQL that reads every gold column of ``layout``'s object (of ``ids`` only, when
-    given): ``SELECT Id, IsDeleted, <fields> FROM <Object> [WHERE Id IN (...)]``."""
-    names = ["Id", "IsDeleted"]
+    given): ``SELECT Id, IsDeleted, <fields> FROM <Object> [WHERE Id IN (...)]``, with the
+    ``extra`` fields after Id and IsDeleted, and ``where`` (a condition) instead of ids."""
+    if ids and where:
+        raise ValueError("a snapshot query selects by ids or by a condition, not both")
+    names = ["Id", "IsDeleted", *extra]
     for shape in record_shapes(layout, infos):
         f = shape.field
         if f.shape == "leaf" or not shape.parts:
@@ -79,6 +94,8 @@ def snapshot_soql(
         if bad:
             raise ValueError(f"record ids are alphanumeric (got {bad[:3]})")
         soql += " WHERE Id IN (" + ", ".join(f"'{i}'" for i in ids) + ")"
+    elif where:
+        soql += f" WHERE {where}"
     return soql
 
 
@@ -120,6 +137,12 @@ def _value(kind: LeafKind, value: Any, where: str) -> Any:
         f"REST value of {where}: expected a {kind} value as Salesforce's REST API writes it "
         f"(got {value!r})"
     )
+
+
+def rest_value(kind: LeafKind, value: Any, where: str) -> Any:
+    """One REST value typed as silver types a ``kind`` column (``where`` names it in errors:
+    :class:`~ingest.errors.RestError` for a value that does not fit)."""
+    return _value(kind, value, where)
 
 
 def _struct(f: FieldLayout, values: Mapping[str, Any], where: str) -> dict[str, Any] | None:

@@ -81,8 +81,11 @@ class SnapshotWriter:
         at: datetime,
         mode: Mode,
         position: Checkpoint | None,
+        untracked: frozenset[str] = frozenset(),
     ) -> None:
         self.engine = engine
+        # Columns SCD2 history never tracks (formula fields: the gold fold does not see them).
+        self.untracked = untracked
         self.obj = obj
         self.gold = gold
         self.schema = schema
@@ -135,7 +138,10 @@ class SnapshotWriter:
         names = [
             n
             for n in (track if track != "all" else gold_fields)
-            if n in gold_fields and n != ID and not n.startswith(RESERVED_PREFIX)
+            if n in gold_fields
+            and n != ID
+            and not n.startswith(RESERVED_PREFIX)
+            and n not in self.untracked
         ]
         schema = history_schema([gold_fields[n] for n in names])
         engine.ensure_table(table, schema)

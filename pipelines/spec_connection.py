@@ -216,8 +216,10 @@ class SalesforceTls:
     ca_file: str | None = field(
         default=None,
         metadata=meta(
-            "PEM bundle of extra CA certificates (e.g. a TLS-inspecting proxy); relative paths "
-            "are resolved against the directory that contains conf/.",
+            "PEM bundle of extra CA certificates (e.g. a TLS-inspecting proxy), trusted by every "
+            "connection sfcdc makes to the org: the Pub/Sub API (gRPC), the OAuth login, REST "
+            "and Bulk API calls and the Streaming API (CometD); relative paths are resolved "
+            "against the directory that contains conf/.",
             path=True,
         ),
     )
@@ -245,7 +247,9 @@ class SalesforceSpec:
     pubsub_endpoint: str = field(
         default="api.pubsub.salesforce.com:7443",
         metadata=meta(
-            "Pub/Sub API endpoint as host:port.",
+            "Pub/Sub API endpoint as host:port. REST, Bulk API and Streaming API (CometD) calls "
+            "go to the instance_url the login answers with (https://<my-domain>.my.salesforce."
+            "com), not here.",
             pattern=_ENDPOINT_PATTERN,
             hint="host:port, e.g. 'api.pubsub.salesforce.com:7443'",
         ),
@@ -385,7 +389,8 @@ class EmulatorSpec:
         metadata=meta(
             "In-process emulator: seconds of silence before an idle stream gets a keepalive "
             "(Salesforce: about 270), and how long a Streaming API long poll is held "
-            "(Salesforce: 110). Short keeps `sfcdc ingest --once` quick.",
+            "(Salesforce: 110). Short keeps the caught-up marks of idle topics fresh; `--once` "
+            "does not wait for either (ingest.once_quiet_seconds).",
             exclusive_minimum=0,
         ),
     )

@@ -9,7 +9,8 @@ walks the same metadata to publish the JSON Schema, so the two cannot drift apar
 Supported field types: nested models, ``Literal`` options, ``bool``/``int``/``float``/``str``,
 ``X | None``, secret references (:data:`ingest.auth.SecretRef`: the
 :class:`~ingest.auth.EnvRef` and :class:`~ingest.auth.ScopeRef` that connecting resolves),
-strings-or-references (:data:`Credential`), sizes (``Annotated[int, ByteSize]``), lists of
+strings-or-references (:data:`Credential`), sizes (``Annotated[int, ByteSize]``), durations
+(``Annotated[float, Duration]``: seconds, or ``"15m"``, ``"24h"``), lists of
 strings (``tuple[str, ...]``: non-empty, no duplicates), a list of strings or one of some
 words (``tuple[str, ...] | Literal["all"]``) and unions of models told apart by their
 ``type`` key. A model may define ``_problems(self) -> list[tuple[str, str]]`` for rules
@@ -31,22 +32,26 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from ingest.auth import EnvRef, ScopeRef, SecretRef
 
 __all__ = [
+    "DURATION_PATTERN",
     "ENV_PATTERN",
     "INVALID",
     "SCOPE_PATTERN",
     "SIZE_PATTERN",
     "ByteSize",
     "Credential",
+    "Duration",
     "EnvRef",
     "Problems",
     "ScopeRef",
     "SecretRef",
     "discriminated",
+    "has_scheme",
     "iter_models",
     "join",
     "meta",
     "optional_inner",
     "parse_byte_size",
+    "parse_duration",
     "parse_model",
     "parse_value",
     "resolve_paths",
@@ -126,6 +131,32 @@ def parse_byte_size(value: int | str) -> int:
             f"(units {', '.join(u for u in _SIZE_UNITS if u)}; got {value!r})"
         )
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
+
+
+class Duration:
+    """Marker for durations in seconds, given as a number of seconds or a string such as
+    ``"15m"``, ``"90s"``, ``"24h"`` or ``"7d"``."""
+
+
+_DURATION_UNITS = {"": 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*$")
+DURATION_PATTERN = r"^\s*[0-9]+(\.[0-9]+)?\s*(ms|s|m|h|d)?\s*$"
+
+
+def parse_duration(value: int | float | str) -> float:
+    """``900``, ``"15m"``, ``"90s"``, ``"24h"``, ``"7d"`` to seconds. Raises ``ValueError``
+    naming the accepted forms."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"must be seconds or a duration such as '15m' (got {show(value)})")
+    if not isinstance(value, str):
+        return float(value)
+    match = _DURATION_RE.fullmatch(value)
+    if not match or match.group(2) not in _DURATION_UNITS:
+        raise ValueError(
+            "must be seconds or a duration such as '90s', '15m', '24h' or '7d' "
+            f"(units {', '.join(u for u in _DURATION_UNITS if u)}; got {value!r})"
+        )
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
 # --------------------------------------------------------------------------------- secrets
@@ -213,9 +244,13 @@ def _is_str_tuple(tp: Any) -> bool:
 
 def type_kind(tp: Any) -> str:
     """How a model type is written in YAML: one of dataclass, auth, secret, credential,
-    optional, literal, bytesize, strlist, strlist_or_literal, bool, int, float, str."""
+    optional, literal, bytesize, duration, strlist, strlist_or_literal, bool, int, float,
+    str."""
     if get_origin(tp) is Annotated:
-        return "bytesize" if ByteSize in get_args(tp)[1:] else type_kind(get_args(tp)[0])
+        markers = get_args(tp)[1:]
+        if ByteSize in markers:
+            return "bytesize"
+        return "duration" if Duration in markers else type_kind(get_args(tp)[0])
     if _is_str_tuple(tp):
         return "strlist"
     args = _union_args(tp)
@@ -305,6 +340,13 @@ def parse_value(
             ctx.add(path, str(exc))
             return INVALID
         return _check_bounds(parsed, path, ctx, meta)
+    if kind == "duration":
+        try:
+            seconds: Any = parse_duration(value)
+        except ValueError as exc:
+            ctx.add(path, str(exc))
+            return INVALID
+        return _check_bounds(seconds, path, ctx, meta)
     if kind == "bool":
         if isinstance(value, bool):
             return value
@@ -376,16 +418,25 @@ def _check_string(value: str, path: str, ctx: Problems, meta: Mapping[str, Any])
     return value
 
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")
+
+
+def has_scheme(location: str) -> bool:
+    """Whether ``location`` is a URI (``s3://b/p``, ``dbfs:/p``, ``file:/p``) rather than a
+    path; a Windows drive letter (``C:``) is a path."""
+    return _SCHEME.match(location) is not None
+
+
 def resolve_paths(instance: Any, base_dir: Path) -> Any:
     """``instance`` with every relative ``path`` field (at any depth) made absolute against
-    ``base_dir``; URIs (``s3://...``) and absolute paths are kept."""
+    ``base_dir``; URIs (``s3://...``, ``dbfs:/...``) and absolute paths are kept."""
     if not dataclasses.is_dataclass(instance) or isinstance(instance, type):
         return instance
     changes: dict[str, Any] = {}
     for f in dataclasses.fields(instance):
         value = getattr(instance, f.name)
         if f.metadata.get("path") and isinstance(value, str):
-            if "://" not in value and not Path(value).expanduser().is_absolute():
+            if not has_scheme(value) and not Path(value).expanduser().is_absolute():
                 changes[f.name] = str((base_dir / Path(value).expanduser()).resolve())
             elif value.startswith("~"):
                 changes[f.name] = str(Path(value).expanduser())

@@ -11,15 +11,25 @@ is reported at once, in one :class:`~ingest.errors.ConfigError`.
 from __future__ import annotations
 
 import copy
+import difflib
 import re
-from collections.abc import Sequence
+import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from ingest.errors import ConfigError
-from pipelines.spec_fields import INVALID, Problems, join, parse_model, resolve_paths
+from pipelines.spec_fields import (
+    INVALID,
+    Problems,
+    join,
+    parse_model,
+    resolve_paths,
+    show,
+    yaml_fields,
+)
 from pipelines.spec_models import (
     _IDENTIFIER_MAX,
     _LAYERS,
@@ -148,8 +158,34 @@ def _read_yaml(path: Path, ctx: Problems) -> Any:
 # ------------------------------------------------------------------- cross-field checks
 
 
+def _check_polled(obj: ObjectSpec, data: Mapping[str, Any], ctx: Problems) -> None:
+    """Keys that name a subscription mean nothing for an object read by queries, and ``poll``
+    means nothing for one that is not."""
+    if obj.kind != "polled":
+        if "poll" in data:
+            ctx.add("poll", f"applies to kind polled only (this object is {obj.kind})")
+        if obj.kind == "platform_event" and "formulas" in data:
+            ctx.add("formulas", "a platform event has no formula fields (it has no records)")
+        return
+    if obj.api_name.endswith("__e"):
+        ctx.add(
+            "kind",
+            f"{obj.api_name} is a platform event (__e); its kind is platform_event (got 'polled')",
+        )
+    for key in ("topic", "managed_subscription", "num_requested"):
+        if key in data:
+            ctx.add(
+                key,
+                "a polled object has no subscription: it is read by queries on SystemModstamp "
+                f"(leave {key} out, or use kind change_events where Change Data Capture is on)",
+            )
+
+
 def _check_object(obj: ObjectSpec, lake: LakeSpec, ctx: Problems) -> None:
     name, kind = obj.api_name, obj.kind
+    if kind == "polled":
+        _check_tables(obj, lake, ctx)
+        return
     if kind == "platform_event" and name.endswith("__c"):
         ctx.add(
             "kind", f"{name} is a custom object (__c); its kind is change_events (got {kind!r})"
@@ -179,6 +215,10 @@ def _check_object(obj: ObjectSpec, lake: LakeSpec, ctx: Problems) -> None:
             f"{obj.topic!r} carries {info.entity}, not {name}; use "
             f"{default_topic(name, kind)!r} or a channel shared by several objects",
         )
+    _check_tables(obj, lake, ctx)
+
+
+def _check_tables(obj: ObjectSpec, lake: LakeSpec, ctx: Problems) -> None:
     for layer in _LAYERS:
         physical = lake.table_name(obj.tables.for_layer(layer))
         if len(physical) > _IDENTIFIER_MAX:
@@ -331,6 +371,19 @@ def _load_pipeline(
     return spec  # type: ignore[no-any-return]
 
 
+def object_kinds() -> tuple[str, ...]:
+    """Every value an object file's ``kind`` may take, from the models that read the files
+    (:class:`ObjectSpec`'s kinds, then ``streaming_api``)."""
+    from pipelines.spec_streaming import StreamingObjectSpec
+
+    kinds: list[str] = []
+    for model in (ObjectSpec, StreamingObjectSpec):
+        for key, _field, tp in yaml_fields(model):
+            if key == "kind":
+                kinds.extend(str(k) for k in typing.get_args(tp))
+    return tuple(kinds)
+
+
 def _load_object(
     path: Path, defaults: DefaultsSpec, lake: LakeSpec, ctx: Problems
 ) -> ObjectSpec | StreamingObjectSpec | None:
@@ -340,7 +393,17 @@ def _load_object(
     if data is _EMPTY:
         ctx.add("", "is empty; an object file needs at least 'object' and 'kind'")
         return None
-    if isinstance(data, dict) and data.get("kind") == "streaming_api":
+    kind = data.get("kind") if isinstance(data, dict) else None
+    kinds = object_kinds()
+    if kind is not None and kind not in kinds:
+        # Which model reads the rest depends on the kind: say only this.
+        close = difflib.get_close_matches(kind, kinds, n=1) if isinstance(kind, str) else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        listed = ", ".join(repr(k) for k in kinds)
+        shown = repr(kind) if isinstance(kind, str) else show(kind)
+        ctx.add("kind", f"must be one of {listed} (got {shown}){hint}")
+        return None
+    if kind == "streaming_api":
         return _load_stream(data, defaults, ctx)
     # Sections the file leaves out, and keys a section leaves out, come from the defaults.
     inherited = {
@@ -353,6 +416,7 @@ def _load_object(
     spec = parse_model(ObjectSpec, data, "", ctx, inherited)
     if spec is INVALID:
         return None
+    _check_polled(spec, data, ctx)
     _check_object(spec, lake, ctx)
     return spec  # type: ignore[no-any-return]
 

@@ -15,13 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ingest.auth import SecretRef
 from pipelines.spec_connection import API_VERSION_PATTERN, ConnectionSpec
 from pipelines.spec_fields import meta
 from pipelines.spec_sections import (
     BatchingSpec,
     DefaultsSpec,
+    FormulasSpec,
     GoldSpec,
     HealthSpec,
+    PollSpec,
     ReplaySpec,
     SilverSpec,
 )
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IDENTIFIER_PATTERN",
+    "POLLED_PREFIX",
     "TOPIC_FORMATS",
     "TOPIC_PATTERN",
     "Conf",
@@ -44,8 +48,10 @@ __all__ = [
     "OpsSpec",
     "PipelineSpec",
     "PrometheusSpec",
+    "ReconcileSpec",
     "RetrySpec",
     "SchemasSpec",
+    "StorageSpec",
     "StreamingApiSpec",
     "TablesSpec",
     "TopicInfo",
@@ -60,7 +66,7 @@ __all__ = [
 
 Layer = Literal["bronze", "silver", "gold"]
 EngineName = Literal["auto", "local", "spark"]
-ObjectKind = Literal["change_events", "platform_event"]
+ObjectKind = Literal["change_events", "platform_event", "polled"]
 _LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
 TopicKind = Literal[
     "change_events", "change_event_channel", "platform_event", "platform_event_channel"
@@ -104,6 +110,9 @@ TOPIC_PATTERN = "^(" + "|".join(rule.pattern[1:-1] for rule, _kind, _entity in _
 _TOPIC_HINT = f"a Pub/Sub topic name, one of {', '.join(TOPIC_FORMATS)}"
 
 
+# The topic key of a polled object (it has no topic): what its bookkeeping goes by.
+POLLED_PREFIX = "polled:"
+
 # Default of fields whose value is derived from others when the YAML leaves them out.
 _DERIVED: Any = None
 
@@ -131,6 +140,48 @@ class SchemasSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StorageSpec:
+    """How the local engine reaches a lake.location on object storage (s3://, abfss://, az://,
+    gs://): what delta-rs is given to connect. Credentials are secret references; left out,
+    delta-rs looks for them where the provider's SDKs do (environment, instance identity)."""
+
+    endpoint: str | None = field(
+        default=None,
+        metadata=meta(
+            "URL of the storage service when it is not the provider's own: an S3-compatible "
+            "server, or the blob endpoint of Azurite or an Azure account "
+            "(http://127.0.0.1:10000/devstoreaccount1).",
+            pattern=r"^https?://\S+$",
+            hint="an http:// or https:// URL",
+        ),
+    )
+    region: str | None = field(default=None, metadata=meta("S3: the bucket's region."))
+    allow_http: bool = field(
+        default=False,
+        metadata=meta("Allow a plain-HTTP endpoint (a storage server on this machine)."),
+    )
+    access_key_id: SecretRef | None = field(default=None, metadata=meta("S3: the access key id."))
+    secret_access_key: SecretRef | None = field(
+        default=None, metadata=meta("S3: the secret access key.")
+    )
+    session_token: SecretRef | None = field(
+        default=None, metadata=meta("S3: the session token of temporary credentials.")
+    )
+    account_name: str | None = field(
+        default=None, metadata=meta("Azure: the storage account's name.")
+    )
+    account_key: SecretRef | None = field(
+        default=None, metadata=meta("Azure: a key of the storage account.")
+    )
+    sas_token: SecretRef | None = field(
+        default=None, metadata=meta("Azure: a shared access signature instead of a key.")
+    )
+    service_account_key: SecretRef | None = field(
+        default=None, metadata=meta("GCS: the service account's JSON key.")
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class LakeSpec:
     """Where and how Delta tables are written."""
 
@@ -147,9 +198,25 @@ class LakeSpec:
         metadata=meta(
             "Root directory of the tables (<location>/<layer>/<table>): the local engine's, and "
             "the spark engine's when no catalog is set; relative paths are resolved against the "
-            "directory that contains conf/.",
+            "directory that contains conf/. The local engine also takes object storage "
+            "(s3://bucket/lake, abfss://container@account.dfs.core.windows.net/lake, "
+            "az://container/lake, gs://bucket/lake; see lake.storage), the spark engine any "
+            "location Spark reads (dbfs:/..., /Volumes/...).",
             path=True,
         ),
+    )
+    direct_writes: bool = field(
+        default=True,
+        metadata=meta(
+            "Let the local engine commit appends and its MERGE itself (a constant cost per "
+            "commit, however long the log): only on a local file system where a probe shows "
+            "that hard links and put-if-absent work, else (FUSE mounts, object storage) and on "
+            "any link error through delta-rs; false: every commit through delta-rs."
+        ),
+    )
+    storage: StorageSpec = field(
+        default_factory=StorageSpec,
+        metadata=meta("Object storage settings for the local engine (s3://, az://, gs://)."),
     )
     catalog: str | None = field(
         default=None,
@@ -195,6 +262,16 @@ class RetrySpec:
     )
     multiplier: float = field(
         default=2.0, metadata=meta("Growth factor of the wait per failed attempt.", minimum=1)
+    )
+    first_contact_seconds: float = field(
+        default=10.0,
+        metadata=meta(
+            "A subscription that has never reached its server (a name that does not resolve, a "
+            "refused connection, a login endpoint that is down) stops within this long, naming "
+            "the address and the cause; once the server has answered, outages are retried as "
+            "max_attempts allows.",
+            minimum=0,
+        ),
     )
 
     def _problems(self) -> list[tuple[str, str]]:
@@ -245,6 +322,18 @@ class IngestSpec:
             exclusive_minimum=0,
         ),
     )
+    once_quiet_seconds: float = field(
+        default=3.0,
+        metadata=meta(
+            "`--once` runs: a Pub/Sub topic whose server owes events (requested, not yet "
+            "sent) yet sends nothing for this long, or a Streaming API long poll held this long "
+            "(the connect asks the server for no longer), has delivered everything it held; the "
+            "landing then stops without waiting for Salesforce's keepalive (about 270 s) or "
+            "long-poll timeout (110 s). Raise it if an org is slow to start delivering.",
+            exclusive_minimum=0,
+            maximum=110,
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -274,7 +363,8 @@ class OpsSpec:
         default=True,
         metadata=meta(
             "Record every landing, silver and gold commit (and every failure) as a row of the "
-            "bronze schema's sfcdc_commits table, which `sfcdc status` and the dashboard read."
+            "bronze schema's sfcdc_commits table, which `sfcdc status` and the dashboard read "
+            "(the table exists either way, empty when this is off)."
         ),
     )
     flush_seconds: float = field(
@@ -335,6 +425,44 @@ class MaintenanceSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReconcileSpec:
+    """`sfcdc reconcile`, and continuous runs on a schedule: compare gold with Salesforce
+    (one query of Id, SystemModstamp and IsDeleted per object) and repair the drift."""
+
+    every_hours: float = field(
+        default=0.0,
+        metadata=meta(
+            "Continuous runs (`sfcdc run --continuous`) reconcile every change event object "
+            "this often, counted from the last reconcile the lake recorded (0: never; "
+            "`sfcdc reconcile` and the bundle's sfcdc_reconcile job run it on demand).",
+            minimum=0,
+        ),
+    )
+    api: Literal["rest", "bulk", "auto"] = field(
+        default="auto",
+        metadata=meta(
+            "How each object is read: REST queryAll, a Bulk API 2.0 queryAll job, or auto "
+            "(count first, Bulk from 50,000 records on)."
+        ),
+    )
+    lookback_seconds: float = field(
+        default=300.0,
+        metadata=meta(
+            "Records Salesforce saved this recently are in flight (their event may not be in "
+            "gold yet): counted, not judged. Covers landing latency and clock skew.",
+            minimum=0,
+        ),
+    )
+    repair: bool = field(
+        default=True,
+        metadata=meta(
+            "Re-read drifting records through the re-sync path; false only measures and "
+            "records the drift."
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class StreamingApiSpec:
     """The Streaming API (CometD) source, for object files of ``kind: streaming_api``."""
 
@@ -382,6 +510,10 @@ class PipelineSpec:
     maintenance: MaintenanceSpec = field(
         default_factory=MaintenanceSpec,
         metadata=meta("Compaction, log cleanup and VACUUM (`sfcdc maintain`)."),
+    )
+    reconcile: ReconcileSpec = field(
+        default_factory=ReconcileSpec,
+        metadata=meta("Drift against Salesforce, measured and repaired (`sfcdc reconcile`)."),
     )
 
 
@@ -438,13 +570,16 @@ class ObjectSpec:
     )
     kind: ObjectKind = field(
         metadata=meta(
-            "change_events for Change Data Capture of an object, platform_event for an event."
+            "change_events for Change Data Capture of an object, platform_event for an event, "
+            "polled for an object without change events (read by incremental queries on "
+            "SystemModstamp, see `poll`)."
         )
     )
     topic: str = field(
         default=_DERIVED,
         metadata=meta(
-            "Pub/Sub topic (or channel shared with other objects, such as /data/ChangeEvents).",
+            "Pub/Sub topic (or channel shared with other objects, such as /data/ChangeEvents). "
+            "A polled object has none.",
             pattern=TOPIC_PATTERN,
             hint=_TOPIC_HINT,
             derived="/data/AccountChangeEvent, /data/Invoice__ChangeEvent, /event/Order_Shipped__e",
@@ -474,6 +609,14 @@ class ObjectSpec:
         metadata=meta("Overrides of defaults.health.", inherits="defaults.health"),
     )
     tables: TablesSpec = field(default_factory=TablesSpec, metadata=meta("Table names."))
+    poll: PollSpec = field(
+        default_factory=PollSpec,
+        metadata=meta("How a polled object is read (kind polled only)."),
+    )
+    formulas: FormulasSpec = field(
+        default_factory=FormulasSpec,
+        metadata=meta("The scheduled refresh of formula fields (change_events and polled)."),
+    )
     num_requested: int | None = field(
         default=None,
         metadata=meta(
@@ -560,13 +703,19 @@ class Conf:
         """The Streaming API channels to land (object files of kind streaming_api)."""
         return tuple(s for s in self.streams if s.enabled)
 
+    def polled_objects(self) -> tuple[ObjectSpec, ...]:
+        """The enabled objects read by incremental queries (kind polled)."""
+        return tuple(o for o in self.objects if o.enabled and o.kind == "polled")
+
     def objects_by_topic(
         self, *, include_disabled: bool = False
     ) -> Mapping[str, tuple[ObjectSpec, ...]]:
-        """Objects grouped by topic, topics in name order. Objects sharing a topic share its
-        subscription and its bronze table."""
+        """Objects grouped by topic, topics in name order (polled objects have none). Objects
+        sharing a topic share its subscription and its bronze table."""
         groups: dict[str, list[ObjectSpec]] = {}
         for obj in self.objects:
+            if obj.kind == "polled":
+                continue
             if obj.enabled or include_disabled:
                 groups.setdefault(obj.topic, []).append(obj)
         return {topic: tuple(groups[topic]) for topic in sorted(groups)}
@@ -625,7 +774,11 @@ def parse_topic(topic: str) -> TopicInfo:
 
 
 def default_topic(api_name: str, kind: ObjectKind) -> str:
-    """The topic Salesforce uses for an object's change events or for a platform event."""
+    """The topic Salesforce uses for an object's change events or for a platform event; a
+    polled object has no topic and gets the key ``polled:<Object>`` in its place (the name its
+    bookkeeping goes by, never subscribed to)."""
+    if kind == "polled":
+        return f"{POLLED_PREFIX}{api_name}"
     if kind == "platform_event":
         return f"/event/{api_name}"
     if api_name.endswith("__c"):
@@ -642,8 +795,11 @@ def _object_table(api_name: str) -> str:
 
 
 def default_tables(api_name: str, topic: str) -> TablesSpec:
-    """Derived table names: bronze from the topic (one table per topic), silver and gold from
-    the object (``Invoice__c`` -> ``invoice``)."""
+    """Derived table names: bronze from the topic (one table per topic; a polled object's
+    ``<object>_polled``), silver and gold from the object (``Invoice__c`` -> ``invoice``)."""
+    if topic.startswith(POLLED_PREFIX):
+        name = _object_table(api_name)
+        return TablesSpec(bronze=f"{name}_polled", silver=name, gold=name)
     return TablesSpec(
         bronze=snake_case(topic.rsplit("/", 1)[-1]),
         silver=_object_table(api_name),

@@ -21,6 +21,7 @@ from typing import Any, get_args
 
 from pipelines.spec import ObjectSpec, PipelineSpec
 from pipelines.spec_fields import (
+    DURATION_PATTERN,
     SIZE_PATTERN,
     discriminated,
     iter_models,
@@ -127,6 +128,16 @@ def _type_schema(tp: Any, meta: Mapping[str, Any]) -> dict[str, Any]:
         if high is not None:
             number["maximum"] = high
         return {"oneOf": [number, {"type": "string", "pattern": SIZE_PATTERN}]}
+    if kind == "duration":
+        seconds: dict[str, Any] = {"type": "number"}
+        for key, name in (
+            ("minimum", "minimum"),
+            ("maximum", "maximum"),
+            ("exclusive_minimum", "exclusiveMinimum"),
+        ):
+            if meta.get(key) is not None:
+                seconds[name] = meta[key]
+        return {"oneOf": [seconds, {"type": "string", "pattern": DURATION_PATTERN}]}
     out: dict[str, Any] = {
         "bool": {"type": "boolean"},
         "int": {"type": "integer"},
@@ -274,6 +285,8 @@ def _type_text(tp: Any, meta: Mapping[str, Any]) -> str:
         return " \\| ".join(f"`{o}`" for o in get_args(tp))
     if kind == "bytesize":
         return "size (bytes or e.g. `64MiB`)"
+    if kind == "duration":
+        return "duration (seconds or e.g. `15m`, `24h`)"
     if kind == "strlist":
         return "list of strings"
     if kind == "strlist_or_literal":

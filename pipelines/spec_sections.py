@@ -1,6 +1,7 @@
 """The per-object sections of the configuration: ``replay``, ``batching``, ``silver``,
 ``gold`` (with its ``scd2``) and ``health``, which ``defaults`` in ``conf/pipeline.yml`` sets
-for every object and each object file may override (:class:`DefaultsSpec`). Models only;
+for every object and each object file may override (:class:`DefaultsSpec`), and the object
+file's own ``poll`` (objects read by incremental queries) and ``formulas``. Models only;
 :mod:`pipelines.spec_load` reads the YAML into them, :mod:`pipelines.spec` re-exports them,
 and ``pipelines.spec_schema`` publishes their JSON Schema.
 """
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
-from pipelines.spec_fields import ByteSize, meta
+from pipelines.spec_fields import ByteSize, Duration, meta
 
 __all__ = [
     "DEFAULT_SEQUENCE_BY",
@@ -20,9 +21,13 @@ __all__ = [
     "CompoundFields",
     "DefaultsSpec",
     "DeleteMode",
+    "FormulasSpec",
     "GoldSpec",
     "HealthSpec",
     "OnCorrupted",
+    "OnExpired",
+    "PollApi",
+    "PollSpec",
     "ReplaySpec",
     "ReplayStart",
     "Scd2Spec",
@@ -33,8 +38,10 @@ __all__ = [
 ReplayStart = Literal["earliest", "latest"]
 _HEX_RE = re.compile(r"[0-9A-Fa-f]+")
 OnCorrupted = Literal["fail", "earliest", "latest"]
+OnExpired = Literal["rebootstrap", "on_corrupted"]
 CompoundFields = Literal["struct", "flattened"]
 DeleteMode = Literal["soft", "hard"]
+PollApi = Literal["rest", "bulk", "auto"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +62,17 @@ class ReplaySpec:
             "say so), or restart from earliest / latest (latest loses events)."
         ),
     )
+    on_expired: OnExpired = field(
+        default="on_corrupted",
+        metadata=meta(
+            "When Salesforce rejects the position sfcdc itself stored (an outage longer than "
+            "the 72 h event retention): rebootstrap resumes at the newest event, records a "
+            "replay gap and re-reads every record of the topic's objects (Bulk API for large "
+            "ones) in `sfcdc run`, `sfcdc resync` or `sfcdc reconcile`, so gold ends equal to "
+            "the org; on_corrupted applies on_corrupted as for any rejected replay id. New "
+            "configurations set rebootstrap."
+        ),
+    )
     replay_id: str | None = field(
         default=None,
         metadata=meta(
@@ -65,6 +83,14 @@ class ReplaySpec:
             max_length=200,
         ),
     )
+
+    def corrupted_policy(self, *, stored: bool) -> OnCorrupted:
+        """What a rejected replay id does: ``stored`` says the subscription resumes from a
+        position sfcdc stored (a checkpoint), or started at earliest / latest, so a rejection
+        means that position expired; a configured ``replay_id`` may simply be wrong."""
+        if self.on_expired == "rebootstrap" and (stored or self.replay_id is None):
+            return "latest"
+        return self.on_corrupted
 
     def start_position(self) -> StartPosition:
         """Where a subscription without a checkpoint starts."""
@@ -209,6 +235,65 @@ class GoldSpec:
             "applies it (it upgrades the table's protocol to reader 3 / writer 7, which "
             "readers such as delta-rs cannot read); the local engine's writer cannot, and "
             "rewrites the files a MERGE touches."
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PollSpec:
+    """How an object without change events (``kind: polled``) is read: incremental queries on
+    ``SystemModstamp`` (``queryAll``, so records in the Recycle Bin come back deleted)."""
+
+    every: Annotated[float, Duration] = field(
+        default=900.0,
+        metadata=meta(
+            "Poll this often (`sfcdc run --continuous`, `sfcdc poll` and the bundle's "
+            "sfcdc_poll job poll an object once this much time has passed since its last "
+            "poll; `sfcdc run --once` polls every polled object).",
+            exclusive_minimum=0,
+        ),
+    )
+    lookback: Annotated[float, Duration] = field(
+        default=300.0,
+        metadata=meta(
+            "Each poll reads from the newest SystemModstamp the last poll saw minus this much: "
+            "a transaction that committed late with an earlier SystemModstamp (in flight "
+            "during the last poll), or a server whose clock lags, is still read. Records read "
+            "twice change nothing in gold.",
+            minimum=0,
+        ),
+    )
+    api: PollApi = field(
+        default="auto",
+        metadata=meta(
+            "REST query, a Bulk API 2.0 query job, or auto: count the records the poll would "
+            "read first (one REST request) and use the Bulk API from bulk_threshold on."
+        ),
+    )
+    bulk_threshold: int = field(
+        default=50_000,
+        metadata=meta("Records from which api auto reads with a Bulk API 2.0 job.", minimum=0),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FormulasSpec:
+    """Formula fields, which change events never carry: refreshed in gold on a schedule."""
+
+    refresh_every: Annotated[float, Duration] | None = field(
+        default=None,
+        metadata=meta(
+            "Refresh the object's formula fields (its describe's calculated fields) this "
+            "often: one Bulk API 2.0 query of Id and those fields updates only those gold "
+            "columns and `_cdc_formulas_refreshed_at`. null: formula fields are not in gold.",
+            exclusive_minimum=0,
+        ),
+    )
+    api: PollApi = field(
+        default="bulk",
+        metadata=meta(
+            "How the refresh reads: a Bulk API 2.0 query job (one job per refresh, whatever "
+            "the object's size), REST query, or auto (count first, Bulk from 50,000 records)."
         ),
     )
 

@@ -54,6 +54,7 @@ __all__ = [
     "landing_streams_beside",
     "push_topic_provisioner",
     "run_streaming_pass",
+    "streaming_landing",
 ]
 
 _log = logging.getLogger(__name__)
@@ -66,6 +67,27 @@ class StreamingPassResult:
     silver: StreamingSilverResult
     gold: GoldResult
     seconds: float
+
+
+def streaming_landing(
+    conf: Conf,
+    *,
+    engine: LakeEngine,
+    tokens: TokenManager,
+    ca_file: Path | str | None,
+    streams: Sequence[str] | None = None,
+    ops: OpsRecorder | None = None,
+) -> StreamingLanding:
+    """The landing of the enabled channels (or the ``streams`` named) of ``conf``."""
+    return StreamingLanding(
+        engine,
+        select_streams(conf, streams),
+        tokens=tokens,
+        ca_file=ca_file,
+        streaming=conf.pipeline.streaming_api,
+        ingest=conf.pipeline.ingest,
+        ops=ops,
+    )
 
 
 def land_streams(
@@ -83,14 +105,8 @@ def land_streams(
     """Land the enabled channels (or the ``streams`` named) of ``conf``; ``started`` is
     called with the landing before it runs (the function it may return, once it stopped);
     ``ops`` receives its commit records."""
-    landing = StreamingLanding(
-        engine,
-        select_streams(conf, streams),
-        tokens=tokens,
-        ca_file=ca_file,
-        streaming=conf.pipeline.streaming_api,
-        ingest=conf.pipeline.ingest,
-        ops=ops,
+    landing = streaming_landing(
+        conf, engine=engine, tokens=tokens, ca_file=ca_file, streams=streams, ops=ops
     )
     finish = started(landing) if started is not None else None
     try:

@@ -100,6 +100,35 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
+# ----------------------------------------------------------------------- object storage
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One S3-compatible server (moto) per test session, on loopback."""
+    from tests.object_storage import start_s3
+
+    yield from start_s3(tmp_path_factory.mktemp("s3"))
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Azurite blob service per test session, on loopback."""
+    from tests.object_storage import start_azurite
+
+    yield from start_azurite(tmp_path_factory.mktemp("azurite"))
+
+
+@pytest.fixture(params=["s3", "azure"])
+def object_lake(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fresh lake folder on each object store (the local engine's lake there); the store's
+    credentials are in this process's environment, where the lake's YAML references them."""
+    server = request.getfixturevalue("s3_server" if request.param == "s3" else "azurite")
+    for key, value in server.env.items():
+        monkeypatch.setenv(key, value)
+    return server.lake()
+
+
 # ------------------------------------------------------------------------- lake engines
 
 ENGINE_NAMES = ("local", "spark")
@@ -213,6 +242,39 @@ _COST = (
 def _cost(item: pytest.Item) -> float:
     marked = {m.name for m in item.iter_markers()}
     return next((c for names, c in _COST if marked.issuperset(names)), 0.01)
+
+
+# Where a test's spark-engine case lands events from the emulator through the spark engine
+# (seconds per Delta commit on two cores, minutes per test): the engine seam it crosses is
+# tested directly under tests/spark, and the same test's local-engine case runs the landing,
+# silver, gold and command logic. Two stay in the default run on the spark engine: the
+# first-run tables test (what it checks is what each engine creates) and the console script
+# run from a virtualenv that is not activated (a spark-engine run by nature).
+LONG_ON_SPARK = tuple(
+    f"tests/integration/{layer}/"
+    for layer in ("bronze", "silver", "gold", "streaming", "rest", "cli")
+)
+DEFAULT_ON_SPARK = (
+    "tests/integration/cli/test_first_run_tables.py",
+    "tests/integration/cli/test_unactivated_venv.py",
+)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Which tests are ``long``, left out of the default run (``python -m pytest -m long`` runs
+    them): a ``slow`` test on the spark engine or of the Spark source (it starts a Spark driver
+    in a subprocess again and again), and the spark-engine case of an integration test of a
+    layer or command (:data:`LONG_ON_SPARK`)."""
+    spark_engine = item.get_closest_marker("spark_engine") is not None
+    if (
+        item.get_closest_marker("slow")
+        and (spark_engine or item.get_closest_marker("spark_source"))
+    ) or (
+        spark_engine
+        and item.nodeid.startswith(LONG_ON_SPARK)
+        and not item.nodeid.startswith(DEFAULT_ON_SPARK)
+    ):
+        item.add_marker(pytest.mark.long)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -5,8 +5,10 @@ manager logging in against the emulator."""
 from __future__ import annotations
 
 import io
+import json
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -62,13 +64,15 @@ def change_event(
     *,
     changed: Sequence[str] = (),
     nulled: Sequence[str] = (),
+    diffed: Sequence[str] = (),
     commit_ms: int = 1_735_689_600_000,
 ) -> EmittedEvent:
-    """A change event on a shipped object, written with its current schema."""
+    """A change event on a shipped object, written with its current schema (``diffed``: the
+    fields whose values are diffs)."""
     schema = schema_of(emu, entity)
     body = dict(values or {})
     if change_type == "UPDATE":
-        changed = tuple(dict.fromkeys([*changed, *nulled, "LastModifiedDate"]))
+        changed = tuple(dict.fromkeys([*changed, *nulled, *diffed, "LastModifiedDate"]))
         body.setdefault("LastModifiedDate", commit_ms)
     header = {
         **_HEADER_DEFAULTS,
@@ -78,7 +82,7 @@ def change_event(
         "transactionKey": str(uuid.uuid4()),
         "commitTimestamp": commit_ms,
         "nulledFields": encode_field_names(schema, nulled),
-        "diffFields": [],
+        "diffFields": encode_field_names(schema, diffed),
         "changedFields": encode_field_names(schema, changed),
     }
     buf = io.BytesIO()
@@ -157,7 +161,13 @@ class Bayeux:
                 break
         return out
 
+    def disconnect(self) -> list[Any]:
+        return self.send({"channel": "/meta/disconnect", "clientId": self.client_id, "id": "x"})
+
     def close(self) -> None:
+        """Disconnect the session (if one was made) and close the HTTP client."""
+        if self.client_id:
+            self.disconnect()
         self.http.close()
 
 
@@ -166,11 +176,28 @@ def clock() -> FakeClock:
     return FakeClock(1_735_689_600.0)
 
 
+def assert_sessions_closed(request: pytest.FixtureRequest, emulator: Emulator) -> None:
+    """Fail the test when it left CometD sessions open on ``emulator``: sfcdc's client sends
+    ``/meta/disconnect`` when it stops and before it handshakes again (an org allows only so
+    many concurrent clients). Tests that leave sessions on purpose (raw protocol exchanges,
+    SIGKILLed landings) are marked ``leaves_sessions``."""
+    if request.node.get_closest_marker("leaves_sessions") is not None:
+        return
+    left = emulator.streaming.sessions_left_open()
+    assert left == 0, (
+        f"{left} CometD session(s) left open: the client must send /meta/disconnect when it "
+        "stops and before a new handshake"
+    )
+
+
 @pytest.fixture
-def emu(clock: FakeClock) -> Iterator[Emulator]:
+def emu(clock: FakeClock, request: pytest.FixtureRequest) -> Iterator[Emulator]:
     emulator = start_emulator(clock)
-    yield emulator
-    emulator.close()
+    try:
+        yield emulator
+        assert_sessions_closed(request, emulator)
+    finally:
+        emulator.close()
 
 
 @pytest.fixture
@@ -178,3 +205,18 @@ def bayeux(emu: Emulator) -> Iterator[Bayeux]:
     client = Bayeux(emu)
     yield client
     client.close()
+
+
+DOCUMENTED = Path(__file__).parent / "fixtures" / "streaming_api"
+DOCUMENTED_KINDS = ("pushtopic", "generic", "platform_event", "change_event")
+
+
+def documented_text(kind: str) -> str:
+    """The documented messages of one channel kind (``tests/fixtures/streaming_api``) as the
+    text of a connect reply's array."""
+    return (DOCUMENTED / f"{kind}.json").read_text()
+
+
+def documented_messages(kind: str) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = json.loads(documented_text(kind))
+    return messages

@@ -232,10 +232,15 @@ class Failure:
         return self.error_code.removeprefix(ERROR_CODE_PREFIX)
 
     def summary(self) -> str:
-        """One line for logs: status, error code, rpc id (never payloads or secrets)."""
+        """Status, error code, rpc id (never payloads or secrets)."""
         code = f" {self.short_code}" if self.error_code else ""
         rpc = f" rpc-id {self.rpc_id}" if self.rpc_id else ""
         return f"{self.status}{code}{rpc}"
+
+    def line(self) -> str:
+        """One line for a warning: :meth:`summary` and what the server or the network said
+        (the address and the cause of a connection that failed; never payloads or secrets)."""
+        return f"{self.summary()}: {self.description}" if self.description else self.summary()
 
     def exception(self, action: str) -> PubSubError:
         """The :mod:`ingest.errors` exception for this failure; ``action`` names what failed

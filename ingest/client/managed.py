@@ -117,6 +117,7 @@ class ManagedSubscription:
         self._requests = 0
         self._streams = 0
         self._got_events = False
+        self._reached = False  # a stream has delivered something: the server was reached
         self._iterated = False
         self._convert_events = _convert_fetch(self.topic)
 
@@ -200,6 +201,8 @@ class ManagedSubscription:
             buffered=self._window.buffered,
             server_pending=self._window.server_pending,
             window=self._window.window,
+            open=stream is not None,
+            quiet_seconds=stream.quiet_seconds() if stream is not None else 0.0,
         )
 
     def __repr__(self) -> str:
@@ -312,8 +315,10 @@ class ManagedSubscription:
                     return
                 if self._got_events:
                     recovery.reset()
+                if self._reached:
+                    recovery.contacted = True
             yield from self._abandoned()
-            self._log.warning("%s failed: %s", action, failure.summary())
+            self._log.warning("%s failed: %s", action, failure.line())
             reason = recovery.recover(failure, action, credentials)
 
     def _run_stream(self) -> Generator[Item, None, Failure | None]:
@@ -327,6 +332,7 @@ class ManagedSubscription:
         self._log.info("managed subscription %s started", self.name)
         try:
             for item in stream:
+                self._reached = True
                 if isinstance(item, EventBatch):
                     self._got_events = True
                     self._events += len(item)

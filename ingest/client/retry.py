@@ -28,7 +28,11 @@ class RetryPolicy:
 
     ``max_attempts`` counts consecutive failed attempts; the count resets once events flow
     again. ``auth_retries`` bounds consecutive credential rejections (each one refreshes the
-    token first), after which the rejection is raised.
+    token first), after which the rejection is raised. ``first_contact`` bounds the seconds a
+    subscription that has never reached its server keeps trying: a first connection that
+    fails (a name that does not resolve, a refused connection, a login endpoint that cannot be
+    reached) is raised, naming the address and the cause, within that time instead of after
+    every attempt; once the server has answered, outages are retried as the attempts allow.
     """
 
     max_attempts: int = 10
@@ -36,6 +40,7 @@ class RetryPolicy:
     max_backoff: float = 30.0
     multiplier: float = 2.0
     auth_retries: int = 3
+    first_contact: float = 10.0
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -49,6 +54,13 @@ class RetryPolicy:
             raise ValueError(f"multiplier must be >= 1 (got {self.multiplier})")
         if self.auth_retries < 0:
             raise ValueError(f"auth_retries must be >= 0 (got {self.auth_retries})")
+        if self.first_contact < 0:
+            raise ValueError(f"first_contact must be >= 0 seconds (got {self.first_contact})")
+
+    def first_contact_over(self, waited: float, delay: float) -> bool:
+        """Whether a subscription that never reached its server, failing after ``waited``
+        seconds of trying, must give up rather than wait ``delay`` more."""
+        return waited + delay > self.first_contact
 
     def cap(self, attempt: int) -> float:
         """The upper bound of the delay before attempt ``attempt`` (1-based)."""

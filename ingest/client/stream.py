@@ -360,6 +360,9 @@ class StreamStats:
     server_pending: int
     # The flow-control window: events asked for at most per FetchRequest (num_requested).
     window: int = 0
+    # A stream is open, and the seconds since its last request or response (its silence).
+    open: bool = False
+    quiet_seconds: float = 0.0
 
 
 class FlowWindow:
@@ -598,6 +601,10 @@ class _Stream(Generic[Req, Resp]):
                 return
             self._last_traffic = time.monotonic()
             yield request
+
+    def quiet_seconds(self) -> float:
+        """Seconds since this stream's last request went out or response came in."""
+        return max(time.monotonic() - self._last_traffic, 0.0)
 
     def send(self, request: Any) -> None:
         """Queue another request on this stream (a top-up or a commit)."""

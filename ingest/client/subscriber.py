@@ -202,6 +202,7 @@ class Subscription:
         self._requests = 0
         self._streams = 0
         self._got_events = False
+        self._reached = False  # a stream has delivered something: the server was reached
         self._iterated = False
 
     def _wait_closed(self, seconds: float) -> None:
@@ -256,6 +257,8 @@ class Subscription:
             buffered=self._window.buffered,
             server_pending=self._window.server_pending,
             window=self._window.window,
+            open=stream is not None,
+            quiet_seconds=stream.quiet_seconds() if stream is not None else 0.0,
         )
 
     def __repr__(self) -> str:
@@ -332,7 +335,9 @@ class Subscription:
                     return
                 if self._got_events:
                     recovery.reset()
-            self._log.warning("%s failed: %s", action, failure.summary())
+                if self._reached:
+                    recovery.contacted = True
+            self._log.warning("%s failed: %s", action, failure.line())
             if failure.disposition != "replay":
                 reason = recovery.recover(failure, action, credentials)
                 continue
@@ -372,6 +377,7 @@ class Subscription:
         self._log.info("subscribed to %s at %s", self.topic, _describe(position))
         try:
             for item in stream:
+                self._reached = True
                 if isinstance(item, EventBatch):
                     self._got_events = True
                     self._events += len(item)
@@ -393,7 +399,8 @@ class Subscription:
 class _Recovery:
     """Consecutive-failure bookkeeping shared by Subscribe and ManagedSubscribe streams:
     backoff for transient failures, token refresh for rejections, raising when bounded
-    attempts run out or retrying cannot help."""
+    attempts run out or retrying cannot help, and within ``retry.first_contact`` seconds when
+    the server was never reached (``contacted`` is set once a stream has answered)."""
 
     def __init__(
         self,
@@ -402,6 +409,8 @@ class _Recovery:
         sleep: Callable[[float], None],
         rand: Callable[[], float],
         log: logging.Logger,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._retry = retry
         self._tokens = tokens
@@ -409,6 +418,9 @@ class _Recovery:
         self._sleep = sleep if sleep is not None else self._wait_closed
         self._rand = rand
         self._log = log
+        self._clock = clock
+        self._since = clock()
+        self.contacted = False
         self.attempts = 0
         self.auth_failures = 0
 
@@ -460,6 +472,17 @@ class _Recovery:
                 rpc_id=failure.rpc_id,
             )
         delay = self._retry.delay(self.attempts, rand=self._rand)
+        waited = self._clock() - self._since
+        if not self.contacted and self._retry.first_contact_over(waited, delay):
+            # Never reached: a wrong address, a name that does not resolve, a login endpoint
+            # that is down. Said now, rather than after every attempt's backoff.
+            raise TransientError(
+                f"{action}: the first connection failed ({self.attempts} attempts in "
+                f"{waited:.1f} s; the server never answered): {failure.line()}",
+                status=failure.status,
+                error_code=failure.error_code,
+                rpc_id=failure.rpc_id,
+            )
         self._log.info(
             "%s: retrying in %.2f s (attempt %d of %d)",
             action,

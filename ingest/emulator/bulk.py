@@ -44,19 +44,26 @@ import json
 import re
 import secrets
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
 
 from ingest.emulator.managed import salesforce_id_18
 from ingest.emulator.oauth import GrantInfo, TokenStore
 from ingest.emulator.rest import (
+    MODSTAMP,
     RestApi,
     SoqlProblem,
     invalid_field,
     invalid_type,
     parse_select,
+    stamped,
 )
 from ingest.emulator.routes import HttpAnswer, HttpRequest, json_answer
 
@@ -81,7 +88,6 @@ _DELIMITERS = {
     "BACKQUOTE": "`",
 }
 _LINE_ENDINGS = {"LF": "\n", "CRLF": "\r\n"}
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _RUNNING = ("UploadComplete", "InProgress")
 
 
@@ -118,12 +124,15 @@ class _Job:
     names: tuple[str, ...]
     columns: tuple[ObjectField, ...]
     ids: tuple[str, ...] | None
+    since: tuple[str, int] | None = None
     state: str = "UploadComplete"
     polls: int = 0
     error: str | None = None
     expired: bool = False
-    rows: list[str] = field(default_factory=list, repr=False)
+    # The results: a column of each cell's text (null: an empty cell) per column.
+    table: pa.Table | None = field(default=None, repr=False)
     processed: int = 0
+    processing_ms: int = 0
 
     def info(self) -> dict[str, Any]:
         created = _stamp(self.created_at)
@@ -143,7 +152,7 @@ class _Job:
             "columnDelimiter": next(k for k, v in _DELIMITERS.items() if v == self.delimiter),
             "numberRecordsProcessed": self.processed,
             "retries": 0,
-            "totalProcessingTime": 0,
+            "totalProcessingTime": self.processing_ms,
         }
         if self.error is not None:
             body["errorMessage"] = self.error
@@ -159,30 +168,95 @@ def _error(status: int, code: str, message: str) -> HttpAnswer:
     return json_answer(status, [{"errorCode": code, "message": message}])
 
 
-def _csv_text(value: Any, kind: str) -> str | None:
-    """A value as Bulk API 2.0 writes it in CSV (``None``: the empty field of a null)."""
-    if value is None:
-        return None
-    if kind == "boolean" or isinstance(value, bool):
-        return "true" if value else "false"
-    if kind == "date":
-        return (_EPOCH + timedelta(milliseconds=value)).strftime("%Y-%m-%d")
-    if kind == "datetime":
-        moment = _EPOCH + timedelta(milliseconds=value)
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-    if kind == "time":
-        h, rest = divmod(int(value), 3_600_000)
-        m, rest = divmod(rest, 60_000)
-        s, milli = divmod(rest, 1000)
-        return f"{h:02d}:{m:02d}:{s:02d}.{milli:03d}Z"
-    if isinstance(value, float):
+def _text_cell(value: Any) -> str:
+    """A value as Bulk API 2.0 writes it in a CSV cell: quoted, embedded quotes doubled; a null
+    is an empty field."""
+    text = _text(value)
+    return "" if text is None else '"' + text.replace('"', '""') + '"'
+
+
+def _text(value: Any) -> str | None:
+    """A value's text in a CSV cell before quoting (what :func:`_text_cell` quotes)."""
+    if value is None or type(value) is str:
+        return value
+    if type(value) is float:
         return repr(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
     return str(value)
 
 
-def _quoted(text: str | None) -> str:
-    # Every value quoted, embedded quotes doubled; a null is an empty field.
-    return "" if text is None else '"' + text.replace('"', '""') + '"'
+def _days_and_times(values: Sequence[Any]) -> tuple[pa.Array, pa.Array]:
+    """Epoch milliseconds as their UTC days (date32) and times of day (time32, ms)."""
+    millis = pa.array(values, pa.int64())
+    days = millis.cast(pa.timestamp("ms")).cast(pa.date32())
+    start = pc.multiply(days.cast(pa.int32()).cast(pa.int64()), 86_400_000)
+    return days, pc.subtract(millis, start).cast(pa.int32()).cast(pa.time32("ms"))
+
+
+def _date_texts(values: Sequence[Any]) -> pa.Array:
+    return _days_and_times(values)[0].cast(pa.string())
+
+
+def _datetime_texts(values: Sequence[Any]) -> pa.Array:
+    days, times = _days_and_times(values)
+    # A time of day in milliseconds is written with them: 01:02:03.004.
+    return pc.binary_join_element_wise(
+        days.cast(pa.string()), "T", times.cast(pa.string()), "Z", ""
+    )
+
+
+def _time_texts(values: Sequence[Any]) -> pa.Array:
+    times = pa.array(values, pa.int32()).cast(pa.time32("ms"))
+    return pc.binary_join_element_wise(times.cast(pa.string()), "Z", "")
+
+
+# How a column of each field kind becomes its cells' text (nulls stay null), computed by
+# Arrow: dates and datetimes are epoch milliseconds, times milliseconds of the day. Any other
+# kind, and a column holding a value its kind does not expect, goes through _text.
+_TEXTS: dict[str, Callable[[Sequence[Any]], pa.Array]] = {
+    "boolean": lambda values: pa.array(values, pa.bool_()).cast(pa.string()),
+    # Python's repr, which Arrow's text of a float does not match (1e+16, 100.0).
+    "double": lambda values: pa.array(
+        [v if v is None else float.__repr__(v) for v in values], pa.string()
+    ),
+    "date": _date_texts,
+    "datetime": _datetime_texts,
+    "time": _time_texts,
+}
+
+
+def _plain_texts(values: Sequence[Any]) -> pa.Array:
+    return pa.array(values, pa.string())
+
+
+def _column_text(values: Sequence[Any], kind: str) -> pa.Array:
+    """One column's cells, unquoted: the text of each of ``values`` (a field of ``kind``)."""
+    try:
+        return _TEXTS.get(kind, _plain_texts)(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        return pa.array(map(_text, values), pa.string(), size=len(values))
+
+
+def _csv_rows(texts: pa.Table, delimiter: str, ending: str) -> bytes:
+    """The rows of a table of cell texts as CSV: every value quoted, its quotes doubled, a null
+    an empty cell (as :func:`_text_cell` writes one), each row ended by ``ending``."""
+    options = {"include_header": False, "delimiter": delimiter, "quoting_style": "all_valid"}
+    if ending != "\n":
+        options["eol"] = ending
+    try:
+        body = pa.BufferOutputStream()
+        pa_csv.write_csv(texts, body, pa_csv.WriteOptions(**options))
+        return bytes(body.getvalue().to_pybytes())
+    except TypeError:
+        # An Arrow whose writer has no eol option ends every row with "\n".
+        rows = zip(*(column.to_pylist() for column in texts.columns), strict=True)
+        return "".join(delimiter.join(map(_text_cell, row)) + ending for row in rows).encode()
+
+
+def _since(since: tuple[str, int], stamp: int | None) -> bool:
+    op, bound = since
+    return stamp is not None and (stamp >= bound if op == ">=" else stamp > bound)
 
 
 class BulkQueryApi:
@@ -226,7 +300,7 @@ class BulkQueryApi:
                 jobs = list(self._jobs.values())
             for job in jobs:
                 job.expired = True
-                job.rows = []
+                job.table = None
         return len(jobs)
 
     def jobs(self) -> list[dict[str, Any]]:
@@ -363,6 +437,7 @@ class BulkQueryApi:
             names=select.fields,
             columns=tuple(columns),
             ids=select.ids,
+            since=select.since,
         )
         with self._lock:
             self._jobs[job.id] = job
@@ -395,30 +470,32 @@ class BulkQueryApi:
         if truth is None:
             job.state, job.error = "Failed", "InternalServerError : the org's records are gone"
             return
+        started = time.perf_counter()
         for attempt in range(5):
             try:
-                job.rows = self._rows(truth, job)
+                table = self._rows(truth, job)
                 break
             except RuntimeError:
                 # The workload is generating into the truth right now (a dict changed size
                 # while it was read): read again, as Salesforce serves a consistent view.
                 if attempt == 4:
                     raise
-        job.processed = len(job.rows)
+        job.table, job.processed = table, table.num_rows
+        job.processing_ms = round((time.perf_counter() - started) * 1000)
         job.state = "JobComplete"
 
     @staticmethod
-    def _rows(truth: GroundTruth, job: _Job) -> list[str]:
-        records = truth.records(job.entity)
+    def _rows(truth: GroundTruth, job: _Job) -> pa.Table:
+        records = truth.stored_records(job.entity)
         deleted = truth.deleted(job.entity)
         if job.ids is None:
             wanted: Sequence[str] = list(records)
         else:
             by_15 = {r[:15]: r for r in records} if any(len(i) == 15 for i in job.ids) else {}
             wanted = list(dict.fromkeys(by_15.get(i, i) for i in job.ids))
-        readers = [(c.wire, c.kind) for c in job.columns]
-        sep = job.delimiter
-        out = []
+        wants_stamp = job.since is not None or any(c.name == MODSTAMP for c in job.columns)
+        stamps = truth.modstamps(job.entity) if wants_stamp else None
+        chosen: list[tuple[str, Mapping[str, Any], bool, int | None]] = []
         for record_id in wanted:
             values = records.get(record_id)
             if values is None:
@@ -426,18 +503,47 @@ class BulkQueryApi:
             is_deleted = record_id in deleted
             if is_deleted and job.operation != "queryAll":
                 continue
-            out.append(
-                sep.join(
-                    _quoted(_csv_text(read(record_id, values, is_deleted), kind))
-                    for read, kind in readers
-                )
+            stamp = None
+            if stamps is not None:
+                stamp = stamps.get(record_id)
+                if job.since is not None and not _since(job.since, stamp):
+                    continue
+            chosen.append((record_id, values, is_deleted, stamp))
+        # Written column by column: most columns are a stored value as it is, read and written
+        # without a call per value. Those values are read record by record (each record's
+        # values are read while they are in the CPU's cache: several times faster than a
+        # column at a time across every record) and then turned into columns.
+        names = list(
+            dict.fromkeys(
+                c.stored for c in job.columns if c.stored is not None and c.name != MODSTAMP
             )
-        return out
+        )
+        by_record = [tuple(map(v.get, names)) for _, v, _, _ in chosen]
+        # No record chosen: no columns of values (a column's cells are then empty as well).
+        stored = dict(zip(names, zip(*by_record, strict=True), strict=False))
+        # The records as the other columns read them (with their SystemModstamp), made once.
+        wired: list[Mapping[str, Any]] = []
+        texts = []
+        for column in job.columns:
+            if column.stored is not None and column.name != MODSTAMP:
+                cells: Sequence[Any] = stored.get(column.stored) or [None] * len(chosen)
+            else:
+                wired = wired or [stamped(v, stamp) for _, v, _, stamp in chosen]
+                read = column.wire
+                cells = [
+                    read(rid, record, gone)
+                    for (rid, _, gone, _), record in zip(chosen, wired, strict=True)
+                ]
+            texts.append(_column_text(cells, column.kind))
+        return pa.Table.from_arrays(
+            texts, names=[f"c{position}" for position in range(len(job.columns))]
+        )
 
     # -- results, abort --------------------------------------------------------------------
 
     def _results(self, job: _Job, query: Mapping[str, str]) -> HttpAnswer:
-        if job.state != "JobComplete":
+        table = job.table
+        if job.state != "JobComplete" or table is None:
             return _error(
                 400,
                 "INVALIDJOBSTATE",
@@ -456,10 +562,11 @@ class BulkQueryApi:
             # The server bounds a set too (Salesforce by its size): whichever is smaller.
             size = min(size, int(asked))
         locator = query.get("locator")
+        rows = table.num_rows
         offset: int | None = 0
         if locator:
             offset = _offset(locator)
-            if offset is None or not 0 < offset < len(job.rows):
+            if offset is None or not 0 < offset < rows:
                 return _error(
                     400,
                     "INVALID_QUERY_LOCATOR",
@@ -467,19 +574,17 @@ class BulkQueryApi:
                     "this job's results returned",
                 )
         start = offset or 0
-        page = job.rows[start : start + size]
-        end = start + len(page)
-        ending = job.line_ending
-        header = job.delimiter.join(_quoted(n) for n in job.names)
-        text = ending.join([header, *page]) + ending
+        page = table.slice(start, size)
+        end = start + page.num_rows
+        header = job.delimiter.join(_text_cell(n) for n in job.names) + job.line_ending
         self.result_sets += 1
         return HttpAnswer(
             200,
-            text,
+            header.encode() + _csv_rows(page, job.delimiter, job.line_ending),
             content_type="text/csv",
             headers=(
-                ("Sforce-Locator", _locator(end) if end < len(job.rows) else "null"),
-                ("Sforce-NumberOfRecords", str(len(page))),
+                ("Sforce-Locator", _locator(end) if end < rows else "null"),
+                ("Sforce-NumberOfRecords", str(page.num_rows)),
             ),
         )
 

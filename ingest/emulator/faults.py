@@ -89,6 +89,8 @@ class Faults:
         self._purger: Purger | None = None
         self._rejected_through: int | None = None
         self._refused_schemas: dict[str, str] = {}
+        self._losses: list[tuple[str | None, int]] = []
+        self.lost_event_ids: list[str] = []
 
     def __repr__(self) -> str:
         return (
@@ -244,6 +246,29 @@ class Faults:
             raise RuntimeError("purge needs a running emulator: call Emulator.start() first")
         return purger(before, position)
 
+    # -- lost events ---------------------------------------------------------------------------
+
+    def lose_events(self, count: int, *, topic: str | None = None) -> None:
+        """The next ``count`` events appended (of ``topic``, or of any topic) are never
+        stored: the record change happened (the ground truth has it) but no subscriber will
+        ever receive its event, as Salesforce warns can happen in rare cases. Their event ids
+        go to :attr:`lost_event_ids`."""
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ValueError(f"lose_events needs a count >= 0 (got {count!r})")
+        with self._lock:
+            self._losses.append((topic, count))
+
+    def claim_loss(self, topic: str, event_id: str) -> bool:
+        """Whether the event being appended is lost (counts it against the standing loss)."""
+        with self._lock:
+            for i, (wanted, left) in enumerate(self._losses):
+                if left > 0 and (wanted is None or wanted == topic):
+                    self._losses[i] = (wanted, left - 1)
+                    self.lost_event_ids.append(event_id)
+                    self._losses = [loss for loss in self._losses if loss[1] > 0]
+                    return True
+            return False
+
     # -- rejected replay ids and schema ids ---------------------------------------------------
 
     def reject_replay_ids(self, through: bytes | None) -> None:
@@ -295,6 +320,7 @@ class Faults:
             self._subscribe_denial = None
             self._rejected_through = None
             self._refused_schemas.clear()
+            self._losses = []
         self._changed()
 
     # -- wiring (used by the emulator) -------------------------------------------------------

@@ -8,8 +8,13 @@ streams.
 
 Accepted SOQL (the shape ``sfcdc bootstrap`` and ``sfcdc resync`` emit)::
 
-    SELECT <field>, <field>, ... FROM <Object> [WHERE Id IN ('<id>', ...) | WHERE Id = '<id>']
+    SELECT <field>, <field>, ... FROM <Object> [WHERE Id IN ('<id>', ...) | WHERE Id = '<id>'
+                                               | WHERE SystemModstamp >= <dateTime>]
     SELECT COUNT() FROM <Object> [WHERE ...]     (totalSize counts, no records)
+
+``SystemModstamp >`` works as ``>=``; a dateTime literal is unquoted, ``2024-05-01T10:00:00Z``
+or with an offset (``+02:00``), as SOQL writes it (incremental reads of objects without change
+events filter on it).
 
 Anything else (other functions, sub-queries, ``ORDER BY``, ``LIMIT``, other filters) is
 answered with HTTP 400 and ``MALFORMED_QUERY``; an unknown object with ``INVALID_TYPE``, an
@@ -36,17 +41,19 @@ import re
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from ingest.emulator.formulas import Formula
 from ingest.emulator.topics import Catalogue
 from ingest.emulator.truth import GroundTruth
 from ingest.schema import HEADER_FIELD, FieldInfo
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
+    "MODSTAMP",
     "RestApi",
     "RestResponse",
     "Select",
@@ -55,9 +62,12 @@ __all__ = [
     "invalid_type",
     "parse_select",
     "rest_readers",
+    "stamped",
 ]
 
 DEFAULT_PAGE_SIZE = 2000
+# Not a field of change event schemas: the truth keeps it beside each record's values.
+MODSTAMP = "SystemModstamp"
 _MAX_CURSORS = 64
 _VERSION = re.compile(r"^/services/data/v(\d{2}\.\d)(/.*)?$")
 _QUERY = re.compile(
@@ -67,6 +77,12 @@ _QUERY = re.compile(
 _ID = r"'[A-Za-z0-9]{15,18}'"
 _WHERE_IN = re.compile(rf"^WHERE\s+Id\s+IN\s*\(\s*({_ID}(?:\s*,\s*{_ID})*)\s*\)$", re.IGNORECASE)
 _WHERE_EQ = re.compile(rf"^WHERE\s+Id\s*=\s*({_ID})$", re.IGNORECASE)
+# SOQL dateTime literals: no quotes, a UTC 'Z' or an offset (fractions of seconds accepted).
+_WHERE_STAMP = re.compile(
+    r"^WHERE\s+SystemModstamp\s*(>=|>)\s*"
+    r"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,3})?(?:Z|[+-]\d{2}:?\d{2}))$",
+    re.IGNORECASE,
+)
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _BATCH_SIZE = re.compile(r"batchSize\s*=\s*(\d+)", re.IGNORECASE)
 _COUNT = re.compile(r"^COUNT\(\s*\)$", re.IGNORECASE)
@@ -108,13 +124,24 @@ class SoqlProblem(Exception):
 @dataclass(frozen=True)
 class Select:
     """A parsed query: ``fields`` as written (empty for ``COUNT()``), ``ids`` of a
-    ``WHERE Id IN`` / ``Id =`` filter (``None``: every record)."""
+    ``WHERE Id IN`` / ``Id =`` filter (``None``: every record), ``since`` of a ``WHERE
+    SystemModstamp >= | > <dateTime>`` filter (the operator and epoch milliseconds)."""
 
     soql: str
     entity: str
     fields: tuple[str, ...]
     ids: tuple[str, ...] | None
     count: bool
+    since: tuple[str, int] | None = None
+
+    def wanted(self, stamp: int | None) -> bool:
+        """Whether a record saved at ``stamp`` (epoch ms) passes the ``since`` filter."""
+        if self.since is None:
+            return True
+        if stamp is None:
+            return False
+        op, bound = self.since
+        return stamp >= bound if op == ">=" else stamp > bound
 
 
 def parse_select(soql: str) -> Select:
@@ -138,19 +165,33 @@ def parse_select(soql: str) -> Select:
         )
     rest = (match.group("rest") or "").strip()
     ids: tuple[str, ...] | None = None
+    since: tuple[str, int] | None = None
     if rest:
+        stamp = _WHERE_STAMP.match(rest)
         where = _WHERE_IN.match(rest) or _WHERE_EQ.match(rest)
-        if where is None:
+        if stamp is not None:
+            since = (stamp.group(1), _epoch_ms(stamp.group(2)))
+        elif where is None:
             token = rest.split()[0]
             raise SoqlProblem(
                 "MALFORMED_QUERY",
                 _malformed_message(
                     soql,
-                    f"unexpected token: {token!r} (expected nothing or WHERE Id IN ('<id>', ...))",
+                    f"unexpected token: {token!r} (expected nothing, WHERE Id IN ('<id>', ...) "
+                    "or WHERE SystemModstamp >= <dateTime>)",
                 ),
             )
-        ids = tuple(i.strip().strip("'") for i in where.group(1).split(","))
-    return Select(soql, match.group("object"), () if count else tuple(names), ids, count)
+        else:
+            ids = tuple(i.strip().strip("'") for i in where.group(1).split(","))
+    return Select(soql, match.group("object"), () if count else tuple(names), ids, count, since)
+
+
+def _epoch_ms(literal: str) -> int:
+    text = literal.upper().replace("Z", "+00:00")
+    if len(text) >= 5 and text[-5] in "+-" and text[-3] != ":":
+        text = text[:-2] + ":" + text[-2:]
+    moment = datetime.fromisoformat(text)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
 def invalid_type(soql: str, name: str) -> str:
@@ -209,6 +250,38 @@ def _full_name(parts: Mapping[str, Any] | None) -> str | None:
     return " ".join(words) or None
 
 
+class _Stamped(Mapping[str, Any]):
+    """A record's values with its ``SystemModstamp`` (epoch ms) added, without a copy."""
+
+    __slots__ = ("_stamp", "_values")
+
+    def __init__(self, values: Mapping[str, Any], stamp: int | None) -> None:
+        self._values = values
+        self._stamp = stamp
+
+    def __getitem__(self, key: str) -> Any:
+        if key == MODSTAMP:
+            return self._stamp
+        return self._values[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key == MODSTAMP:
+            return self._stamp
+        return self._values.get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._values
+        yield MODSTAMP
+
+    def __len__(self) -> int:
+        return len(self._values) + 1
+
+
+def stamped(values: Mapping[str, Any], stamp: int | None) -> Mapping[str, Any]:
+    """``values`` with ``SystemModstamp`` readable (what the field readers expect)."""
+    return _Stamped(values, stamp)
+
+
 @dataclass(frozen=True)
 class _Column:
     """How one SOQL field is read from a truth record."""
@@ -217,10 +290,18 @@ class _Column:
     read: Callable[[str, Mapping[str, Any], bool], Any]
 
 
-def _columns(entity: str, fields: Sequence[FieldInfo]) -> dict[str, _Column]:
+def _modstamp(rid: str, rec: Mapping[str, Any], deleted: bool) -> Any:
+    stamp = rec.get(MODSTAMP)
+    return None if stamp is None else _datetime(stamp)
+
+
+def _columns(
+    entity: str, fields: Sequence[FieldInfo], formulas: Sequence[Formula] = ()
+) -> dict[str, _Column]:
     cols: dict[str, _Column] = {
         "Id": _Column("Id", lambda rid, rec, deleted: rid),
         "IsDeleted": _Column("IsDeleted", lambda rid, rec, deleted: deleted),
+        MODSTAMP: _Column(MODSTAMP, _modstamp),
     }
 
     def add(name: str, read: Callable[[str, Mapping[str, Any], bool], Any]) -> None:
@@ -273,6 +354,13 @@ def _columns(entity: str, fields: Sequence[FieldInfo]) -> dict[str, _Column]:
                 return _scalar(f, rec.get(f.name))
 
             add(name, leaf)
+    for formula in formulas:
+        # Computed when the record is read: a formula has no stored value.
+
+        def compute(rid: str, rec: Mapping[str, Any], deleted: bool, f: Formula = formula) -> Any:
+            return f.value(rec)
+
+        add(formula.name, compute)
     return cols
 
 
@@ -351,7 +439,11 @@ class RestApi:
         if entity is None:
             return _error(400, "INVALID_TYPE", invalid_type(soql, select.entity))
         schema = self._catalogue.topic_for_entity(entity).current_schema
-        columns = _columns(entity, schema.fields if schema is not None else ())
+        columns = _columns(
+            entity,
+            schema.fields if schema is not None else (),
+            self._catalogue.formulas_of(entity),
+        )
         by_lower = {name.lower(): col for name, col in columns.items()}
         chosen = []
         for name in select.fields:
@@ -362,7 +454,13 @@ class RestApi:
         for attempt in range(5):
             try:
                 records = self._records(
-                    truth, entity, version, chosen, select.ids, all_rows=kind == "queryAll"
+                    truth,
+                    entity,
+                    version,
+                    chosen,
+                    select.ids,
+                    all_rows=kind == "queryAll",
+                    select=select,
                 )
                 break
             except RuntimeError:
@@ -400,9 +498,13 @@ class RestApi:
         ids: Sequence[str] | None,
         *,
         all_rows: bool,
+        select: Select | None = None,
     ) -> list[dict[str, Any]]:
         records = truth.records(entity)
         deleted = truth.deleted(entity)
+        since = select is not None and select.since is not None
+        wants = since or any(c.name == MODSTAMP for c in columns)
+        stamps = truth.modstamps(entity) if wants else None
         if ids is None:
             wanted: list[str] = list(records)
         else:
@@ -416,6 +518,11 @@ class RestApi:
             is_deleted = record_id in deleted
             if is_deleted and not all_rows:
                 continue
+            if stamps is not None:
+                stamp = stamps.get(record_id)
+                if since and select is not None and not select.wanted(stamp):
+                    continue
+                values = _Stamped(values, stamp)
             row: dict[str, Any] = {
                 "attributes": {
                     "type": entity,

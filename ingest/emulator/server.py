@@ -234,6 +234,7 @@ class Emulator:
         if self._truth_journal is not None and self._truth_journal.exists():
             restored = self._truth_journal.load()
             if restored is not None:
+                restored.use_formulas(self.catalogue.formulas)
                 self.rest.attach(restored)
                 self._journaled = restored
         self._grpc: grpc.Server | None = None
@@ -326,6 +327,11 @@ class Emulator:
                 ("grpc.max_send_message_length", _MAX_GRPC_MESSAGE),
                 # Two emulators must never share a port silently.
                 ("grpc.so_reuseport", 0),
+                # Clients keep idle streams alive with HTTP/2 pings (sfcdc's every 60 s, while
+                # a stream waits up to 270 s for a keepalive). gRPC servers accept a ping
+                # without data only every 5 minutes by default and answer the third with
+                # GOAWAY too_many_pings, which ended every quiet stream after 3 minutes.
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ],
         )
         self._service.register(server)
@@ -483,7 +489,10 @@ class Emulator:
     def append(self, events: Iterable[EmittedEvent]) -> list[bytes]:
         """Put events on the bus (as Salesforce would after a record change or a publish);
         returns their replay ids in order. Subscribers of their topics (and of the channels
-        carrying them) receive them."""
+        carrying them) receive them. Events a standing :meth:`Faults.lose_events` claims, and
+        events of an entity whose Change Data Capture is off
+        (:meth:`~ingest.emulator.topics.Catalogue.disable_change_events`), are not stored and
+        have no replay id."""
         batch = list(events)
         problems = []
         for i, ev in enumerate(batch):
@@ -508,7 +517,14 @@ class Emulator:
         ):
             # Before the events: Salesforce commits a record before it publishes the change.
             self._truth_journal.record(journaled)
-        return [e.replay_id for e in self._bus.append(batch)]
+        # An entity whose Change Data Capture is off publishes nothing: its change is in the
+        # truth (and served by REST and Bulk), with no event.
+        kept = [
+            e
+            for e in batch
+            if self.catalogue.publishes(e.topic) and not self.faults.claim_loss(e.topic, e.event_id)
+        ]
+        return [e.replay_id for e in self._bus.append(kept)] if kept else []
 
     def log(self, topic: str) -> Sequence[LoggedEvent]:
         """What the bus retains for ``topic`` (replay id, event id, schema id, payload, time)."""

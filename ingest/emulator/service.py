@@ -233,9 +233,11 @@ class PubSubService(pb2_grpc.PubSubServicer):
         """The catalogue's topic ``name`` (case-sensitive) or the Salesforce error for it."""
         if not name:
             raise failure("topic.validation.empty")
-        if name not in self.catalogue:
+        topic = self.catalogue.topics.get(name)
+        # An entity whose Change Data Capture is off has no change event topic.
+        if topic is None or (topic.kind == "change_events" and not self.catalogue.publishes(name)):
             raise failure("topic.not.found", org=self.settings.org_id, topic=name)
-        return self.catalogue.topic(name)
+        return topic
 
     def _unary(self, context: grpc.ServicerContext, rpc_id: str, body: Callable[[], Any]) -> Any:
         try:

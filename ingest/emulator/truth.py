@@ -42,6 +42,15 @@ What each change does to the truth (and so what gold must do):
   those changes, the entity needs a full re-sync, and :meth:`resync` lists the records actually
   changed (known only to the emulator, for diagnosis).
 * A schema change that adds fields adds them to every record (live and deleted) as ``None``.
+* **Emptying the Recycle Bin** (:meth:`GroundTruth.hard_delete`): a deleted record is gone for
+  good; no event says so and ``queryAll`` no longer returns it. :meth:`purged` lists such
+  records; a replica that keeps deleted rows keeps them deleted.
+
+Every record also has a ``SystemModstamp`` (:meth:`GroundTruth.modstamps`, epoch ms): the
+commit time of the last change that saved it (create, update, delete, undelete, a gap change or
+a change an overflow hid); a wildcard UPDATE is a metadata operation and leaves it. It is not a
+field of the change event schemas (change events do not carry it); the REST and Bulk APIs serve
+it, and reconciliation compares it with the replica.
 
 Re-sync rule: a record is listed by :meth:`resync` when a gap event (or an overflow) touched it
 after the last event that carried its full image (CREATE or UNDELETE). Later UPDATE or DELETE
@@ -53,11 +62,13 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+from ingest.emulator.formulas import Formula, formula_values
 
 __all__ = ["TRUTH_FORMAT", "GroundTruth", "ResyncExpectation"]
 
@@ -96,12 +107,20 @@ class _Entity:
     gaps: dict[str, list[str]] = field(default_factory=dict)
     overflow_events: list[str] = field(default_factory=list)
     overflow_records: dict[str, list[str]] = field(default_factory=dict)
+    modstamps: dict[str, int] = field(default_factory=dict)
+    purged: dict[str, None] = field(default_factory=dict)
     names: frozenset[str] = field(init=False)
     # Records changed since the last drain_changes(): what a journal has to write next.
     touched: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.names = frozenset(self.fields)
+
+    def forget(self, record_id: str) -> None:
+        """The record is hard-deleted: nothing of it stays but its id in ``purged``."""
+        for table in (self.records, self.deleted, self.gaps, self.overflow_records, self.modstamps):
+            table.pop(record_id, None)
+        self.purged[record_id] = None
 
 
 class _RecordsView(Mapping[str, Mapping[str, Any]]):
@@ -133,6 +152,7 @@ class GroundTruth:
     def __init__(self, *, org_id: str = "") -> None:
         self._org_id = org_id
         self._entities: dict[str, _Entity] = {}
+        self._formulas: Mapping[str, Sequence[Formula]] = {}
 
     # -- read side -------------------------------------------------------------------------
 
@@ -153,6 +173,11 @@ class GroundTruth:
         """Live and deleted records by id (a read-only live view; :meth:`snapshot` copies)."""
         return _RecordsView(self._entity(entity).records)
 
+    def stored_records(self, entity: str) -> Mapping[str, Mapping[str, Any]]:
+        """The same records as :meth:`records`, unwrapped, for the emulator's bulk reads (a
+        proxy per record makes each value read a slow call): read them, never change them."""
+        return self._entity(entity).records
+
     def record(self, entity: str, record_id: str) -> Mapping[str, Any]:
         """One record's values (read-only)."""
         state = self._entity(entity)
@@ -169,6 +194,27 @@ class GroundTruth:
         """Whether one record is deleted, without copying the set :meth:`deleted` returns
         (which grows with the run: per event, that copy made a long run ever slower)."""
         return record_id in self._entity(entity).deleted
+
+    def modstamps(self, entity: str) -> Mapping[str, int]:
+        """Each record's ``SystemModstamp`` (epoch ms; records written without one are
+        absent), a read-only live view."""
+        return MappingProxyType(self._entity(entity).modstamps)
+
+    def use_formulas(self, formulas: Mapping[str, Sequence[Formula]]) -> None:
+        """Compute these formula fields (entity -> formulas; a catalogue's live mapping, so
+        formulas added to it later count too) in :meth:`formula_values`. Formulas are not
+        stored: they are functions of the stored values."""
+        self._formulas = formulas
+
+    def formula_values(self, entity: str, record_id: str) -> dict[str, Any]:
+        """The values of the entity's formula fields for one record (live or deleted), as
+        Salesforce computes them when the record is read."""
+        values = self._entity(entity).records[record_id]
+        return formula_values(self._formulas.get(entity, ()), values)
+
+    def purged(self, entity: str) -> frozenset[str]:
+        """Ids of records hard-deleted from the recycle bin (gone from :meth:`records`)."""
+        return frozenset(self._entity(entity).purged)
 
     def live(self, entity: str) -> frozenset[str]:
         """Ids of the entity's records that are not deleted."""
@@ -223,6 +269,8 @@ class GroundTruth:
                 gaps={r: list(v) for r, v in e["gaps"].items()},
                 overflow_events=list(e["overflow_event_ids"]),
                 overflow_records={r: list(v) for r, v in e["overflow_records"].items()},
+                modstamps={r: int(v) for r, v in e.get("modstamps", {}).items()},
+                purged=dict.fromkeys(e.get("purged", ())),
             )
         return truth
 
@@ -246,18 +294,23 @@ class GroundTruth:
     def all_changes(self) -> dict[str, Any]:
         """:meth:`drain_changes` of every record (what rebuilds the whole truth), without
         forgetting what changed since the last drain."""
-        return {name: self._changes(e, list(e.records)) for name, e in self._entities.items()}
+        return {
+            name: self._changes(e, [*e.records, *e.purged]) for name, e in self._entities.items()
+        }
 
     @staticmethod
     def _changes(e: _Entity, ids: list[str]) -> dict[str, Any]:
+        kept = [r for r in ids if r in e.records]
         return {
             "fields": list(e.fields),
             "compounds": {k: list(v) for k, v in e.compounds.items()},
             "overflow_event_ids": list(e.overflow_events),
-            "records": {r: e.records[r] for r in ids},
-            "deleted": [r for r in ids if r in e.deleted],
-            "gaps": {r: e.gaps.get(r) for r in ids},
-            "overflow_records": {r: e.overflow_records.get(r) for r in ids},
+            "records": {r: e.records[r] for r in kept},
+            "deleted": [r for r in kept if r in e.deleted],
+            "gaps": {r: e.gaps.get(r) for r in kept},
+            "overflow_records": {r: e.overflow_records.get(r) for r in kept},
+            "modstamps": {r: e.modstamps[r] for r in kept if r in e.modstamps},
+            "purged": [r for r in ids if r in e.purged],
         }
 
     def apply_changes(self, changes: Mapping[str, Any]) -> None:
@@ -283,6 +336,9 @@ class GroundTruth:
                         target[record_id] = list(events)
                     else:
                         target.pop(record_id, None)
+            state.modstamps.update({r: int(v) for r, v in c.get("modstamps", {}).items()})
+            for record_id in c.get("purged", ()):
+                state.forget(record_id)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, GroundTruth):
@@ -310,6 +366,8 @@ class GroundTruth:
                     "gaps": e.gaps,
                     "overflow_event_ids": e.overflow_events,
                     "overflow_records": e.overflow_records,
+                    "modstamps": e.modstamps,
+                    "purged": sorted(e.purged),
                 }
                 for name, e in self._entities.items()
             },
@@ -358,6 +416,7 @@ class GroundTruth:
         event_id: str,
         gap: bool = False,
         owned: bool = False,
+        modstamp: int | None = None,
     ) -> None:
         """A new live record with ``values`` (every field; missing ones are ``None``).
 
@@ -371,7 +430,7 @@ class GroundTruth:
             self._adopt(state, values) if owned else self._full(state, values)
         )
         self._after_full_image(state, record_id, event_id, gap=gap)
-        state.touched.add(record_id)
+        self._stamp(state, record_id, modstamp)
 
     def update(
         self,
@@ -381,6 +440,7 @@ class GroundTruth:
         *,
         event_id: str,
         gap: bool = False,
+        modstamp: int | None = None,
     ) -> None:
         """Apply ``changes`` (top-level names or ``Parent.Child`` names) to a live record."""
         state = self._entity(entity)
@@ -390,15 +450,35 @@ class GroundTruth:
         self._apply(state, values, changes)  # type: ignore[arg-type]
         if gap:
             state.gaps.setdefault(record_id, []).append(event_id)
-        state.touched.add(record_id)
+        self._stamp(state, record_id, modstamp)
 
-    def delete(self, entity: str, record_id: str, *, event_id: str, gap: bool = False) -> None:
+    def delete(
+        self,
+        entity: str,
+        record_id: str,
+        *,
+        event_id: str,
+        gap: bool = False,
+        modstamp: int | None = None,
+    ) -> None:
         """Move a live record to the recycle bin, keeping its values."""
         state = self._entity(entity)
         self._require_live(state, entity, record_id, "DELETE")
         state.deleted[record_id] = None
         if gap:
             state.gaps.setdefault(record_id, []).append(event_id)
+        self._stamp(state, record_id, modstamp)
+
+    def hard_delete(self, entity: str, record_id: str) -> None:
+        """Empty one record from the recycle bin: it is gone for good, with no event (as
+        Salesforce's ``emptyRecycleBin`` or the bin's own expiry does)."""
+        state = self._entity(entity)
+        if record_id not in state.deleted:
+            raise ValueError(
+                f"{entity} {record_id} is not in the recycle bin; only deleted records can be "
+                "hard-deleted from it"
+            )
+        state.forget(record_id)
         state.touched.add(record_id)
 
     def undelete(
@@ -410,6 +490,7 @@ class GroundTruth:
         event_id: str,
         gap: bool = False,
         owned: bool = False,
+        modstamp: int | None = None,
     ) -> None:
         """Restore a deleted record with ``values`` (its full image after the undelete);
         ``owned`` as for :meth:`create`."""
@@ -423,10 +504,15 @@ class GroundTruth:
             self._adopt(state, values) if owned else self._full(state, values)
         )
         self._after_full_image(state, record_id, event_id, gap=gap)
-        state.touched.add(record_id)
+        self._stamp(state, record_id, modstamp)
 
     def overflow(
-        self, entity: str, changes: Mapping[str, Mapping[str, Any]], *, event_id: str
+        self,
+        entity: str,
+        changes: Mapping[str, Mapping[str, Any]],
+        *,
+        event_id: str,
+        modstamp: int | None = None,
     ) -> None:
         """A GAP_OVERFLOW: ``changes`` (record id -> changes) happened with no event naming them."""
         state = self._entity(entity)
@@ -435,7 +521,7 @@ class GroundTruth:
             self._require_live(state, entity, record_id, "overflow change")
             self._apply(state, state.records[record_id], record_changes)
             state.overflow_records.setdefault(record_id, []).append(event_id)
-            state.touched.add(record_id)
+            self._stamp(state, record_id, modstamp)
 
     def null_everywhere(self, entity: str, field_name: str) -> tuple[str, ...]:
         """A wildcard UPDATE: ``field_name`` becomes ``None`` on every record, live and deleted.
@@ -450,6 +536,12 @@ class GroundTruth:
                 changed.append(record_id)
         state.touched.update(changed)
         return tuple(changed)
+
+    @staticmethod
+    def _stamp(state: _Entity, record_id: str, modstamp: int | None) -> None:
+        if modstamp is not None:
+            state.modstamps[record_id] = modstamp
+        state.touched.add(record_id)
 
     @staticmethod
     def _require_live(state: _Entity, entity: str, record_id: str, what: str) -> None:

@@ -28,8 +28,11 @@ Account brings back the children deleted with it), lead conversions (Account + C
 Opportunity linked by lookups), GAP_CREATE / GAP_UPDATE / GAP_DELETE / GAP_UNDELETE (header
 only, the change still happens), GAP_OVERFLOW (a mass update whose first records have UPDATE
 events and the rest none), wildcard UPDATEs (``recordIds == ["001*"]``: a custom field nulled
-on every record by a lossy type conversion) and platform events (``CreatedDate`` the publish
-time in epoch ms, ``CreatedById`` a user, custom fields mostly set). The generator never emits
+on every record by a lossy type conversion, which also changes the field's type in
+``describe``: percent, currency and number fields to number or percent, text and picklists
+to or from multi-select picklists, so the values keep their representation) and platform
+events (``CreatedDate`` the publish time in epoch ms, ``CreatedById`` a user, custom fields
+mostly set). The generator never emits
 an impossible event: no UPDATE or DELETE of a deleted record, no UNDELETE of a live one, and
 live records only reference live records.
 
@@ -138,6 +141,7 @@ class Workload:
         self._values = ValueFactory(rng, start_ms=start_ms)
         self._users = tuple(self._ids.new("005") for _ in range(6))
         self._truth = GroundTruth(org_id=self._org_id)
+        self._truth.use_formulas(catalogue.formulas)
 
         change_topics = [t for t in catalogue if t.kind == "change_events"]
         self._pe_topics = [t for t in catalogue if t.kind == "platform_event"]
@@ -160,7 +164,12 @@ class Workload:
         for topic in change_topics:
             self._install(topic)
         self._records = Records(
-            self._truth, entities, plans=self._plans, prefixes=self._prefixes, random_=rng.random
+            self._truth,
+            entities,
+            plans=self._plans,
+            prefixes=self._prefixes,
+            random_=rng.random,
+            now_ms=lambda: self._emitter.now,
         )
         self._fields = FieldValues(
             rng,
@@ -179,6 +188,7 @@ class Workload:
             fields=self._fields,
             emitter=self._emitter,
             truth=self._truth,
+            catalogue=catalogue,
             users=self._users,
             mix=self._mix,
             platform_events=bool(self._pe_topics),
@@ -260,6 +270,13 @@ class Workload:
         if kind == "platform_event":
             return self.platform_events(self._values.between(1, 5))
         return self._transactions.run(kind)
+
+    def empty_recycle_bin(self, entity: str, count: int) -> list[str]:
+        """Hard-delete up to ``count`` deleted records of ``entity`` (as emptying the Recycle
+        Bin does): no event is emitted and ``queryAll`` no longer returns them. Returns their
+        ids. Only records whose delete cascaded to nothing are chosen."""
+        _check_count("count", count)
+        return self._records.hard_delete(entity, count)
 
     def platform_events(self, n: int) -> list[EmittedEvent]:
         """``n`` platform events (one publish call), on the catalogue's platform event topics."""

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from ingest.emulator.avrowriter import AvroWriter, HeaderEncoder
 from ingest.emulator.bitmaps import BitmapEncoder
+from ingest.emulator.streaming.fields import describe_type, lossy_conversion
 from ingest.emulator.topics import TopicDef
 from ingest.emulator.values import ValueFactory
 from ingest.schema import EventSchema, FieldInfo
@@ -210,6 +211,7 @@ def build_plan(
         and p.info.name.endswith("__c")
         and p.info.kind != "boolean"
         and not p.required
+        and lossy_conversion(describe_type(p.info)) is not None
     )
     return Plan(
         entity=entity,

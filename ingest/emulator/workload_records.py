@@ -79,8 +79,12 @@ class Records:
         plans: Mapping[str, Plan],
         prefixes: Mapping[str, str],
         random_: Callable[[], float],
+        now_ms: Callable[[], int] = lambda: 0,
     ) -> None:
         self._truth = truth
+        # The commit time of the transaction being generated: each record it saves gets it
+        # as its SystemModstamp.
+        self._now = now_ms
         self._plans = plans
         self._prefixes = prefixes
         self._random = random_
@@ -154,7 +158,13 @@ class Records:
 
     def apply_create(self, plan: Plan, item: Item, event_id: str, *, gap: bool) -> None:
         self._truth.create(
-            plan.entity, item.record_id, item.changes, event_id=event_id, gap=gap, owned=True
+            plan.entity,
+            item.record_id,
+            item.changes,
+            event_id=event_id,
+            gap=gap,
+            owned=True,
+            modstamp=self._now(),
         )
         self.live[plan.entity].add(item.record_id)
         self.live_total += 1
@@ -164,13 +174,20 @@ class Records:
         relink = not plan.lookups.isdisjoint(item.changes)
         if relink:
             self._unlink(plan, item.record_id, self.record(plan.entity, item.record_id))
-        self._truth.update(plan.entity, item.record_id, item.changes, event_id=event_id, gap=gap)
+        self._truth.update(
+            plan.entity,
+            item.record_id,
+            item.changes,
+            event_id=event_id,
+            gap=gap,
+            modstamp=self._now(),
+        )
         if relink:
             self._link(plan, item.record_id, self.record(plan.entity, item.record_id))
 
     def apply_delete(self, entity: str, record_id: str, event_id: str, *, gap: bool) -> None:
         plan = self._plans[entity]
-        self._truth.delete(entity, record_id, event_id=event_id, gap=gap)
+        self._truth.delete(entity, record_id, event_id=event_id, gap=gap, modstamp=self._now())
         self.live[entity].remove(record_id)
         self.dead[entity].add(record_id)
         self.dead_total += 1
@@ -180,7 +197,13 @@ class Records:
     def apply_undelete(self, plan: Plan, item: Item, event_id: str, *, gap: bool) -> None:
         entity = plan.entity
         self._truth.undelete(
-            entity, item.record_id, item.changes, event_id=event_id, gap=gap, owned=True
+            entity,
+            item.record_id,
+            item.changes,
+            event_id=event_id,
+            gap=gap,
+            owned=True,
+            modstamp=self._now(),
         )
         self.dead[entity].remove(item.record_id)
         self.live[entity].add(item.record_id)
@@ -189,6 +212,29 @@ class Records:
         self.meta[entity][item.record_id].cascade_root = None
         self._cascaded.pop(item.record_id, None)
         self._link(plan, item.record_id, item.changes)
+
+    def hard_delete(self, entity: str, count: int) -> list[str]:
+        """Empty up to ``count`` records of ``entity`` from the recycle bin (no event): records
+        whose delete cascaded to nothing, so no undelete can want them back later."""
+        dead = self.dead[entity]
+        chosen: list[str] = []
+        for _ in range(count * 5):
+            if len(chosen) == count or not len(dead):
+                break
+            candidate = dead.pick(self._random)
+            meta = self.meta[entity].get(candidate)
+            if (
+                candidate in chosen
+                or self._cascaded.get(candidate)
+                or (meta is not None and meta.cascade_root is not None)
+            ):
+                continue
+            chosen.append(candidate)
+        for record_id in chosen:
+            self._truth.hard_delete(entity, record_id)
+            dead.remove(record_id)
+            self.dead_total -= 1
+        return chosen
 
     def cascaded(self, record_id: str, children: list[tuple[str, str]]) -> None:
         """Remember the children (entity, id) that deleting ``record_id`` deleted with it."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ingest.emulator.topics import EmittedEvent
+from ingest.emulator.streaming.fields import describe_type, lossy_conversion
+from ingest.emulator.topics import Catalogue, EmittedEvent
 from ingest.emulator.truth import GroundTruth
 from ingest.emulator.values import ValueFactory
 from ingest.emulator.workload_emit import ChangeTypeName, Emitter, Item, Tx
@@ -44,6 +45,7 @@ class Transactions:
         fields: FieldValues,
         emitter: Emitter,
         truth: GroundTruth,
+        catalogue: Catalogue,
         users: tuple[str, ...],
         mix: WorkloadMix,
         platform_events: bool,
@@ -55,6 +57,7 @@ class Transactions:
         self._fields = fields
         self._emitter = emitter
         self._truth = truth
+        self._catalogue = catalogue
         self._users = users
         self._platform_events = platform_events
         self._kind_choices: dict[tuple[bool, bool], Choice] = {}
@@ -369,7 +372,10 @@ class Transactions:
         silent_ids = [item.record_id for item in silent]
         event_id = self._emitter.emit(tx, plan, "GAP_OVERFLOW", [], None, affected=silent_ids)
         self._truth.overflow(
-            plan.entity, {item.record_id: item.changes for item in silent}, event_id=event_id
+            plan.entity,
+            {item.record_id: item.changes for item in silent},
+            event_id=event_id,
+            modstamp=tx.timestamp,
         )
         return True
 
@@ -389,6 +395,11 @@ class Transactions:
         tx.origin = ""
         tx.user = self._users[0]
         item = Item(record_id="", body={}, changed=(name,), nulled=(name,))
+        # The field's type is converted (describe shows the new type) and its data lost.
+        current = describe_type(fp.info, dict(self._catalogue.retyped_of(entity)))
+        converted = lossy_conversion(current)
+        assert converted is not None, f"{entity}.{name}: no lossy conversion from {current}"
+        self._catalogue.retype_field(entity, name, converted)
         affected = self._truth.null_everywhere(entity, name)
         self._emitter.emit(tx, plan, "UPDATE", [f"{plan.prefix}*"], item, affected=affected)
         return True

@@ -135,13 +135,22 @@ def subscribe_message(
     return message
 
 
-def connect_message(client_id: str, message_id: str) -> dict[str, Any]:
-    return {
+def connect_message(
+    client_id: str, message_id: str, *, timeout: float | None = None
+) -> dict[str, Any]:
+    """A ``/meta/connect``; ``timeout`` (seconds) asks the server to hold this long poll at
+    most that long: Bayeux's client advice, which CometD servers keep as the session's
+    transient timeout (the CometD JavaScript client sends ``{"timeout": 0}`` on its first
+    connect for an immediate answer)."""
+    message: dict[str, Any] = {
         "channel": "/meta/connect",
         "clientId": client_id,
         "connectionType": "long-polling",
         "id": message_id,
     }
+    if timeout is not None:
+        message["advice"] = {"timeout": max(0, round(timeout * 1000))}
+    return message
 
 
 def disconnect_message(client_id: str, message_id: str) -> dict[str, Any]:

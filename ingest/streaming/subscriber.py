@@ -69,11 +69,12 @@ from ingest.streaming.protocol import (
     Advice,
     classify,
     connect_message,
+    disconnect_message,
     handshake_message,
     pack,
     subscribe_message,
 )
-from ingest.streaming.transport import BayeuxTransport
+from ingest.streaming.transport import BayeuxTransport, RawAnswer
 
 __all__ = ["CorruptedReplayPolicy", "StreamingSubscription"]
 
@@ -86,6 +87,10 @@ MAX_GAP_IDLE = 110.0
 _GAP_MARGIN = 10.0
 _POLL_MARGIN = 15.0
 _META_TIMEOUT = 60.0
+# A /meta/disconnect is a courtesy to the server: never wait long for its answer.
+_DISCONNECT_TIMEOUT = 5.0
+# How long past the requested poll time a quiet-mode connect may take before it counts as idle.
+_QUIET_MARGIN = 5.0
 
 
 class _MalformedBody(StreamingProtocolError):
@@ -107,6 +112,17 @@ class StreamingSubscription:
     initial value when none is stored); it is called, in the caller's thread, before each
     re-subscription. ``tokens`` supplies the access token and the instance URL.
 
+    ``poll_timeout`` (seconds) asks the server to hold each long poll at most that long (the
+    connect's ``advice.timeout``, which CometD servers honour) instead of its own ``advice``
+    (110 s on Salesforce), so an :class:`~ingest.streaming.messages.IdleConnect` comes within
+    that time of the last notification: what a landing that stops once caught up uses. A
+    connect still unanswered a few seconds after it counts as idle too.
+
+    Sessions end with a ``/meta/disconnect``: on :meth:`close` (also ending a waiting long
+    poll) and before every new handshake while the old session may still be alive (a lost
+    poll, a network failure, a body that is not JSON), so the org's concurrent-client
+    allocation is not held by sessions left to expire.
+
     ``http`` replaces the HTTP client (then its TLS settings and cookie jar are the caller's);
     otherwise one verifying certificates is made, trusting ``ca_file`` when given. ``clock``,
     ``sleep`` and ``rand`` drive time, waits and jitter (tests pass fakes); ``logger``
@@ -125,6 +141,7 @@ class StreamingSubscription:
         ca_file: str | None = None,
         retry: RetryPolicy | None = None,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        poll_timeout: float | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] | None = None,
         rand: Callable[[], float] = random.random,
@@ -154,6 +171,8 @@ class StreamingSubscription:
             problems.append(
                 f"on_corrupted must be 'fail', 'earliest' or 'latest' (got {on_corrupted!r})"
             )
+        if poll_timeout is not None and not poll_timeout >= 0:
+            problems.append(f"poll_timeout must be >= 0 seconds (got {poll_timeout!r})")
         if not 256 <= max_request_bytes <= MAX_REQUEST_BYTES:
             problems.append(
                 f"max_request_bytes must be 256..{MAX_REQUEST_BYTES} (got {max_request_bytes})"
@@ -171,6 +190,7 @@ class StreamingSubscription:
         )
         self._retry = retry or RetryPolicy()
         self._limit = max_request_bytes
+        self._poll_timeout = poll_timeout
         self._clock = clock
         self._closed = threading.Event()
         self._sleep: Callable[[float], None] = sleep if sleep is not None else self._wait
@@ -180,10 +200,15 @@ class StreamingSubscription:
         self._last: dict[str, int] = {}
         self._superseded: dict[str, tuple[int, int]] = {}
         self._iterated = False
+        # The live session (client id and the credentials it was made with) until it is
+        # disconnected or known to be gone.
+        self._session: tuple[str, Credentials] | None = None
+        self._session_lock = threading.Lock()
         self.client_id = ""
         self.handshakes = 0
         self.connects = 0
         self.notifications = 0
+        self.disconnects = 0
 
     def _wait(self, seconds: float) -> None:
         # Backoff waits end early when the subscription is closed.
@@ -197,11 +222,41 @@ class StreamingSubscription:
         return tuple(self._initial)
 
     def close(self) -> None:
-        """Stop: iteration ends after the current request (an owned HTTP client is closed,
-        which ends a waiting long poll at once)."""
+        """Stop: the session is disconnected (which ends a waiting long poll) and iteration
+        ends after the current request (an owned HTTP client is closed too)."""
         self._closed.set()
+        self._disconnect("closed")
         if self._owns_http:
             self._transport.close()
+
+    def _disconnect(self, why: str, *, credentials: Credentials | None = None) -> None:
+        """Send ``/meta/disconnect`` for the live session, if any (once; failures only
+        logged: the session then expires on the server), with ``credentials`` when given (a
+        token obtained after the session's own was rejected) or the session's own."""
+        with self._session_lock:
+            session, self._session = self._session, None
+        if session is None:
+            return
+        client_id, own = session
+        credentials = credentials or own
+        body = next(pack([disconnect_message(client_id, self._next_id())], limit=self._limit))
+        try:
+            self._transport.post(credentials, body, timeout=_DISCONNECT_TIMEOUT, stage="disconnect")
+        except (StreamingError, RuntimeError) as exc:  # RuntimeError: the client is closed
+            self._log.info(
+                "streaming: could not disconnect client %s (%s): %s; the server lets it expire",
+                client_id[:8],
+                why,
+                exc,
+            )
+            return
+        self.disconnects += 1
+        self._log.info("streaming: disconnected client %s (%s)", client_id[:8], why)
+
+    def _forget_session(self) -> None:
+        """The server ended the session itself (unknown client, authentication revoked)."""
+        with self._session_lock:
+            self._session = None
 
     @property
     def closed(self) -> bool:
@@ -240,6 +295,12 @@ class StreamingSubscription:
         return self._run()
 
     def _run(self) -> Generator[StreamItem, None, None]:
+        try:
+            yield from self._sessions()
+        finally:
+            self._disconnect("the subscription ended")
+
+    def _sessions(self) -> Generator[StreamItem, None, None]:
         recovery = _Recovery(self._retry, self._tokens, self._sleep, self._rand, self._log)
         reason = ""
         first = True
@@ -248,6 +309,7 @@ class StreamingSubscription:
             credentials: Credentials | None = None
             try:
                 credentials = self._tokens.current()
+                self._disconnect("before a new handshake", credentials=credentials)
                 client_id, advice = self._handshake(credentials)
                 recovery.handshook()
                 if not first:
@@ -264,12 +326,22 @@ class StreamingSubscription:
             except (StreamingError, AuthUnavailableError) as exc:
                 if self._closed.is_set():
                     return
+                if isinstance(exc, UnknownClientError):
+                    self._forget_session()
+                # Any other session may still be alive on the server (a lost poll, a body
+                # that was not JSON, a network failure, a rejected token): it is disconnected
+                # before the next handshake, with the credentials that handshake uses.
                 reason = recovery.recover(exc, credentials)
 
     def _post(
         self, credentials: Credentials, body: str, *, timeout: float, stage: str
     ) -> list[tuple[str, Any]]:
         answer = self._transport.post(credentials, body, timeout=timeout, stage=stage)
+        assert answer is not None
+        return self._messages(answer, stage)
+
+    @staticmethod
+    def _messages(answer: RawAnswer, stage: str) -> list[tuple[str, Any]]:
         try:
             return split_messages(answer.text)
         except ValueError as exc:
@@ -311,6 +383,8 @@ class StreamingSubscription:
                 f"handshake: the server offers {types}, this client speaks long-polling only"
             )
         self.client_id = client_id
+        with self._session_lock:
+            self._session = (client_id, credentials)
         self.handshakes += 1
         self._log.info(
             "streaming: handshake with %s (client %s)",
@@ -390,11 +464,33 @@ class StreamingSubscription:
                 if self._closed.is_set():
                     return
             message_id = self._next_id()
-            body = next(pack([connect_message(client_id, message_id)], limit=self._limit))
+            quiet = self._poll_timeout
+            connect = connect_message(client_id, message_id, timeout=quiet)
+            body = next(pack([connect], limit=self._limit))
             try:
-                messages = self._post(
-                    credentials, body, timeout=advice.timeout + _POLL_MARGIN, stage="connect"
-                )
+                if quiet is None:
+                    messages = self._post(
+                        credentials, body, timeout=advice.timeout + _POLL_MARGIN, stage="connect"
+                    )
+                else:
+                    answer = self._transport.post(
+                        credentials,
+                        body,
+                        timeout=min(quiet, advice.timeout) + _QUIET_MARGIN,
+                        stage="connect",
+                        idle_on_timeout=True,
+                    )
+                    if answer is None:
+                        # The server kept the poll past the time asked for: nothing was
+                        # waiting. A caller that goes on gets a new session (the poll is
+                        # still held on the old one, which is disconnected first).
+                        yield IdleConnect(self._clock(), client_id)
+                        raise StreamingUnavailableError(
+                            f"connect: no answer within {min(quiet, advice.timeout):g} s as "
+                            f"asked (plus {_QUIET_MARGIN:g} s); reconnecting",
+                            channel="/meta/connect",
+                        )
+                    messages = self._messages(answer, "connect")
             except _MalformedBody as exc:
                 # Handed out for quarantine; the reconnect replays its events from the
                 # stored positions, so nothing is lost with it.
@@ -462,12 +558,18 @@ class _Recovery:
         sleep: Callable[[float], None],
         rand: Callable[[], float],
         log: logging.Logger,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._retry = retry
         self._tokens = tokens
         self._sleep = sleep
         self._rand = rand
         self._log = log
+        self._clock = clock
+        self._since = clock()
+        # A handshake succeeded once: the server was reached.
+        self.contacted = False
         self.attempts = 0
         self.auth_failures = 0
 
@@ -476,6 +578,7 @@ class _Recovery:
         return max(self.attempts, self.auth_failures)
 
     def handshook(self) -> None:
+        self.contacted = True
         self.auth_failures = 0
 
     def healthy(self) -> None:
@@ -525,6 +628,15 @@ class _Recovery:
             self._log.info("streaming: %s; handshaking again", error)
         else:
             delay = self._retry.delay(self.attempts, rand=self._rand)
+            waited = self._clock() - self._since
+            if not self.contacted and self._retry.first_contact_over(waited, delay):
+                # Never reached: a wrong instance URL, a name that does not resolve, a login
+                # endpoint that is down. Said now, rather than after every backoff.
+                raise StreamingUnavailableError(
+                    f"the first connection failed ({self.attempts} attempts in {waited:.1f} "
+                    f"s, the server never answered): {error}",
+                    channel=getattr(error, "channel", ""),
+                ) from error
             self._log.warning(
                 "streaming: %s; reconnecting in %.2f s (attempt %d of %d)",
                 error,

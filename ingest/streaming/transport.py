@@ -39,7 +39,17 @@ class BayeuxTransport:
     def endpoint(self, credentials: Credentials) -> str:
         return f"{credentials.instance_url}/cometd/{self.api_version}"
 
-    def post(self, credentials: Credentials, body: str, *, timeout: float, stage: str) -> RawAnswer:
+    def post(
+        self,
+        credentials: Credentials,
+        body: str,
+        *,
+        timeout: float,
+        stage: str,
+        idle_on_timeout: bool = False,
+    ) -> RawAnswer | None:
+        """``body``'s answer; ``None`` when ``idle_on_timeout`` and no answer came within
+        ``timeout`` (a long poll that was asked to end sooner: nothing was waiting)."""
         url = self.endpoint(credentials)
         headers = {
             "Authorization": f"Bearer {credentials.access_token.reveal()}",
@@ -52,14 +62,15 @@ class BayeuxTransport:
                 url, content=body.encode("utf-8"), headers=headers, timeout=timeout
             )
         except httpx.TimeoutException as exc:
+            if idle_on_timeout:
+                return None
             raise StreamingUnavailableError(
-                f"{stage}: no answer from {url} within {timeout:.0f} s ({type(exc).__name__}); "
-                "reconnecting",
+                f"{stage}: no answer from {url} within {timeout:.0f} s ({type(exc).__name__})",
                 channel=stage,
             ) from exc
         except httpx.HTTPError as exc:
             raise StreamingUnavailableError(
-                f"{stage}: the request to {url} failed ({type(exc).__name__}); reconnecting",
+                f"{stage}: the request to {url} failed ({type(exc).__name__}: {exc})",
                 channel=stage,
             ) from exc
         if response.status_code >= 500:

@@ -68,7 +68,9 @@ from ingest.client import (
 )
 from ingest.errors import LeaseHeldError, PermanentError, PubSubError
 from ingest.replay import After, Earliest, ReplayId, StartPosition
+from pipelines.bookkeeping import ensure_bookkeeping
 from pipelines.bronze.batches import OpenBatch, SealedBatch
+from pipelines.bronze.bookkeeping import BOOKKEEPING
 from pipelines.bronze.checkpoint import CheckpointStore, describe_position
 from pipelines.bronze.committer import BatchCommitter, CommitThread, Maintainer
 from pipelines.bronze.landing_state import LandingResult, TopicResult, TopicState
@@ -193,9 +195,12 @@ class BronzeLanding:
 
     def run(self, *, once: bool = False, duration: float | None = None) -> LandingResult:
         """Land until stopped (:meth:`stop`), for ``duration`` seconds, or with ``once``
-        until every topic has caught up: it received a keepalive, or two responses in a row
-        holding fewer events than the server owed (the server had no more to send), so every event
-        published before the run started is landed; steady traffic cannot keep it going."""
+        until every topic has caught up, so every event published before the run started is
+        landed and steady traffic cannot keep it going. A topic has caught up when its server
+        had nothing more to send: it sent a keepalive, or two responses in a row holding fewer
+        events than it owed, or, while it owed events and everything it sent was landed, it
+        sent nothing for ``ingest.once_quiet_seconds`` (a server with events sends them as
+        soon as they are owed; Salesforce's keepalive comes only after about 270 s)."""
         if self._ran:
             raise RuntimeError("a BronzeLanding runs once; create a new one to resume")
         self._ran = True
@@ -203,6 +208,8 @@ class BronzeLanding:
             raise ValueError(f"duration must be > 0 seconds (got {duration})")
         started = self._started = self._monotonic()
         self._once = once
+        # A lake that cannot be written is said as such, before a lease commit fails on it.
+        self._engine.ensure_writable()
         # Refused at once, naming the holder, when another landing has one of the topics.
         self._leases.acquire()
         try:
@@ -260,6 +267,7 @@ class BronzeLanding:
     # -- start --------------------------------------------------------------------------------
 
     def _prepare(self) -> None:
+        ensure_bookkeeping(self._engine, BOOKKEEPING, logger=self._log)
         ensure_tables(self._engine, self.tables)
         self._batch_committer.load_schemas()
         starts: dict[str, StartPosition] = {
@@ -271,7 +279,9 @@ class BronzeLanding:
             topic = TopicState(
                 spec=spec,
                 table=self.tables.bronze(spec.topic),
-                sub=self._subscription(spec, recovery.start),
+                sub=self._subscription(
+                    spec, recovery.start, stored=recovery.checkpoint is not None
+                ),
                 next_batch=recovery.next_batch_id,
                 position=recovery.start,
                 check_redelivery=spec.managed_subscription is None
@@ -307,7 +317,7 @@ class BronzeLanding:
                 )
 
     def _subscription(
-        self, spec: TopicSpec, start: StartPosition
+        self, spec: TopicSpec, start: StartPosition, *, stored: bool
     ) -> Subscription | ManagedSubscription:
         retry = self._ingest.retry
         policy = RetryPolicy(
@@ -315,6 +325,7 @@ class BronzeLanding:
             initial_backoff=retry.initial_backoff_seconds,
             max_backoff=retry.max_backoff_seconds,
             multiplier=retry.multiplier,
+            first_contact=retry.first_contact_seconds,
         )
         if spec.managed_subscription is not None:
             return ManagedSubscription(
@@ -332,7 +343,7 @@ class BronzeLanding:
             spec.topic,
             start=start,
             durable_position=functools.partial(self._durable, spec.topic),
-            on_corrupted=spec.replay.on_corrupted,
+            on_corrupted=spec.replay.corrupted_policy(stored=stored),
             num_requested=spec.num_requested or self._ingest.num_requested,
             retry=policy,
             tokens=self._tokens,
@@ -533,8 +544,8 @@ class BronzeLanding:
     def _replay_gap(self, t: TopicState, gap: ReplayGap) -> None:
         self._log.warning(
             "%s: REPLAY GAP: the server rejected the stored position %s and "
-            "replay.on_corrupted moved the subscription to %s (%s); events in between may "
-            "be missing or repeated, so the objects of this topic need a re-sync",
+            "replay.on_corrupted (or on_expired) moved the subscription to %s (%s); events in "
+            "between may be missing or repeated, so the objects of this topic need a re-sync",
             t.spec.topic,
             describe_position(gap.requested),
             describe_position(gap.resumed),
@@ -564,7 +575,33 @@ class BronzeLanding:
 
     def _on_idle(self) -> bool:
         self._next_tick = 0.0
+        if self._once:
+            self._quiet_topics()
         return self._tick()
+
+    def _quiet_topics(self) -> None:
+        # Only when nothing is waiting to be handled (on_idle): a response the consumer has not
+        # taken yet is not silence. The stream's own clock counts from its last request or
+        # response, so a top-up sent just now restarts it.
+        quiet = self._ingest.once_quiet_seconds
+        for t in self._topics.values():
+            if t.caught_up:
+                continue
+            stats = t.sub.stats()
+            if (
+                stats.open
+                and stats.outstanding > 0
+                and stats.buffered == 0
+                and stats.quiet_seconds >= quiet
+            ):
+                t.caught_up = True
+                self._log.info(
+                    "%s: caught up: the server owed %d events and sent nothing for %.1f s "
+                    "(ingest.once_quiet_seconds)",
+                    t.spec.topic,
+                    stats.outstanding,
+                    stats.quiet_seconds,
+                )
 
     def _tick(self) -> bool:
         """Seal aged batches, log progress, and stop when asked; True once stopped."""
@@ -592,7 +629,8 @@ class BronzeLanding:
         if reason is None and self._once and all(t.caught_up for t in self._topics.values()):
             reason = (
                 "drained: every topic received all events published before the run started "
-                "(a keepalive, or responses the server could not fill)"
+                "(a keepalive, responses the server could not fill, or its silence while it "
+                "owed events)"
             )
         if reason is None:
             return False

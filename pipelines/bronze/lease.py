@@ -170,13 +170,29 @@ class LeaseStore:
             results = self._engine.append_parts(
                 self.table, parts, metadata={"sfcdc.lease": ",".join(x.topic for x in leases)}
             )
-        except LakeError:
+        except LakeError as exc:
+            if _io_failure(exc):
+                # The lake cannot be written (read-only, no permission, no space): not
+                # another landing's lease.
+                raise
             # A concurrent writer of the same transaction: Delta refused this commit.
             return [False] * len(leases)
         return [not result.skipped for result in results]
 
     def maintain(self) -> None:
         self._engine.maintain(self.table)
+
+
+def _io_failure(exc: BaseException) -> bool:
+    """Whether an operating system error caused ``exc`` (rather than a commit conflict)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _record(lease: Lease) -> dict[str, Any]:

@@ -13,7 +13,9 @@ session (:class:`~ingest.streaming.StreamingSubscription`) and lands what it yie
 - a :class:`~ingest.streaming.ReplayGap`: a ``replay_gap`` checkpoint row (gold records a
   whole-object re-sync for it), after the channel's open batch;
 - an :class:`~ingest.streaming.IdleConnect`: with ``once``, nothing is pending on any channel
-  and the landing stops.
+  and the landing stops. A ``once`` landing asks the server to hold each long poll at most
+  ``ingest.once_quiet_seconds`` (Salesforce holds one for 110 s otherwise), so it stops within
+  that time of the last notification.
 
 A batch is sealed when it reaches ``batching.max_events`` notifications or ``max_bytes``
 characters of JSON, or when its oldest message is ``max_age_seconds`` old (checked by a ticker
@@ -48,6 +50,8 @@ from ingest.streaming import (
     ReplayGap,
     StreamingSubscription,
 )
+from pipelines.bookkeeping import ensure_bookkeeping
+from pipelines.bronze.bookkeeping import BOOKKEEPING
 from pipelines.bronze.landing import LandingResult
 from pipelines.bronze.streaming_batches import (
     StreamingOpenBatch,
@@ -192,6 +196,7 @@ class StreamingLanding:
             raise ValueError(f"duration must be > 0 seconds (got {duration})")
         started = self._started = self._monotonic()
         deadline = started + duration if duration is not None else None
+        self._engine.ensure_writable()
         positions = self._prepare()
         policy = self._specs[0].replay.on_corrupted
         retry = self._ingest.retry
@@ -208,7 +213,9 @@ class StreamingLanding:
                 initial_backoff=retry.initial_backoff_seconds,
                 max_backoff=retry.max_backoff_seconds,
                 multiplier=retry.multiplier,
+                first_contact=retry.first_contact_seconds,
             ),
+            poll_timeout=self._ingest.once_quiet_seconds if once else None,
             clock=self._clock,
             logger=self._log,
         )
@@ -240,6 +247,7 @@ class StreamingLanding:
     # -- start --------------------------------------------------------------------------------
 
     def _prepare(self) -> dict[str, int]:
+        ensure_bookkeeping(self._engine, BOOKKEEPING, logger=self._log)
         ensure_streaming_tables(self._engine, self.tables)
         positions: dict[str, int] = {}
         for spec in self._specs:
@@ -354,11 +362,19 @@ class StreamingLanding:
                 self._stamp(stream.open, stamp)
 
     def _idle(self) -> None:
-        # An empty connect: every channel with nothing open is caught up as of now, once what
-        # it sealed is committed (at once when it already is).
+        # An empty connect: every channel is caught up as of now, once what it has received
+        # is committed (at once when it already is). A channel whose open batch holds
+        # notifications is caught up at that batch's position, when it is committed (a --once
+        # run seals it as it stops; without this mark its last notifications' commit times,
+        # on the org's clock, would be the only measure of its lag).
         now = self._clock()
         with self._open_lock:
-            marks = [(s, s.sealed_position) for s in self._streams.values() if not len(s.open)]
+            marks = [
+                (s, s.sealed_position if s.open.position is None else s.open.position)
+                for s in self._streams.values()
+                # (malformed messages alone have no position: the next empty connect tells)
+                if not len(s.open) or s.open.position is not None
+            ]
         for stream, position in marks:
             with self._state_lock:
                 committed = stream.position == position

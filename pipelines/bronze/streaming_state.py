@@ -41,8 +41,9 @@ class StreamState:
     gaps: int = 0
     last_replay_id: int | None = None
     since_maintenance: int = 0
-    # (time, position) of an empty connect while nothing of the channel was open: once that
-    # position is committed, the channel was caught up at that time (a commits-table row).
+    # (time, position) of an empty connect: the position of the last notification received
+    # then (open or sealed). Once it is committed, the channel was caught up at that time (a
+    # commits-table row).
     idle_mark: tuple[float, int] | None = None
 
     def result(self) -> TopicResult:

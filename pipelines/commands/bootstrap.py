@@ -99,11 +99,13 @@ def _ca_file(conf: Conf, source: Source) -> Path | None:
 
 @contextmanager
 def open_rest(
-    conf: Conf, objects: list[str] | None = None, *, secrets: SecretResolver | None = None
+    conf: Conf, *, secrets: SecretResolver | None = None
 ) -> Iterator[tuple[Source, RestClient]]:
     """The event source ``conf`` describes and a REST client logged in with its tokens;
-    ``secrets`` resolves the connection's secret references (default: the environment)."""
-    topics = select_topics(conf, objects)
+    ``secrets`` resolves the connection's secret references (default: the environment). The
+    objects a command reads are checked by that command (an in-process emulator serves the
+    topics of every enabled object)."""
+    topics = conf.topics()
     resolver = secrets if secrets is not None else secret_resolver()
     with connect(conf.pipeline.connection, secrets=resolver, topics=topics) as source:
         tls = TlsSettings(ca_file=_ca_file(conf, source))
@@ -146,8 +148,8 @@ def _land(engine: LakeEngine, conf: Conf, source: Source, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Bootstrap the object the parsed arguments name."""
     conf = conf_from_args(args)
-    engine = engine_for(conf.pipeline.lake)
-    with open_rest(conf, [args.object], secrets=secrets_from_args(args)) as (source, rest):
+    engine = engine_for(conf.pipeline.lake, write=True)
+    with open_rest(conf, secrets=secrets_from_args(args)) as (source, rest):
         schemas = SchemaCache(source.channel, tokens=source.tokens)
         result = bootstrap_object(
             engine,

@@ -1,4 +1,4 @@
-"""``sfcdc demo``: the whole pipeline on a laptop in about a minute.
+"""``sfcdc demo``: the whole pipeline on a laptop in under a minute.
 
 ::
 
@@ -12,9 +12,12 @@ against the emulator's own CA), creates the PushTopic, generates a seeded worklo
 updates, deletes, long-text diffs, gap events: the PushTopic notifies its share of them),
 runs ingest -> silver -> gold once into a fresh lake under ``<dir>/lake``, and prints what
 landed where and a few queries with their results, the PushTopic's gold table next to the
-change events' one. The same seed prints the same output,
-timings apart. ``sfcdc sql --conf <dir>/conf`` explores the tables further. ``--engine
-spark`` runs it on the spark engine (delta-spark; ``sfcdc delta-jars`` first).
+change events' one. The queries are answered as a one-shot ``sfcdc sql`` answers them (on the
+local engine by DataFusion, with no Spark session), so each runs there as printed; one whose
+tables a small workload left without events says so instead. The same seed prints the same
+output, timings apart. ``sfcdc sql --conf <dir>/conf`` explores the tables further and
+``sfcdc status --conf <dir>/conf`` shows where each object stands. ``--engine spark`` runs it
+on the spark engine (delta-spark; ``sfcdc delta-jars`` first).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -32,12 +36,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.bronze.tables import CHECKPOINT_TABLE
+from pipelines.commands.empty_lake import DEMO_DIR, shown_path
 from pipelines.commands.sql import SqlShell, format_rows
+from pipelines.engines import TableRef
+from pipelines.gold.resync import RESYNC_TABLE
 from pipelines.run import Pipeline, RunResult
 from pipelines.session import engine_for
 from pipelines.spec import load_conf
 
-__all__ = ["EXAMPLES", "Example", "register", "run", "write_conf"]
+__all__ = ["EXAMPLES", "Example", "missing_tables", "register", "run", "summary", "write_conf"]
+
+CHECKPOINTS = TableRef("bronze", CHECKPOINT_TABLE)
 
 _OBJECTS = {
     "account": ("Account", "change_events"),
@@ -68,6 +78,12 @@ class Example:
     title: str
     sql: str
 
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The layer-qualified tables the query names (``gold.account``), in order."""
+        found = re.findall(r"\b((?:bronze|silver|gold)\.\w+)", self.sql)
+        return tuple(dict.fromkeys(found))
+
 
 EXAMPLES: tuple[Example, ...] = (
     Example(
@@ -91,9 +107,11 @@ EXAMPLES: tuple[Example, ...] = (
     ),
     Example(
         "The PushTopic's gold table (Streaming API) next to the change events' (Pub/Sub API)",
-        "SELECT count(*) AS invoices, count_if(p._cdc_is_deleted) AS deleted,\n"
-        "       count_if(p.Status__c <=> c.Status__c AND p.Amount__c <=> c.Amount__c\n"
-        "                AND p._cdc_is_deleted <=> c._cdc_is_deleted) AS same_in_both\n"
+        "SELECT count(*) AS invoices,\n"
+        "       count(*) FILTER (WHERE p._cdc_is_deleted) AS deleted,\n"
+        "       count(*) FILTER (WHERE p.Status__c <=> c.Status__c\n"
+        "                        AND p.Amount__c <=> c.Amount__c\n"
+        "                        AND p._cdc_is_deleted <=> c._cdc_is_deleted) AS same_in_both\n"
         "FROM gold.invoice_updates p JOIN gold.invoice c USING (Id)",
     ),
     Example(
@@ -109,7 +127,7 @@ EXAMPLES: tuple[Example, ...] = (
         "FROM silver.account\n"
         "WHERE Id = (SELECT Id FROM silver.account GROUP BY Id\n"
         "            ORDER BY count(*) DESC, Id LIMIT 1)\n"
-        "ORDER BY _cdc_commit_timestamp, _cdc_sequence_number LIMIT 10",
+        "ORDER BY _cdc_commit_timestamp, _cdc_commit_number, _cdc_sequence_number LIMIT 10",
     ),
 )
 
@@ -131,7 +149,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--dir",
         type=Path,
-        default=Path(".sfcdc/demo"),
+        default=DEMO_DIR,
         help="where the demo's conf/ and lake/ go (default: .sfcdc/demo; its conf, lake and "
         "emulator directories are replaced)",
     )
@@ -203,54 +221,74 @@ def _stderr_to(path: Path) -> Iterator[None]:
 
 
 def summary(result: RunResult, shell: SqlShell, seconds: float) -> list[str]:
-    """The demo's report: what landed, what silver and gold hold, and what needs re-sync."""
+    """The demo's report: what landed, what silver and gold hold, and what needs re-sync.
+    A workload small enough to leave an object without events leaves it out of silver and
+    gold; the report says what there is."""
+    engine = shell.engine
     lines = [f"sfcdc demo: pipeline ran once in {seconds:.1f} s", "", "bronze (events landed):"]
     landed = [*result.landing.topics, *(result.streaming.topics if result.streaming else ())]
     for t in sorted(landed, key=lambda t: t.topic):
         lines.append(f"  {t.topic:<32} {t.events:>6} events -> {t.table}")
     lines.append("silver (decoded rows, one per record and change):")
+    decoded = []
     for p in result.passes:
         for topic in p.silver.topics:
-            for decoded in topic.objects:
-                lines.append(f"  {decoded.object:<32} {decoded.rows:>6} rows   -> {decoded.table}")
+            for obj in topic.objects:
+                decoded.append(f"  {obj.object:<32} {obj.rows:>6} rows   -> {obj.table}")
         for stream in p.streaming.silver.streams if p.streaming else ():
-            lines.append(f"  {stream.stream:<32} {stream.rows:>6} rows   -> {stream.table}")
+            decoded.append(f"  {stream.stream:<32} {stream.rows:>6} rows   -> {stream.table}")
+    lines.extend(decoded or ["  (none: no events landed)"])
     lines.append("gold (current state):")
+    current = []
     for p in result.passes:
         streamed = p.streaming.gold.objects if p.streaming else ()
-        for obj in (*p.gold.objects, *streamed):
+        for gold in (*p.gold.objects, *streamed):
+            if not engine.exists(gold.table):
+                continue
             counts = shell.query(
-                f"SELECT count(*) AS n, count_if(_cdc_is_deleted) AS deleted, "
-                f"count_if(_cdc_needs_resync) AS resync FROM {obj.table}"
+                "SELECT count(*) AS n, count(*) FILTER (WHERE _cdc_is_deleted) AS deleted, "
+                f"count(*) FILTER (WHERE _cdc_needs_resync) AS resync FROM {gold.table}"
             ).rows[0]
-            lines.append(
-                f"  {obj.object:<32} {counts[0]:>6} records -> {obj.table} ({counts[1]} "
+            current.append(
+                f"  {gold.object:<32} {counts[0]:>6} records -> {gold.table} ({counts[1]} "
                 f"deleted, {counts[2]} needing re-sync)"
             )
-    silver_tables = [str(o.silver_table) for p in result.passes for o in p.gold.objects]
+    lines.extend(current or ["  (none: no change events landed)"])
+    silver_tables = [
+        str(o.silver_table)
+        for p in result.passes
+        for o in p.gold.objects
+        if engine.exists(o.silver_table)
+    ]
     if silver_tables:
         union = "\nUNION ALL\n".join(
-            f"SELECT _cdc_change_type AS change, size(_cdc_diff_fields) > 0 AS diff FROM {t}"
+            f"SELECT _cdc_change_type AS kind, cardinality(_cdc_diff_fields) > 0 AS diff FROM {t}"
             for t in silver_tables
         )
         kinds = shell.query(
-            f"SELECT change, count(*) AS n, count_if(diff) AS diffs FROM ({union}) "
-            "GROUP BY change ORDER BY change"
+            "SELECT kind, count(*) AS n, count(*) FILTER (WHERE diff) AS diffs "
+            f"FROM ({union}) AS changes GROUP BY kind ORDER BY kind"
         ).rows
         diffs = sum(row[2] for row in kinds)
         lines.append(
             "changes in silver: "
-            + ", ".join(f"{n} {change}" for change, n, _ in kinds)
+            + ", ".join(f"{n} {kind}" for kind, n, _ in kinds)
             + f"; {diffs} with long-text diffs"
         )
     quarantined = result.quarantined + sum(
         p.streaming.silver.quarantined for p in result.passes if p.streaming
     )
     open_resync = shell.query(
-        "SELECT count(*) FROM gold.sfcdc_resync WHERE resolved_at IS NULL"
+        f"SELECT count(*) AS n FROM {RESYNC_TABLE} WHERE resolved_at IS NULL"
     ).rows[0][0]
     lines.append(f"quarantined rows: {quarantined}; open re-sync rows: {open_resync}")
     return lines
+
+
+def missing_tables(example: Example, shell: SqlShell) -> list[str]:
+    """The tables ``example`` names that the lake does not have (a small workload made no
+    events for their object)."""
+    return [t for t in example.tables if t not in shell.tables]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -290,27 +328,36 @@ def _demo(
     conf = load_conf(conf_dir)
     log = directory / "spark.log"
 
-    def lake_engine(*, sql: bool = False) -> Any:
+    def lake_engine() -> Any:
         with _stderr_to(log):
-            return engine_for(conf.pipeline.lake, sql=sql)
+            return engine_for(conf.pipeline.lake)
 
     print(
-        f"sfcdc demo: {events} workload events (seed {seed}) from the in-process emulator over "
-        f"TLS with an OAuth login; lake at {directory / 'lake'}",
+        f"sfcdc demo: a workload of {events} event{'' if events == 1 else 's'} (seed {seed}) "
+        f"from the in-process emulator over TLS with an OAuth login; lake at {directory / 'lake'}",
         flush=True,
     )
-    # Spark's JVM before the emulator and the client start: launched while their gRPC threads
-    # run, it sometimes exited before answering (JAVA_GATEWAY_EXITED, 3 demos in 8 here).
-    sql_engine = lake_engine(sql=True)
-    pipeline = Pipeline(conf, engine=lake_engine)
+    # Spark's JVM (spark engine) before the emulator and the client start: launched while
+    # their gRPC threads run, it sometimes exited before answering (JAVA_GATEWAY_EXITED, 3
+    # demos in 8 here).
+    lake = lake_engine()
+    pipeline = Pipeline(conf, engine=lambda: lake)
     result = pipeline.run_once()
-    shell = SqlShell(sql_engine)
-    lines = summary(result, shell, result.seconds)
-    for line in lines:
+    # The queries are answered as a one-shot `sfcdc sql` answers them (on the local engine:
+    # DataFusion, no Spark session), so each one printed here runs there as printed.
+    shell = SqlShell(lake, arrow=True)
+    for line in summary(result, shell, result.seconds):
         print(line)
     for example in EXAMPLES:
         print()
         print(f"-- {example.title}")
+        missing = missing_tables(example, shell)
+        if missing:
+            print(
+                f"(not run: no {' or '.join(missing)}; this workload made no events for it, a "
+                "larger --events will)"
+            )
+            continue
         print(example.sql)
         print(format_rows(shell.query(example.sql)))
     print()
@@ -318,14 +365,21 @@ def _demo(
         print("The lake was in a temporary directory and is removed now; without --temp it stays")
         print("under .sfcdc/demo for `sfcdc sql --conf .sfcdc/demo/conf`.")
     else:
-        print(f'Explore further:  sfcdc sql --conf {_shown(conf_dir)} "SELECT * FROM gold.account"')
-        print(f"Interactive:      sfcdc sql --conf {_shown(conf_dir)}")
-        print(f"Re-sync flagged:  sfcdc resync --conf {_shown(conf_dir)}")
+        shown = shown_path(conf_dir)
+        print(f'Explore further:  sfcdc sql --conf {shown} "SELECT * FROM {_explore(shell)}"')
+        print(f"Interactive:      sfcdc sql --conf {shown}")
+        print(f"Where it stands:  sfcdc status --conf {shown}")
+        print(f"Re-sync flagged:  sfcdc resync --conf {shown}")
     print(f"Done in {time.monotonic() - started:.1f} s.")
     return 0
 
 
-def _shown(path: Path) -> str:
-    with contextlib.suppress(ValueError):
-        return str(path.relative_to(Path.cwd()))
-    return str(path)
+def _explore(shell: SqlShell) -> str:
+    """A table worth a look: Account's gold table, else another gold one, else a silver one,
+    else the landing checkpoints."""
+    objects = [t for t in shell.tables if not t.split(".", 1)[-1].startswith("sfcdc_")]
+    for layer in ("gold", "silver"):
+        named = [t for t in objects if t.startswith(f"{layer}.")]
+        if named:
+            return "gold.account" if "gold.account" in named else named[0]
+    return str(CHECKPOINTS)

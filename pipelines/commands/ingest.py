@@ -38,6 +38,7 @@ from typing import Any
 from ingest.auth import SecretResolver
 from ingest.errors import ConfigError, ReplayIdError
 from pipelines.bronze import BronzeLanding, LandingResult, TopicResult
+from pipelines.bronze.streaming import StreamingLanding
 from pipelines.commands.conf_options import (
     add_conf_options,
     add_metrics_option,
@@ -52,6 +53,7 @@ from pipelines.spec import Conf, TopicSpec
 from pipelines.streaming_pipeline import (
     land_topics_and_streams,
     push_topic_provisioner,
+    streaming_landing,
 )
 
 __all__ = [
@@ -66,6 +68,10 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+# What `sfcdc ingest` runs: the Pub/Sub landing, or the Streaming API channels' alone when a
+# conf/ has no Pub/Sub object (`sfcdc run` of channels only).
+Landing = BronzeLanding | StreamingLanding
 
 # Marks the stdout lines that carry a landing snapshot, so a parent can tell them from the
 # human-readable summary.
@@ -84,8 +90,10 @@ def register(subparsers: Any) -> None:
     until.add_argument(
         "--once",
         action="store_true",
-        help="land what was published before the run started and stop (once every topic has "
-        "had a keepalive or two responses the server could not fill), whatever the traffic",
+        help="land what was published before the run started and stop once every topic has "
+        "caught up (a keepalive, two responses the server could not fill, or "
+        "ingest.once_quiet_seconds without an event while the server owes some), whatever the "
+        "traffic",
     )
     until.add_argument(
         "--for",
@@ -143,11 +151,20 @@ def _names(text: str) -> tuple[str, ...]:
     return names
 
 
-def select_topics(conf: Conf, objects: Sequence[str] | None) -> tuple[TopicSpec, ...]:
-    """The topics to land: those of every enabled object, or of the named ones."""
+def select_topics(
+    conf: Conf, objects: Sequence[str] | None, *, streams: bool = False
+) -> tuple[TopicSpec, ...]:
+    """The topics to land: those of every enabled object, or of the named ones. With
+    ``streams`` (the Streaming API channels land too) a conf/ of channels alone has none."""
     topics = conf.topics()
     if not objects:
-        if not topics:
+        if not topics and not (streams and conf.enabled_streams()):
+            if conf.enabled_streams():
+                raise ConfigError(
+                    f"{conf.conf_dir}: no enabled Pub/Sub object (kind change_events or "
+                    "platform_event); its Streaming API channels (kind streaming_api) land with "
+                    "`sfcdc streaming ingest` or `sfcdc run`"
+                )
             raise ConfigError(f"{conf.conf_dir}: every object is disabled; nothing to land")
         return topics
     known = {o.api_name: o for o in conf.objects}
@@ -171,7 +188,7 @@ def select_topics(conf: Conf, objects: Sequence[str] | None) -> tuple[TopicSpec,
 
 
 @contextlib.contextmanager
-def _stop_on_signals(landing: BronzeLanding) -> Iterator[None]:
+def _stop_on_signals(landing: Landing) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -217,9 +234,7 @@ def decode_progress(line: str) -> LandingResult | None:
         ) from None
 
 
-def _reporting(
-    landing: BronzeLanding, every: float, write: Callable[[str], None]
-) -> Callable[[], None]:
+def _reporting(landing: Landing, every: float, write: Callable[[str], None]) -> Callable[[], None]:
     """Writes a snapshot of ``landing`` every ``every`` seconds until the returned function
     is called."""
     done = threading.Event()
@@ -241,7 +256,7 @@ def _reporting(
     return finish
 
 
-def _stop_on_eof(landing: BronzeLanding, fd: int) -> None:
+def _stop_on_eof(landing: Landing, fd: int) -> None:
     """Stops ``landing`` once the file descriptor ``fd`` (a pipe from the parent) reaches
     end of file."""
 
@@ -264,7 +279,7 @@ def land(
     seconds: float | None = None,
     environ: dict[str, str] | None = None,
     secrets: SecretResolver | None = None,
-    started: Callable[[BronzeLanding], Callable[[], None] | None] | None = None,
+    started: Callable[[Landing], Callable[[], None] | None] | None = None,
     streams: bool = False,
 ) -> LandingResult:
     """Connect as ``conf`` says and land its topics (what ``sfcdc ingest`` runs).
@@ -272,10 +287,11 @@ def land(
     ``secrets`` resolves the connection's secret references (default: from ``environ``).
     ``started`` is called with the landing before it runs (to watch it from other threads);
     the function it may return is called once the landing has stopped. ``streams``: the
-    Streaming API channels are landed too, beside the topics (after them with ``once``)."""
-    topics = select_topics(conf, objects)
+    Streaming API channels are landed too, beside the topics (after them with ``once``), or
+    alone when ``conf`` has no Pub/Sub object."""
+    topics = select_topics(conf, objects, streams=streams)
     environ = environ or dict(os.environ)
-    engine = engine_for(conf.pipeline.lake, environ=environ)
+    engine = engine_for(conf.pipeline.lake, write=True, environ=environ)
     if secrets is None:
         secrets = secret_resolver(environ=environ)
     ops = recorder_for(engine, conf)
@@ -288,20 +304,29 @@ def land(
             on_start=push_topic_provisioner(conf) if streams else None,
         ) as source,
     ):
-        landing = BronzeLanding(
-            engine,
-            topics,
-            channel=source.channel,
-            tokens=source.tokens,
-            ingest=conf.pipeline.ingest,
-            ops=ops,
-        )
+        landing: Landing
+        if topics:
+            landing = BronzeLanding(
+                engine,
+                topics,
+                channel=source.channel,
+                tokens=source.tokens,
+                ingest=conf.pipeline.ingest,
+                ops=ops,
+            )
+        else:
+            landing = streaming_landing(
+                conf, engine=engine, tokens=source.tokens, ca_file=source.ca_file, ops=ops
+            )
         finish = started(landing) if started is not None else None
         with _stop_on_signals(landing), _serving_metrics(conf, landing):
             try:
+                if isinstance(landing, StreamingLanding):
+                    return landing.run(once=once, duration=seconds)
+                pubsub = landing
                 result, _channels = land_topics_and_streams(
                     conf,
-                    lambda: landing.run(once=once, duration=seconds),
+                    lambda: pubsub.run(once=once, duration=seconds),
                     streams=streams,
                     once=once,
                     engine=engine,
@@ -327,7 +352,7 @@ def land(
 
 
 @contextlib.contextmanager
-def _serving_metrics(conf: Conf, landing: BronzeLanding) -> Iterator[None]:
+def _serving_metrics(conf: Conf, landing: Landing) -> Iterator[None]:
     """Serve ``landing``'s figures at ``/metrics`` while the block runs, when
     ``ops.prometheus.port`` is set."""
     prometheus = conf.pipeline.ops.prometheus
@@ -350,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
     every: float | None = getattr(args, "report_progress", None)
     stop_on_eof: bool = getattr(args, "stop_on_eof", False)
 
-    def started(landing: BronzeLanding) -> Callable[[], None] | None:
+    def started(landing: Landing) -> Callable[[], None] | None:
         if stop_on_eof:
             _stop_on_eof(landing, sys.stdin.fileno())
         if every is None:

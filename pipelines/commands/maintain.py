@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Maintain the tables the parsed arguments select."""
     conf = conf_from_args(args)
-    engine = engine_for(conf.pipeline.lake)
+    engine = engine_for(conf.pipeline.lake, write=True)
     done = maintain_tables(engine, conf, objects=args.objects, dry_run=args.dry_run)
     for item in done:
         print(describe(item))

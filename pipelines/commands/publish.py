@@ -3,6 +3,9 @@
 ::
 
     sfcdc publish /event/Order_Shipped__e events.jsonl [--conf conf/] [--created-by 005...]
+
+A line without ``CreatedById`` gets ``--created-by``, else the logged-in user's Id (Salesforce
+stores the publishing user's own Id whatever is sent); one without ``CreatedDate``, now.
     producer | sfcdc publish /event/Order_Shipped__e -      # from stdin
 
 Each non-blank line is one event, a JSON object of the topic's fields. Every line is checked
@@ -54,8 +57,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--created-by",
         metavar="USER_ID",
-        help="CreatedById for events that leave it out (Salesforce requires the field and "
-        "stores its own value)",
+        help="CreatedById for events that leave it out (default: the logged-in user's Id; "
+        "Salesforce requires the field and stores its own value)",
     )
     parser.add_argument(
         "--skip-invalid",
@@ -122,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
         schemas = SchemaCache(source.channel, tokens=source.tokens)
         schema = schemas.current_schema(args.topic)
         now_ms = int(time.time() * 1000)
+        # Salesforce replaces CreatedById with the publishing user's own Id anyway.
+        created_by = args.created_by or source.tokens.current().user_id
         valid: list[tuple[int, dict[str, Any]]] = []
         invalid = 0
         for number, value in lines:
@@ -129,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
                 problems = [value]
             else:
                 record, problems = record_from_json(
-                    schema, value, now_ms=now_ms, created_by=args.created_by
+                    schema, value, now_ms=now_ms, created_by=created_by
                 )
             if problems:
                 invalid += 1

@@ -2,10 +2,11 @@
 
 ::
 
-    sfcdc resync [Account] [--conf conf/] [--api rest|bulk|auto] [--bulk-threshold N]
+    sfcdc resync [Account | streaming:/topic/InvoiceUpdates] [--conf conf/] [--api rest|bulk|auto]
 
-For each object (default: every enabled change event object), silver and gold catch up with
-bronze, then the open rows of ``gold.sfcdc_resync`` decide what to read: the whole object after
+For each object (default: every enabled change event object, and every PushTopic and change
+event channel of the Streaming API, named ``streaming:<channel>``), silver and gold catch up
+with bronze, then the open rows of ``gold.sfcdc_resync`` decide what to read: the whole object after
 a GAP_OVERFLOW or a replay gap, otherwise the records gap events (and diffs that could not be
 rebuilt, changes of records gold never saw) named. A whole object is read as ``--api`` says
 (as ``sfcdc bootstrap`` does); named records over REST. The records are MERGEd into gold as
@@ -33,7 +34,11 @@ def register(subparsers: Any) -> None:
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     parser.add_argument(
-        "object", nargs="?", default=None, help="API name of one object (default: all)"
+        "object",
+        nargs="?",
+        default=None,
+        help="API name of one object, or a Streaming API channel (streaming:/topic/Name) "
+        "(default: every object and channel with open re-sync rows)",
     )
     add_api_options(parser)
     add_conf_options(parser)
@@ -43,9 +48,9 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Re-sync the objects the parsed arguments select."""
     conf = conf_from_args(args)
-    engine = engine_for(conf.pipeline.lake)
+    engine = engine_for(conf.pipeline.lake, write=True)
     names = [args.object] if args.object else None
-    with open_rest(conf, names, secrets=secrets_from_args(args)) as (_source, rest):
+    with open_rest(conf, secrets=secrets_from_args(args)) as (_source, rest):
         results = resync_objects(engine, conf, names, rest=snapshot_source(rest, args))
     for result in results:
         for line in describe(result):

@@ -125,8 +125,12 @@ def stop_on_signals(stop: Callable[[str], None]) -> Iterator[None]:
 
 def summary(result: RunResult) -> list[str]:
     """What ``sfcdc run`` prints when it stops."""
+    # Imported here: pipelines.commands.streaming imports this module.
+    from pipelines.commands.streaming import gold_lines, silver_lines
+
     lines = [f"sfcdc run: stopped after {result.seconds:.1f} s ({result.stopped})"]
-    for t in result.landing.topics:
+    landed = result.landing.topics + (result.streaming.topics if result.streaming else ())
+    for t in landed:
         extra = f", {t.replay_gaps} REPLAY GAP" if t.replay_gaps else ""
         lines.append(
             f"  bronze {t.table}: {t.events} events in {t.commits} commits{extra}; last "
@@ -138,6 +142,10 @@ def summary(result: RunResult) -> list[str]:
             lines.append(f"  silver {line}")
         for line in gold_summary(result.passes[0].gold):
             lines.append(f"  gold {line}")
+        channels = result.passes[0].streaming
+        if channels is not None:
+            lines += [f"  silver {line.strip()}" for line in silver_lines(channels.silver)]
+            lines += [f"  gold {line.strip()}" for line in gold_lines(channels.gold)]
     elif passes:
         lines.append(
             f"  {result.pass_count} silver/gold passes: {result.silver_rows} silver rows, "

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the silver job for the parsed arguments."""
     conf = conf_from_args(args)
     objects = [name for group in args.objects for name in group] if args.objects else None
-    engine = engine_for(conf.pipeline.lake)
+    engine = engine_for(conf.pipeline.lake, write=True)
     ops = recorder_for(engine, conf)
     with ops.watching("silver"):
         result = run_silver(engine, conf, objects=objects, on_commit=ops.record)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ingest.errors import LakeError
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
+from pipelines.commands.empty_lake import empty_lake_note
 from pipelines.engines import TableRef
 from pipelines.session import engine_for
 from pipelines.spec import Conf
@@ -190,12 +191,21 @@ class SqlShell:
     With ``arrow=True`` each query is answered by the engine's :meth:`~pipelines.engines.
     LakeEngine.query_arrow` over the tables it names (on the local engine: DataFusion, no
     Spark session); otherwise by Spark SQL (:meth:`~pipelines.engines.LakeEngine.sql`).
+    ``empty_note`` is what errors say when the lake has no tables at all.
     """
 
-    def __init__(self, engine: LakeEngine, *, max_rows: int = 1000, arrow: bool = False) -> None:
+    def __init__(
+        self,
+        engine: LakeEngine,
+        *,
+        max_rows: int = 1000,
+        arrow: bool = False,
+        empty_note: str | None = None,
+    ) -> None:
         self.engine = engine
         self.max_rows = max_rows
         self.arrow = arrow
+        self._empty_note = empty_note
         # Registering a table may cost a Spark round trip or two; only the tables a query
         # names are registered, when it first names them.
         self._pending: dict[str, TableRef] = {
@@ -223,9 +233,9 @@ class SqlShell:
                 self._pending.pop(_plain(self.engine.qualified_name(ref)), None)
 
     def known(self) -> str:
-        """The registered tables, for error messages."""
+        """The registered tables, for error messages (``empty_note`` when there are none)."""
         if not self.tables:
-            return "no tables exist yet (run `sfcdc run --once` or `sfcdc demo` first)"
+            return self._empty_note or "no tables exist yet (run `sfcdc run --once` first)"
         return "known tables: " + ", ".join(self.tables)
 
     def query(self, sql: str) -> Result:
@@ -318,7 +328,11 @@ class SqlShell:
 
 def shell(conf: Conf, *, max_rows: int = 1000) -> SqlShell:
     """A shell over the tables of ``conf``'s lake (starts a local Spark session if needed)."""
-    return SqlShell(engine_for(conf.pipeline.lake, sql=True), max_rows=max_rows)
+    return SqlShell(
+        engine_for(conf.pipeline.lake, sql=True),
+        max_rows=max_rows,
+        empty_note=empty_lake_note(conf, "sql"),
+    )
 
 
 def _readline_input() -> Callable[[str], str]:
@@ -353,7 +367,12 @@ def run(args: argparse.Namespace) -> int:
         sh = shell(conf, max_rows=args.max_rows)
     else:
         # One query: the engine answers it without starting Spark when it can (local engine).
-        sh = SqlShell(engine_for(conf.pipeline.lake), max_rows=args.max_rows, arrow=True)
+        sh = SqlShell(
+            engine_for(conf.pipeline.lake),
+            max_rows=args.max_rows,
+            arrow=True,
+            empty_note=empty_lake_note(conf, "sql"),
+        )
     try:
         result = sh.query(args.query)
     except QueryError as exc:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -32,10 +32,12 @@ import pyarrow.compute as pc
 from pipelines.bronze import CHECKPOINT_TABLE
 from pipelines.bronze.tables import TOPIC_FAILURES_TABLE
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
+from pipelines.commands.empty_lake import empty_lake_note
 from pipelines.commands.streaming_report import stream_status
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold import job as gold_job
 from pipelines.gold.resync import OBJECT_LEVEL_REASONS, RESYNC_TABLE
+from pipelines.gold.tables import RECONCILE_TABLE
 from pipelines.ops.health import State, Verdict, judge, layer_lags, layer_rate
 from pipelines.ops.summary import Summary, read_summary
 from pipelines.session import engine_for
@@ -141,6 +143,13 @@ class ObjectStatus:
     layers: tuple[LayerHealth, ...] = ()
     last_error: str | None = None
     last_error_at: str | None = None
+    # The latest `sfcdc reconcile` of the object (None: never reconciled): when, and the drift
+    # it found and repaired.
+    reconciled_at: str | None = None
+    drift_missing: int | None = None
+    drift_extra: int | None = None
+    drift_stale: int | None = None
+    drift_repaired: int | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +160,7 @@ class Status:
     topics: tuple[TopicStatus, ...]
     objects: tuple[ObjectStatus, ...]
     now: str = ""
+    # The commits table holds records (lag and rates can be told).
     commits_table: bool = False
 
     @property
@@ -187,6 +197,7 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
         engine, TableRef("bronze", TOPIC_FAILURES_TABLE), ["topic", "status", "error", "failed_at"]
     )
     resync = _read(engine, RESYNC_TABLE, ["object", "record_id", "reason", "resolved_at"])
+    reconciled = _last_reconcile(engine)
 
     topics = []
     for spec in conf.topics():
@@ -234,20 +245,29 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
                 (TableRef("silver", obj.tables.silver), silver_job.app_id(obj)),
                 (gold, gold_job.app_id(obj)) if gold is not None else None,
             )
-            objects.append(
-                object_status(
-                    summary,
-                    progress,
-                    name=obj.api_name,
-                    topic=spec.topic,
-                    now=now,
-                    window=window,
-                    spec=obj.health,
-                    open_resync=open_resync,
-                    quarantined=quarantined,
-                    failed=topic_failures.get(spec.topic),
-                )
+            status = object_status(
+                summary,
+                progress,
+                name=obj.api_name,
+                topic=spec.topic,
+                now=now,
+                window=window,
+                spec=obj.health,
+                open_resync=open_resync,
+                quarantined=quarantined,
+                failed=topic_failures.get(spec.topic),
             )
+            last = reconciled.get(obj.api_name)
+            if last is not None:
+                status = replace(
+                    status,
+                    reconciled_at=_iso(last["finished_at"]),
+                    drift_missing=last["drift_missing"],
+                    drift_extra=last["drift_extra"],
+                    drift_stale=last["drift_stale"],
+                    drift_repaired=last["repaired"],
+                )
+            objects.append(status)
     more_topics, more_objects = stream_status(
         engine,
         conf,
@@ -265,7 +285,8 @@ def read_status(engine: LakeEngine, conf: Conf, *, now: datetime | None = None) 
         tuple(topics),
         tuple(objects),
         now=_iso(now) or "",
-        commits_table=summary.exists,
+        # Every layer's run creates the table (empty): what tells is whether it holds rows.
+        commits_table=bool(summary.groups),
     )
 
 
@@ -343,7 +364,10 @@ def object_status(
     caught_up = [True, progress.bronze_lag == 0]
     if progress.gold is not None:
         chain.append(("gold", str(progress.gold)))
-        caught_up.append(progress.silver_lag == 0)
+        # No silver table although silver has read all of bronze (a topic without events yet):
+        # gold has nothing to apply, so it is as current as silver.
+        empty = progress.silver_version is None and progress.bronze_lag == 0
+        caught_up.append(progress.silver_lag == 0 or empty)
     health = _health(
         summary,
         now=now,
@@ -436,6 +460,21 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+def _last_reconcile(engine: LakeEngine) -> dict[str, dict[str, Any]]:
+    """Each object's latest row of the reconcile table."""
+    rows = _read(
+        engine,
+        RECONCILE_TABLE,
+        ["object", "finished_at", "drift_missing", "drift_extra", "drift_stale", "repaired"],
+    )
+    last: dict[str, dict[str, Any]] = {}
+    for row in rows.to_pylist() if rows is not None else []:
+        seen = last.get(row["object"])
+        if seen is None or row["finished_at"] > seen["finished_at"]:
+            last[row["object"]] = row
+    return last
+
+
 def _open_quarantine(engine: LakeEngine) -> pa.Table | None:
     """The quarantine's rows not yet resolved by ``sfcdc silver --retry-quarantine``."""
     table = silver_job.QUARANTINE_TABLE
@@ -479,7 +518,7 @@ def _health_lines(status: Status) -> list[str]:
     lines = [f"health at {status.now}: {status.state}"]
     if not status.commits_table:
         lines.append(
-            "  (no commits table yet: lag and rates appear once landing, silver and gold have "
+            "  (no commit records yet: lag and rates appear once landing, silver and gold have "
             "committed with ops.commits_table on)"
         )
     for o in status.objects:
@@ -543,17 +582,27 @@ def format_status(status: Status) -> list[str]:
                 f"{o.resync_full_object} whole-object"
             )
         failed = f"; FAIL: {o.failed}" if o.failed is not None else ""
-        lines.append(f"  {o.object}: {silver}; {gold}{resync}{failed}")
+        drift = ""
+        if o.reconciled_at is not None:
+            drift = (
+                f"; reconciled at {o.reconciled_at}: drift_missing {o.drift_missing}, "
+                f"drift_extra {o.drift_extra}, drift_stale {o.drift_stale}, "
+                f"repaired {o.drift_repaired}"
+            )
+        lines.append(f"  {o.object}: {silver}; {gold}{resync}{drift}{failed}")
     return lines
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the status of ``args.conf``'s lake."""
     conf = conf_from_args(args)
-    status = read_status(engine_for(conf.pipeline.lake), conf)
+    engine = engine_for(conf.pipeline.lake)
+    status = read_status(engine, conf)
     if args.format == "json":
         print(json.dumps({**asdict(status), "state": status.state}, indent=2))
     else:
+        if not engine.tables():
+            print(f"note: {empty_lake_note(conf, 'status')}")
         for line in format_status(status):
             print(line)
     return 1 if getattr(args, "check", False) and status.state == "FAIL" else 0

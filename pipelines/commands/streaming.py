@@ -153,7 +153,7 @@ def gold_lines(result: GoldResult) -> list[str]:
 
 
 def _land(args: argparse.Namespace, conf: Conf) -> LandingResult:
-    engine = engine_for(conf.pipeline.lake, environ=os.environ)
+    engine = engine_for(conf.pipeline.lake, write=True, environ=os.environ)
     ops = recorder_for(engine, conf)
     provision = push_topic_provisioner(conf)
     running: list[StreamingLanding] = []
@@ -194,7 +194,7 @@ def _ingest(args: argparse.Namespace) -> int:
 
 def _silver(args: argparse.Namespace) -> int:
     conf = _conf(args)
-    engine = engine_for(conf.pipeline.lake)
+    engine = engine_for(conf.pipeline.lake, write=True)
     ops = recorder_for(engine, conf)
     with ops.watching("silver"):
         result = run_streaming_silver(engine, conf, streams=args.channels, on_commit=ops.record)
@@ -204,7 +204,7 @@ def _silver(args: argparse.Namespace) -> int:
 
 def _gold(args: argparse.Namespace) -> int:
     conf = _conf(args)
-    engine = engine_for(conf.pipeline.lake)
+    engine = engine_for(conf.pipeline.lake, write=True)
     ops = recorder_for(engine, conf)
     with ops.watching("gold"):
         result = run_streaming_gold(engine, conf, streams=args.channels, on_commit=ops.record)
@@ -215,7 +215,7 @@ def _gold(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     conf = _conf(args)
     landing = _land(args, conf)
-    engine = engine_for(conf.pipeline.lake)
+    engine = engine_for(conf.pipeline.lake, write=True)
     ops = recorder_for(engine, conf)
     with ops.watching("silver"):
         silver = run_streaming_silver(engine, conf, streams=args.channels, on_commit=ops.record)

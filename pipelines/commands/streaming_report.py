@@ -10,9 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.bronze.streaming_tables import replay_number
 from pipelines.engines import TableRef
-from pipelines.silver.streaming_job import silver_app_id
 from pipelines.spec import Conf
 from pipelines.spec_streaming import StreamingObjectSpec
 
@@ -83,8 +81,11 @@ def stream_status(
     """``sfcdc status`` entries of the enabled channels: one topic (the bronze side, keyed
     ``streaming:<channel>``, replay ids as numbers) and one object (silver and gold) each,
     judged against ``defaults.health`` with the commits table's ``summary``."""
+    # Here, not at the top: validate (describe_streams) runs without Spark's packages.
+    from pipelines.bronze.streaming_tables import replay_number
     from pipelines.commands.status import TopicStatus, object_status, read_progress
     from pipelines.gold.job import GOLD_APP_PREFIX
+    from pipelines.silver.streaming_job import silver_app_id
 
     topics: list[TopicStatus] = []
     objects: list[ObjectStatus] = []

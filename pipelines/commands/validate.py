@@ -67,9 +67,15 @@ def _source(conf: Conf) -> str:
 def describe(conf: Conf) -> list[str]:
     """What a run of ``conf`` would do, as ``validate`` prints it."""
     lake = conf.pipeline.lake
-    enabled = conf.enabled_objects()
+    enabled = len(conf.enabled_objects()) + len(conf.enabled_streams())
+    total = len(conf.objects) + len(conf.streams)
+    kinds = (
+        f" ({len(conf.enabled_objects())} Pub/Sub, {len(conf.enabled_streams())} Streaming API)"
+        if conf.streams
+        else ""
+    )
     lines = [
-        f"{conf.conf_dir}: valid; {len(enabled)} of {len(conf.objects)} objects enabled",
+        f"{conf.conf_dir}: valid; {enabled} of {total} objects enabled{kinds}",
         f"  source  {_source(conf)}",
         f"  lake    {lake.engine} engine at {lake.location}",
     ]

@@ -4,8 +4,9 @@ functions run.
 ``make_engine(conf.pipeline.lake, spark)`` returns the engine the ``lake.engine`` key asks
 for; ``auto`` picks ``spark`` where Delta's Spark classes are present (Databricks, clusters
 with the delta-spark jar) and ``local`` elsewhere (laptops, CI). The local engine needs
-delta-rs (the ``local`` extra) and no Spark session; it is imported only when asked for, so a
-Databricks runtime without delta-rs imports this package.
+delta-rs (the ``local`` extra) and no Spark session, the spark engine pyspark (an extra too);
+each is imported only when asked for, so a Databricks runtime without delta-rs, and an install
+without extras (``sfcdc --help``, ``validate``, the emulator), import this package.
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ from pipelines.engines.base import (  # noqa: E402
     Txn,
     WriteLayout,
 )
-from pipelines.engines.spark import SparkEngine  # noqa: E402
 from pipelines.spec import LakeSpec  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from pipelines.engines.local import LocalEngine
+    from pipelines.engines.spark import SparkEngine
 
 __all__ = [
     "DELTA_CLASS",
@@ -122,6 +123,8 @@ def make_engine(
     if choice == "spark":
         if spark is None:
             raise LakeError("the spark lake engine needs a Spark session with Delta Lake")
+        from pipelines.engines.spark import SparkEngine
+
         return SparkEngine.from_spec(lake, spark)
     return local_engine(lake, spark)
 
@@ -139,9 +142,13 @@ def local_engine(lake: LakeSpec, spark: SparkSession | None = None) -> LocalEngi
 
 
 def __getattr__(name: str) -> Any:
-    # LocalEngine on first use only: importing it imports delta-rs.
+    # The engines on first use only: LocalEngine imports delta-rs, SparkEngine pyspark.
     if name == "LocalEngine":
         from pipelines.engines.local import LocalEngine
 
         return LocalEngine
+    if name == "SparkEngine":
+        from pipelines.engines.spark import SparkEngine
+
+        return SparkEngine
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

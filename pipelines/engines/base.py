@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,8 +36,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CDF_PROPERTY",
+    "DEFAULT_LOG_HOURS",
     "DEFAULT_PROPERTIES",
+    "DEFAULT_TOMBSTONE_HOURS",
     "LAYERS",
+    "LOG_RETENTION_PROPERTY",
     "TOMBSTONE_PROPERTY",
     "TXN_APP_ID_KEY",
     "TXN_VERSION_KEY",
@@ -58,8 +62,10 @@ __all__ = [
     "concurrent_write",
     "decode_user_metadata",
     "encode_user_metadata",
+    "interval_hours",
     "merge_keys",
     "txn_applied",
+    "updated_columns",
 ]
 
 LAYERS: tuple[Layer, ...] = ("bronze", "silver", "gold")
@@ -75,6 +81,35 @@ CDF_PROPERTY = "delta.enableChangeDataFeed"
 DEFAULT_PROPERTIES: Mapping[str, str] = {CDF_PROPERTY: "true"}
 # How long checkpoints keep the tombstones of removed files (Delta's default: a week).
 TOMBSTONE_PROPERTY = "delta.deletedFileRetentionDuration"
+# How long the log keeps its entries (Delta's default: 30 days); never less than the above.
+LOG_RETENTION_PROPERTY = "delta.logRetentionDuration"
+DEFAULT_TOMBSTONE_HOURS = 168.0
+DEFAULT_LOG_HOURS = 720.0
+_INTERVAL = re.compile(
+    r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*"
+    r"(nanoseconds?|microseconds?|milliseconds?|seconds?|minutes?|hours?|days?|weeks?)\s*$",
+    re.IGNORECASE,
+)
+_UNIT_HOURS = {
+    "nanosecond": 1 / 3.6e12,
+    "microsecond": 1 / 3.6e9,
+    "millisecond": 1 / 3.6e6,
+    "second": 1 / 3600,
+    "minute": 1 / 60,
+    "hour": 1.0,
+    "day": 24.0,
+    "week": 168.0,
+}
+
+
+def interval_hours(text: str | None, default: float) -> float:
+    """Hours of a Delta interval property (``interval 7 days``, ``1 hours``); ``default``
+    when it is not set or not understood."""
+    match = _INTERVAL.match(text or "")
+    if match is None:
+        return default
+    return float(match.group(1)) * _UNIT_HOURS[match.group(2).lower().removesuffix("s")]
+
 
 Rows = Any
 """Rows an engine holds: a ``pyarrow.Table`` in the local engine, a DataFrame in the spark
@@ -238,6 +273,13 @@ class LakeEngine(Protocol):
 
     def qualified_name(self, table: TableRef) -> str:
         """The name SQL users type for ``table`` (quoted, e.g. ```gold`.`account```)."""
+        ...
+
+    def ensure_writable(self) -> None:
+        """Raise :class:`~ingest.errors.LakeError` naming the lake's folder and the cause when
+        it cannot be written (a read-only file system, no permission), before a command
+        writes anything; a lake this engine cannot check (a catalog, object storage) passes.
+        Checked once per engine."""
         ...
 
     def exists(self, table: TableRef) -> bool:
@@ -414,8 +456,29 @@ class LakeEngine(Protocol):
         source rows are inserted when ``insert``. Conditions are SQL predicates over the
         aliases ``source`` and ``target``, e.g. ``source.ts >= target.ts``; keep them to
         plain comparisons and boolean logic so both engines' SQL dialects accept them.
-        A target row matching several source rows is an error.
+        A target row matching several source rows is an error. A column of the table that
+        the source does not have keeps its value in an updated row (and is null in an inserted
+        one): writers of whole rows leave columns they do not know alone
+        (:meth:`update_columns` writes those).
         """
+        ...
+
+    def update_columns(
+        self,
+        table: TableRef,
+        source: Rows | pa.Table,
+        *,
+        on: Sequence[str],
+        columns: Sequence[str],
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> MergeMetrics:
+        """A MERGE that sets only ``columns`` of the rows of ``table`` that ``source`` matches
+        on the ``on`` columns: every other column keeps its value, and nothing is inserted or
+        deleted (source rows that match no row are ignored). The columns must be columns of
+        the table (:meth:`ensure_table` adds them). A target row matching several source rows
+        is an error. For values that are refreshed apart from the rest of a row, such as
+        formula fields."""
         ...
 
     def overwrite(
@@ -558,6 +621,25 @@ def merge_keys(on: Sequence[str] | str) -> list[str]:
             f"a {type(on).__name__})"
         )
     return list(on)
+
+
+def updated_columns(table: TableRef, columns: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """The validated ``columns`` of :meth:`LakeEngine.update_columns`: a non-empty list of
+    names, none of them a merge key (repeats dropped)."""
+    if (
+        isinstance(columns, str)
+        or not columns
+        or not all(isinstance(c, str) and c for c in columns)
+    ):
+        raise LakeError(
+            f"update of columns in {table}: columns must be a non-empty list of column names "
+            f"(got {columns!r})"
+        )
+    lower = {k.lower() for k in keys}
+    clash = [c for c in columns if c.lower() in lower]
+    if clash:
+        raise LakeError(f"update of columns in {table}: {clash} are the merge keys")
+    return list(dict.fromkeys(columns))
 
 
 def check_conditions(where: Sequence[Condition]) -> list[Condition]:

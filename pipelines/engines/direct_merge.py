@@ -51,8 +51,11 @@ from deltalake import DeltaTable
 
 from pipelines.engines.base import CDF_PROPERTY, Txn
 from pipelines.engines.deltalog import (
+    STATS_PREFIX,
     Rewrite,
     commit_rewrite,
+    indexed_columns,
+    nested_nulls,
     plain_protocol,
     remove_action,
     write_change_file,
@@ -65,7 +68,6 @@ __all__ = ["DirectMerger", "MergePlan"]
 
 _log = logging.getLogger(__name__)
 _WORKERS = max(1, min(2, os.cpu_count() or 1))
-_STATS_PREFIX = 32
 # Data file paths this writer removes: relative, and spelt the same escaped or not.
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9._=/-]+")
 
@@ -80,6 +82,7 @@ class MergePlan:
     delete: Condition | None
     insert: bool
     predicate: str
+    indexed: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -127,8 +130,6 @@ class DirectMerger:
             return None
         if pc.count_distinct(keys).as_py() != source.num_rows:
             return None  # delta-rs refuses it, with its own message
-        if any(not f.nullable and source.column(f.name).null_count for f in schema):
-            return None
         try:
             update = parse_condition(update_condition, schema, schema) if update_condition else None
             delete = parse_condition(delete_condition, schema, schema) if delete_condition else None
@@ -139,7 +140,12 @@ class DirectMerger:
             source = source.cast(schema).combine_chunks()
         except pa.ArrowException:
             return None
-        return MergePlan(key, source, update, delete, insert, f"target.{key} = source.{key}")
+        if nested_nulls(source, schema):
+            return None  # delta-rs refuses it, with its own message
+        indexed = indexed_columns(schema, dt.metadata().configuration)
+        return MergePlan(
+            key, source, update, delete, insert, f"target.{key} = source.{key}", indexed
+        )
 
     def merge(
         self,
@@ -184,7 +190,9 @@ class DirectMerger:
             cdc = [r.cdc for r in results if r.cdc is not None]
             now_ms = int(self._clock() * 1000)
             if inserts.num_rows:
-                adds.append(write_data_file(root, inserts, now_ms, written=written))
+                adds.append(
+                    write_data_file(root, inserts, now_ms, written=written, indexed=plan.indexed)
+                )
                 if cdf:
                     cdc.append(
                         write_change_file(root, _labelled(inserts, "insert"), written=written)
@@ -260,7 +268,9 @@ class DirectMerger:
         result.copied = count - n_updated - n_deleted
         result.remove = remove_action(path, int(entry["size_bytes"]), now_ms)  # type: ignore[call-overload]
         if output.num_rows:
-            result.add = write_data_file(root, output, now_ms, written=written)
+            result.add = write_data_file(
+                root, output, now_ms, written=written, indexed=plan.indexed
+            )
         if cdf:
             # Written here, by the thread that rewrote the file, rather than all at the end.
             changes = [
@@ -300,7 +310,7 @@ def _candidates(files: pa.Table, plan: MergePlan) -> list[dict[str, object]]:
 def _cut(bound: object) -> bool:
     """Whether a text bound may be a prefix of the real one (writers cut long text in file
     statistics, Delta Spark at 32 characters): such a bound rules nothing out."""
-    return isinstance(bound, str) and len(bound) >= _STATS_PREFIX
+    return isinstance(bound, str) and len(bound) >= STATS_PREFIX
 
 
 def _parameters(plan: MergePlan) -> dict[str, str]:

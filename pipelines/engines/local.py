@@ -14,7 +14,15 @@ writes them too.
   by :class:`~pipelines.engines.deltalog.DirectAppender` (a constant cost per commit, however
   long the log); a MERGE of the kind the pipeline runs (one key, simple clause conditions) by
   :class:`~pipelines.engines.direct_merge.DirectMerger` (copy-on-write in Arrow, about twice
-  as fast); everything else is ``write_deltalake`` and delta-rs' MERGE.
+  as fast); everything else is ``write_deltalake`` and delta-rs' MERGE. Those two commit
+  themselves only on a local disk where a probe shows that hard links work
+  (``lake.direct_writes`` turns them off); elsewhere, and after any link error, delta-rs
+  commits everything.
+- The lake may be on object storage (``s3://``, ``az://``, ``abfss://``, ``gs://``;
+  :mod:`pipelines.engines.lake_location`): then every read and write goes through delta-rs.
+- Maintenance is delta-rs' compaction, VACUUM and checkpoints; log cleanup is
+  :func:`~pipelines.engines.deltalog.expire_log` (on a local disk; delta-rs'
+  ``cleanup_metadata`` on object storage).
 - A Spark session is needed only to query tables with Spark SQL (:meth:`LocalEngine.sql`):
   ``register_sql`` creates views named like the tables over their current files
   (:mod:`pipelines.engines.local_views`) and refreshes them after every write of this engine.
@@ -29,6 +37,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
@@ -36,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from deltalake import DeltaTable, Schema
 from deltalake.exceptions import DeltaError
 from pyspark.sql.types import StructType
@@ -59,20 +70,27 @@ from pipelines.engines.base import (
     TableRef,
     decode_user_metadata,
 )
-from pipelines.engines.deltalog import DirectAppender, expire_log
+from pipelines.engines.deltalog import DirectAppender, expire_log, links_work
 from pipelines.engines.direct_merge import DirectMerger
-from pipelines.engines.local_maintenance import compact_in_tiers, keep_tombstones
+from pipelines.engines.lake_location import LakeLocation
+from pipelines.engines.local_maintenance import (
+    compact_in_tiers,
+    keep_tombstones,
+    log_retention_hours,
+    vacuum,
+)
 from pipelines.engines.local_reads import NATIVE_READER_FEATURES, LocalReads
 from pipelines.engines.local_writes import LocalWrites
 from pipelines.engines.parquet_read import data_file
 from pipelines.engines.rewrite_lock import rewrite_lock
 from pipelines.engines.sql import quote_identifier
-from pipelines.engines.vacuum import vacuum
-from pipelines.spec import LakeSpec, SchemasSpec, is_identifier
+from pipelines.engines.writable import check_writable
+from pipelines.spec import LakeSpec, SchemasSpec, StorageSpec, is_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from ingest.auth import SecretResolver
     from pipelines.engines.local_views import ViewRegistry
 
 __all__ = ["NATIVE_READER_FEATURES", "LocalEngine"]
@@ -85,10 +103,13 @@ BATCH_ROWS = 20_000
 
 
 class LocalEngine(LocalReads, LocalWrites):
-    """Delta tables on a local (or mounted) file system, through delta-rs and pyarrow.
+    """Delta tables on a local (or mounted) file system or on object storage, through
+    delta-rs and pyarrow.
 
     ``spark`` (optional) is the session :meth:`sql` and :meth:`register_sql` use; nothing
-    else needs one. ``clock`` times merges.
+    else needs one. ``clock`` times merges. ``storage`` and ``secrets`` reach a ``location``
+    on object storage; ``direct_writes`` lets the engine commit appends and MERGEs itself
+    where hard links work.
     """
 
     name: Literal["local"] = "local"
@@ -102,18 +123,30 @@ class LocalEngine(LocalReads, LocalWrites):
         table_prefix: str = "",
         clock: Callable[[], float] = time.perf_counter,
         default_properties: Mapping[str, str] = DEFAULT_PROPERTIES,
+        storage: StorageSpec | None = None,
+        secrets: SecretResolver | None = None,
+        direct_writes: bool = True,
     ) -> None:
         self._spark = spark
-        self.location = Path(location).expanduser().absolute()
+        self._where = LakeLocation.parse(location, storage, secrets)
+        self.location: Path | str = (
+            self._where.local if self._where.local is not None else self._where.uri
+        )
+        # None: not probed yet (on the first direct write).
+        self._direct_ok: bool | None = (
+            None if direct_writes and self._where.local is not None else False
+        )
         self.schemas = schemas or SchemasSpec()
         self.table_prefix = table_prefix
         self.default_properties = dict(default_properties)
         self._clock = clock
-        self._tables: dict[Path, DeltaTable] = {}
+        self._tables: dict[str, DeltaTable] = {}
+        self._files: pafs.FileSystem | None = None
         self._registered: dict[TableRef, None] = {}
         self._views: ViewRegistry | None = None
         self._direct = DirectAppender(self.path)
         self._merger = DirectMerger()
+        self._writable = False
 
     @classmethod
     def from_spec(
@@ -122,18 +155,26 @@ class LocalEngine(LocalReads, LocalWrites):
         spark: SparkSession | None = None,
         *,
         clock: Callable[[], float] = time.perf_counter,
+        secrets: SecretResolver | None = None,
     ) -> LocalEngine:
-        """The engine a ``lake:`` section describes (its ``location``, schemas and prefix)."""
+        """The engine a ``lake:`` section describes (its ``location``, storage, schemas and
+        prefix); ``secrets`` resolves the storage's credentials (default: environment
+        variables)."""
+        from ingest.auth import EnvSecrets
+
         return cls(
             spark,
             location=lake.location,
             schemas=lake.schemas,
             table_prefix=lake.table_prefix,
             clock=clock,
+            storage=lake.storage,
+            secrets=secrets or EnvSecrets(),
+            direct_writes=lake.direct_writes,
         )
 
     def __repr__(self) -> str:
-        return f"LocalEngine(location={str(self.location)!r})"
+        return f"LocalEngine(location={self._where.uri!r})"
 
     # ------------------------------------------------------------------------- naming
 
@@ -141,8 +182,45 @@ class LocalEngine(LocalReads, LocalWrites):
         return f"{self.table_prefix}{table.name}"
 
     def path(self, table: TableRef) -> Path:
-        """Directory of ``table``: ``<location>/<layer>/<prefix><name>``."""
-        return self.location / table.layer / self.physical_name(table)
+        """Directory of ``table`` on a local disk: ``<location>/<layer>/<prefix><name>``."""
+        if self._where.local is None:
+            raise LakeError(f"{table} is on object storage ({self.uri(table)}): no local path")
+        return self._where.local / table.layer / self.physical_name(table)
+
+    def uri(self, table: TableRef) -> str:
+        """Where delta-rs finds ``table``: its directory, or its URI on object storage."""
+        return self._where.join(table.layer, self.physical_name(table))
+
+    @property
+    def storage_options(self) -> dict[str, str] | None:
+        """What delta-rs is given to reach the lake (credentials included)."""
+        return dict(self._where.options) or None
+
+    def _open(self, table: TableRef, version: int | None = None) -> DeltaTable:
+        return DeltaTable(self.uri(table), version=version, storage_options=self.storage_options)
+
+    def _object_files(self) -> tuple[str, pafs.FileSystem] | None:
+        """For a lake on object storage: the root its file URIs start with, and a file
+        system over it (opened once)."""
+        if self._where.local is not None:
+            return None
+        if self._files is None:
+            self._files = self._where.filesystem()
+        return f"{self._where.uri}/", self._files
+
+    def _direct_allowed(self) -> bool:
+        """Whether this engine may commit appends and MERGEs itself: a local lake where hard
+        links and put-if-absent work (probed once), and no link has failed since."""
+        if self._direct_ok is None:
+            assert self._where.local is not None
+            self._where.local.mkdir(parents=True, exist_ok=True)
+            self._direct_ok = links_work(self._where.local)
+        return self._direct_ok
+
+    def _direct_failed(self, exc: Exception) -> None:
+        if self._direct_ok:
+            _log.warning("%s: committing through delta-rs from now on: %s", self, exc)
+        self._direct_ok = False
 
     def qualified_name(self, table: TableRef) -> str:
         schema = self.schemas.for_layer(table.layer)
@@ -151,34 +229,42 @@ class LocalEngine(LocalReads, LocalWrites):
     # ----------------------------------------------------------------------- metadata
 
     def _load(self, table: TableRef) -> DeltaTable | None:
-        path = self.path(table)
-        cached = self._tables.get(path)
+        uri = self.uri(table)
+        cached = self._tables.get(uri)
         if cached is not None:
-            moved = _log_moved(path, cached.version())
-            if moved is None:
-                return cached
-            if moved:
-                try:
-                    cached.update_incremental()
-                except (DeltaError, OSError):
-                    del self._tables[path]
-                else:
-                    return cached
+            held = cached.version()
+            try:
+                # delta-rs lists the log from the version it holds and applies what is new.
+                cached.update_incremental()
+            except (DeltaError, OSError):
+                pass
             else:
-                # Its own commit is gone: the log was cleaned up past it, or the table was
-                # removed or replaced behind our back. Start afresh.
-                del self._tables[path]
-        if not DeltaTable.is_deltatable(str(path)):
+                if self._commit_exists(uri, held):
+                    return cached
+            # The log was cleaned up past the cached version, or the table was removed or
+            # replaced behind our back: start afresh.
+            del self._tables[uri]
+        if not DeltaTable.is_deltatable(uri, self.storage_options):
             return None
         with self._errors("open", table):
-            loaded = DeltaTable(str(path))
-        self._tables[path] = loaded
+            loaded = self._open(table)
+        self._tables[uri] = loaded
         return loaded
+
+    def _commit_exists(self, uri: str, version: int) -> bool:
+        """Whether the commit file of ``version`` is still in the table's log at ``uri``."""
+        name = f"_delta_log/{version:020d}.json"
+        files = self._object_files()
+        if files is None:
+            return (Path(uri) / name).exists()
+        root, fs = files
+        info = fs.get_file_info(f"{uri.removeprefix(root)}/{name}")
+        return bool(info.type != pafs.FileType.NotFound)
 
     def _require(self, table: TableRef, version: int | None = None) -> DeltaTable:
         current = self._load(table)
         if current is None:
-            raise LakeError(f"table {table} does not exist (no Delta table at {self.path(table)})")
+            raise LakeError(f"table {table} does not exist (no Delta table at {self.uri(table)})")
         if version is None or version == current.version():
             return current
         if version < 0 or version > current.version():
@@ -186,13 +272,13 @@ class LocalEngine(LocalReads, LocalWrites):
                 f"table {table} has versions 0..{current.version()}; cannot read version {version}"
             )
         with self._errors(f"open version {version} of", table):
-            return DeltaTable(str(self.path(table)), version=version)
+            return self._open(table, version)
 
     def _rewriting(self, table: TableRef, action: str) -> contextlib.AbstractContextManager[None]:
         """The table's rewrite lock (:mod:`pipelines.engines.rewrite_lock`): held by every
         commit that removes files, since delta-rs lets two such commits of one file through."""
         return rewrite_lock(
-            self.location, f"{table.layer}.{self.physical_name(table)}", action=action
+            self._where.lock_dir(), f"{table.layer}.{self.physical_name(table)}", action=action
         )
 
     @contextlib.contextmanager
@@ -202,7 +288,13 @@ class LocalEngine(LocalReads, LocalWrites):
         except LakeError:
             raise
         except (DeltaError, pa.ArrowException, OSError) as exc:
-            raise LakeError(f"{action} {table} ({self.path(table)}) failed: {exc}") from exc
+            raise LakeError(f"{action} {table} ({self.uri(table)}) failed: {exc}") from exc
+
+    def ensure_writable(self) -> None:
+        # A lake on object storage is judged by its store at the first commit.
+        if not self._writable and self._where.local is not None:
+            check_writable(self._where.local)
+        self._writable = True
 
     def exists(self, table: TableRef) -> bool:
         return self._load(table) is not None
@@ -239,16 +331,17 @@ class LocalEngine(LocalReads, LocalWrites):
         wanted = {**self.default_properties, **(properties or {})}
         dt = self._load(table)
         if dt is None:
-            path = self.path(table)
-            path.mkdir(parents=True, exist_ok=True)
+            if self._where.local is not None:
+                self.path(table).mkdir(parents=True, exist_ok=True)
             with self._errors("create", table):
                 DeltaTable.create(
-                    str(path),
+                    self.uri(table),
                     spark_schema_to_arrow(schema),
                     mode="ignore",
                     configuration=wanted or None,
+                    storage_options=self.storage_options,
                 )
-            _log.info("created %s at %s", table, path)
+            _log.info("created %s at %s", table, self.uri(table))
             self._after_write(table)
             return
         current = self._schema_of(dt)
@@ -351,22 +444,22 @@ class LocalEngine(LocalReads, LocalWrites):
         tombstone_hours: float | None = None,
     ) -> MaintenanceResult:
         # A table of its own: maintenance may run on a thread beside this engine's appends.
-        path = self.path(table)
-        if not DeltaTable.is_deltatable(str(path)):
-            raise LakeError(f"table {table} does not exist (no Delta table at {path})")
+        uri = self.uri(table)
+        if not DeltaTable.is_deltatable(uri, self.storage_options):
+            raise LakeError(f"table {table} does not exist (no Delta table at {uri})")
         if log_hours is not None and log_hours < 0:
             raise LakeError(f"log_hours must be >= 0 (got {log_hours})")
+        if vacuum_hours is not None and vacuum_hours < 0:
+            raise LakeError(f"vacuum_hours must be >= 0 (got {vacuum_hours})")
         removed = added = 0
         checkpoint_version = vacuumed = expired = None
         with self._errors("maintain", table):
-            dt = DeltaTable(str(path))
+            dt = self._open(table)
             if compact:
                 with self._rewriting(table, "compaction"):
                     dt.update_incremental()
                     removed, added = compact_in_tiers(dt)
             if vacuum_hours is not None:
-                if vacuum_hours < 0:
-                    raise LakeError(f"vacuum_hours must be >= 0 (got {vacuum_hours})")
                 if vacuum_hours < _MIN_SAFE_VACUUM_HOURS:
                     _log.warning(
                         "%s: vacuuming files unreferenced for %.1f h (< 7 days): readers of "
@@ -374,25 +467,19 @@ class LocalEngine(LocalReads, LocalWrites):
                         table,
                         vacuum_hours,
                     )
-                # Files a writer has yet to commit are newer than the table's last commit, and
-                # stay (pipelines.engines.vacuum).
-                vacuumed = vacuum(dt, path, vacuum_hours)
+                dt.update_incremental()
+                before = _data_files(self.path(table)) if self._where.local else None
+                vacuumed = vacuum(dt, vacuum_hours)
+                if before is not None:
+                    vacuumed = max(0, before - _data_files(self.path(table)))
             if tombstone_hours is not None:
                 keep_tombstones(table, dt, tombstone_hours)
-            # The checkpoint last, so it covers vacuum's commits, and the log cleanup after it
-            # (vacuum reads the log entries it would delete).
+            # The checkpoint last, so it covers vacuum's commits, and the log cleanup after it.
             if checkpoint:
+                dt.update_incremental()
                 dt.create_checkpoint()
                 checkpoint_version = dt.version()
-                if log_hours is None:
-                    # Removes log entries older than delta.logRetentionDuration (30 days).
-                    dt.cleanup_metadata()
-                else:
-                    expired = expire_log(
-                        path / "_delta_log",
-                        older_than=time.time() - log_hours * 3600,
-                        keep_version=log_from_version,
-                    )
+                expired = self._clean_log(table, dt, log_hours, log_from_version)
         _log.info(
             "%s: maintenance compacted %d files into %d, checkpoint %s, vacuumed %s files, "
             "removed %s log entries",
@@ -406,21 +493,53 @@ class LocalEngine(LocalReads, LocalWrites):
         self._after_write(table)
         return MaintenanceResult(table, removed, added, checkpoint_version, vacuumed, expired)
 
+    def _clean_log(
+        self, table: TableRef, dt: DeltaTable, log_hours: float | None, keep: int | None
+    ) -> int | None:
+        """Delete the log entries older than ``log_hours`` (None: the table's
+        ``delta.logRetentionDuration``, 30 days unless set) that no kept version needs."""
+        hours = log_retention_hours(dt) if log_hours is None else log_hours
+        if self._where.local is None:
+            if log_hours is not None and log_hours < log_retention_hours(dt):
+                _log.warning(
+                    "%s: on object storage delta-rs cleans the log after the table's "
+                    "delta.logRetentionDuration (%g h), not after %g h",
+                    table,
+                    log_retention_hours(dt),
+                    log_hours,
+                )
+            dt.cleanup_metadata()
+            return None
+        if math.isinf(hours):
+            return 0
+        return expire_log(
+            self.path(table) / "_delta_log",
+            older_than=time.time() - hours * 3600,
+            keep_version=keep,
+        )
+
     # --------------------------------------------------------------------------- views
 
     def tables(self) -> list[TableRef]:
         """Every Delta table under ``location`` that carries this engine's prefix."""
+        from pyarrow.fs import FileSelector, FileType
+
         found = []
+        filesystem = self._where.filesystem()
         for layer in LAYERS:
-            layer_dir = self.location / layer
-            if not layer_dir.is_dir():
+            try:
+                children = filesystem.get_file_info(FileSelector(layer, allow_not_found=True))
+            except (OSError, DeltaError):
                 continue
-            for child in sorted(layer_dir.iterdir()):
-                name = child.name.removeprefix(self.table_prefix)
+            for child in sorted(children, key=lambda c: c.base_name):
+                name = child.base_name.removeprefix(self.table_prefix)
                 if (
-                    child.name.startswith(self.table_prefix)
+                    child.type == FileType.Directory
+                    and child.base_name.startswith(self.table_prefix)
                     and is_identifier(name)
-                    and (child / "_delta_log").is_dir()
+                    and DeltaTable.is_deltatable(
+                        self._where.join(layer, child.base_name), self.storage_options
+                    )
                 ):
                     found.append(TableRef(layer, name))
         return found
@@ -463,6 +582,11 @@ class LocalEngine(LocalReads, LocalWrites):
     def _create_view(self, table: TableRef) -> None:
         from pipelines.engines.local_views import ViewRegistry
 
+        if self._where.local is None:
+            raise LakeError(
+                f"{table} is on object storage ({self.uri(table)}): Spark SQL views over its "
+                "files need a local lake; read it with engine.read() or sfcdc sql"
+            )
         dt = self._require(table)
         if not self._reads_natively(dt):
             raise LakeError(
@@ -479,16 +603,13 @@ class LocalEngine(LocalReads, LocalWrites):
         )
 
 
-def _log_moved(table_dir: Path, version: int) -> bool | None:
-    """Whether the log of ``table_dir`` moved past ``version``: ``None`` when it did not,
-    ``True`` for a later commit, ``False`` when that version's own commit is gone (a log
-    cleanup, or the table removed or replaced). Two file checks, where delta-rs'
-    ``update_incremental`` lists the whole log directory, which holds thousands of entries on
-    a table that commits every second."""
-    log = table_dir / "_delta_log"
-    if not (log / f"{version:020d}.json").exists():
-        return False
-    return True if (log / f"{version + 1:020d}.json").exists() else None
+def _data_files(directory: Path) -> int:
+    """Data and change data files under a table directory (its log aside)."""
+    count = 0
+    for _root, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if d != "_delta_log"]
+        count += sum(1 for f in files if f.endswith(".parquet") and not f.startswith("."))
+    return count
 
 
 def _history_entry(commit: Mapping[str, Any]) -> HistoryEntry:

@@ -1,17 +1,35 @@
-"""Maintenance of the local engine's tables that delta-rs leaves to its caller: compaction in
-two tiers, and how long checkpoints keep the tombstones of removed files."""
+"""Maintenance of the local engine's tables through delta-rs: compaction in two tiers,
+VACUUM with sfcdc's retention, how long checkpoints keep the tombstones of removed files, and
+the table's log retention.
+
+VACUUM is delta-rs' own, run twice. Its ``lite`` mode deletes the files that commits removed
+(compaction, MERGE) once their tombstones are older than the retention, and nothing else, so
+a data file a writer has written but not yet committed is safe whatever the retention. Its
+``full`` mode also deletes files no version references -- the change data files MERGEs write
+for the change data feed, and files crashed writers left -- once written longer ago than the
+retention; it runs with a retention of at least an hour, so that an uncommitted file of a
+running writer is never taken for one. delta-rs counts retentions in whole hours: a
+fractional one is rounded up, as the spark engine's VACUUM does.
+"""
 
 from __future__ import annotations
 
 import logging
 import math
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from pipelines.engines.base import TOMBSTONE_PROPERTY, TableRef
+from pipelines.engines.base import (
+    DEFAULT_LOG_HOURS,
+    LOG_RETENTION_PROPERTY,
+    TOMBSTONE_PROPERTY,
+    TableRef,
+    interval_hours,
+)
 
 __all__ = [
     "COMPACT_SMALL_BYTES",
@@ -19,6 +37,8 @@ __all__ = [
     "COMPACT_TIER_FILES",
     "compact_in_tiers",
     "keep_tombstones",
+    "log_retention_hours",
+    "vacuum",
 ]
 
 _log = logging.getLogger(__name__)
@@ -38,6 +58,9 @@ COMPACT_TARGET_BYTES = 16 * 1024**2
 # under the target have gathered does a round pack those into files of the target size.
 COMPACT_SMALL_BYTES = 1024**2
 COMPACT_TIER_FILES = 16
+# Files no version references are another writer's until they are this old (a writer commits
+# the files it writes within seconds).
+_ORPHAN_HOURS = 1
 
 
 def compact_in_tiers(dt: DeltaTable) -> tuple[int, int]:
@@ -57,11 +80,37 @@ def compact_in_tiers(dt: DeltaTable) -> tuple[int, int]:
     return removed, added
 
 
+def vacuum(dt: DeltaTable, hours: float) -> int:
+    """Delete the files of ``dt`` no version of the last ``hours`` needs (see the module
+    notes); how many went."""
+    retention = math.ceil(hours)
+    deleted = dt.vacuum(retention_hours=retention, dry_run=False, enforce_retention_duration=False)
+    dt.update_incremental()
+    orphans = dt.vacuum(
+        retention_hours=max(retention, _ORPHAN_HOURS),
+        dry_run=False,
+        enforce_retention_duration=False,
+        full=True,
+    )
+    dt.update_incremental()
+    # Either pass may list files deleted before (a tombstone outlives its file), spelt as a
+    # relative or an absolute path: the caller counts what it can see go.
+    return len({Path(name).name for name in (*deleted, *orphans)})
+
+
+def log_retention_hours(dt: DeltaTable) -> float:
+    """The table's ``delta.logRetentionDuration`` in hours (Delta's 30 days unless set)."""
+    return interval_hours(
+        dt.metadata().configuration.get(LOG_RETENTION_PROPERTY), DEFAULT_LOG_HOURS
+    )
+
+
 def keep_tombstones(table: TableRef, dt: DeltaTable, hours: float) -> None:
     """Have the checkpoints of ``table`` keep the tombstones of removed files ``hours``
     rather than Delta's default week: a bronze table compacted every few minutes otherwise
     carries tens of thousands of them, which every reader loads. VACUUM here does not need
-    them (:mod:`pipelines.engines.vacuum`), nor do delta-rs' reads of older versions. One
+    them for files whose tombstones are gone (its ``full`` mode finds those), nor do delta-rs'
+    reads of older versions. One
     commit when the value changes; when a concurrent writer wins it, the next round sets it."""
     wanted = f"interval {max(1, math.ceil(hours * 3600))} seconds"
     if dt.metadata().configuration.get(TOMBSTONE_PROPERTY) == wanted:

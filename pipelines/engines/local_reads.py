@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from pyspark.sql.types import StructType
 
@@ -57,6 +58,7 @@ class LocalReads:
         def _schema_of(dt: DeltaTable) -> StructType: ...
         @staticmethod
         def _to_arrow(data: Any) -> pa.Table: ...
+        def _object_files(self) -> tuple[str, pafs.FileSystem] | None: ...
 
     def _reads_natively(self, dt: DeltaTable) -> bool:
         protocol = dt.protocol()
@@ -83,6 +85,13 @@ class LocalReads:
                 f"{table} has no column {', '.join(map(repr, unknown))} (columns: "
                 f"{', '.join(schema.names)})"
             )
+        mapping = dt.metadata().configuration.get("delta.columnMapping.mode", "none")
+        if mapping not in (None, "none"):
+            # delta-rs 1.6 reads such a table's columns as nulls, without an error.
+            raise LakeError(
+                f"{table} uses column mapping (delta.columnMapping.mode = {mapping}), which the "
+                "local engine cannot read correctly; read it with the spark engine"
+            )
         with self._errors("read", table):
             if not self._reads_natively(dt):
                 rows = dt.to_pyarrow_table(columns=names, filters=list(conditions) or None)
@@ -91,7 +100,18 @@ class LocalReads:
             # dataset wrapper leaves threads behind that abort the interpreter at exit
             # ("terminate called without an active exception"), and pyarrow.dataset imports
             # pandas, half a second of start-up for a landing process that never uses it.
-            return read_parquet(dt.file_uris(), schema, names, conditions)
+            files = dt.file_uris()
+            filesystem = self._object_files()
+            if filesystem is not None:
+                # Paths in the store, under the lake's root (delta-rs reads any it spells
+                # otherwise).
+                root, fs = filesystem
+                if all(f.startswith(root) for f in files):
+                    files = [f.removeprefix(root) for f in files]
+                    return read_parquet(files, schema, names, conditions, fs)
+                rows = dt.to_pyarrow_table(columns=names, filters=list(conditions) or None)
+                return fit_to_schema(rows, pa.schema([schema.field(n) for n in names]))
+            return read_parquet(files, schema, names, conditions)
 
     def read(
         self, table: TableRef, *, version: int | None = None, columns: Sequence[str] | None = None

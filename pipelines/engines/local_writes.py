@@ -42,8 +42,9 @@ from pipelines.engines.base import (
     encode_user_metadata,
     merge_keys,
     txn_applied,
+    updated_columns,
 )
-from pipelines.engines.deltalog import DirectAppender, StaleTable
+from pipelines.engines.deltalog import DirectAppender, DirectWritesUnavailable, StaleTable
 from pipelines.engines.direct_merge import DirectMerger
 
 __all__ = ["LocalWrites"]
@@ -74,6 +75,8 @@ class LocalWrites:
             self, action: str, table: TableRef
         ) -> contextlib.AbstractContextManager[None]: ...
         def _after_write(self, table: TableRef) -> None: ...
+        def _direct_allowed(self) -> bool: ...
+        def _direct_failed(self, exc: Exception) -> None: ...
         def ensure_table(
             self,
             table: TableRef,
@@ -198,11 +201,16 @@ class LocalWrites:
         """The parts committed by :class:`~pipelines.engines.deltalog.DirectAppender` when it
         takes them (they have the table's exact schema and the table a plain protocol);
         ``None`` when they must go through delta-rs."""
+        if not self._direct_allowed():
+            return None
         if not all(self._direct.accepts(table, data.schema) for data, _ in parts):
             return None
         try:
             results = self._direct.append_parts(table, parts, metadata=metadata, layout=layout)
         except StaleTable:
+            return None
+        except DirectWritesUnavailable as exc:
+            self._direct_failed(exc)
             return None
         if any(r.version is not None and not r.skipped for r in results):
             self._after_write(table)
@@ -289,17 +297,24 @@ class LocalWrites:
             # would let this commit remove files a compaction has already replaced.
             dt.update_incremental()
             before = dt.version()
-            plan = DirectMerger.plan(
-                dt,
-                arrow,
-                on=keys,
-                update_condition=update_condition,
-                delete_condition=delete_condition,
-                insert=insert,
+            plan = (
+                DirectMerger.plan(
+                    dt,
+                    arrow,
+                    on=keys,
+                    update_condition=update_condition,
+                    delete_condition=delete_condition,
+                    insert=insert,
+                )
+                if self._direct_allowed()
+                else None
             )
-            direct = (
-                None if plan is None else self._merger.merge(dt, plan, txn=txn, metadata=metadata)
-            )
+            direct = None
+            if plan is not None:
+                try:
+                    direct = self._merger.merge(dt, plan, txn=txn, metadata=metadata)
+                except DirectWritesUnavailable as exc:
+                    self._direct_failed(exc)
             reported: Mapping[str, Any]
             if direct is not None:
                 reported = direct
@@ -345,6 +360,83 @@ class LocalWrites:
             metrics.inserted,
             metrics.updated,
             metrics.deleted,
+            metrics.version,
+        )
+        self._after_write(table)
+        return metrics
+
+    def update_columns(
+        self,
+        table: TableRef,
+        source: Any,
+        *,
+        on: Sequence[str],
+        columns: Sequence[str],
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> MergeMetrics:
+        keys = merge_keys(on)
+        started = self._clock()
+        names = updated_columns(table, columns, keys)
+        dt = self._require(table)
+        if self._already_applied(dt, table, txn):
+            return MergeMetrics(table, 0, 0, 0, 0, dt.version(), True, self._clock() - started)
+        target = spark_schema_to_arrow(self._schema_of(dt))
+        missing = [c for c in (*keys, *names) if target.get_field_index(c) < 0]
+        if missing:
+            raise LakeError(
+                f"update of columns in {table}: {missing} are not columns of the table "
+                "(ensure_table adds them first)"
+            )
+        arrow = normalize_arrow(self._to_arrow(source)).select([*keys, *names])
+        arrow, _grows = conform_to_schema(
+            arrow, target, evolve=False, table_name=str(table), fill_missing=False
+        )
+        predicate = " AND ".join(f"target.{_dq(k)} = source.{_dq(k)}" for k in keys)
+        with self._rewriting(table, "merge"), self._errors("update columns of", table):
+            dt.update_incremental()
+            before = dt.version()
+            # A MERGE of its own: the direct merger replaces whole rows, this sets a few columns
+            # and leaves every other one as it is.
+            reported = (
+                dt.merge(
+                    arrow,
+                    predicate,
+                    source_alias="source",
+                    target_alias="target",
+                    streamed_exec=False,
+                    commit_properties=self._commit_properties(txn, metadata),
+                )
+                .when_matched_update(updates={_dq(c): f"source.{_dq(c)}" for c in names})
+                .execute()
+            )
+            dt.update_incremental()
+            if txn is not None and dt.version() == before:
+                # delta-rs commits nothing when no row changes; the txn must still be recorded.
+                write_deltalake(
+                    dt,
+                    target.empty_table(),
+                    mode="append",
+                    commit_properties=self._commit_properties(txn, metadata),
+                )
+                dt.update_incremental()
+        self._direct.forget(table)
+        metrics = MergeMetrics(
+            table,
+            inserted=0,
+            updated=int(reported.get("num_target_rows_updated", 0)),
+            deleted=0,
+            source_rows=int(reported.get("num_source_rows", arrow.num_rows)),
+            version=dt.version(),
+            skipped=False,
+            duration_s=self._clock() - started,
+        )
+        _log.info(
+            "%s: set %s of %d rows from %d source rows as version %d",
+            table,
+            ", ".join(names),
+            metrics.updated,
+            metrics.source_rows,
             metrics.version,
         )
         self._after_write(table)

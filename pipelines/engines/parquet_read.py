@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipelines.engines.base import Condition
@@ -25,15 +26,20 @@ def data_file(uri: str) -> str:
 
 
 def read_parquet(
-    files: Sequence[str], schema: pa.Schema, names: Sequence[str], conditions: Sequence[Condition]
+    files: Sequence[str],
+    schema: pa.Schema,
+    names: Sequence[str],
+    conditions: Sequence[Condition],
+    filesystem: pafs.FileSystem | None = None,
 ) -> pa.Table:
     """Rows of ``files`` (typed as ``schema``; columns a file lacks read as null) matching
     every condition, with the columns ``names``. Row groups whose statistics exclude a
-    condition are not read."""
+    condition are not read. ``filesystem`` (object storage) holds ``files``, paths on it."""
     needed = list(dict.fromkeys([*names, *(column for column, _op, _v in conditions)]))
     pieces = []
     for file in files:
-        parquet = pq.ParquetFile(data_file(file))
+        source: Any = data_file(file) if filesystem is None else filesystem.open_input_file(file)
+        parquet = pq.ParquetFile(source)
         metadata = parquet.metadata
         groups = [
             i

@@ -75,7 +75,9 @@ from pipelines.engines.sql import (
     quote_string,
     spark_type_sql,
 )
+from pipelines.engines.writable import check_writable
 from pipelines.spec import LakeSpec, SchemasSpec
+from pipelines.spec_fields import has_scheme
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -145,6 +147,7 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         self.default_properties = dict(default_properties)
         self.one_commit_appends = one_commit_appends
         self._clock = clock
+        self._writable = False
         self._txn_indexes: dict[TableRef, _TxnIndex] = {}
         self._settings_lock = session_lock(spark)
         # What every write of the engine wants, set once: no write changes them back.
@@ -265,6 +268,13 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         return frame
 
     # ----------------------------------------------------------------------- metadata
+
+    def ensure_writable(self) -> None:
+        location = self.location
+        if self._writable or location is None or "://" in location:
+            return  # catalog tables and object storage: their permissions are theirs to say
+        check_writable(Path(location.removeprefix("file:")))
+        self._writable = True
 
     def exists(self, table: TableRef) -> bool:
         if self.location is None:
@@ -541,8 +551,10 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
 
 
 def _absolute(location: str | Path | None) -> str:
+    # A URI (s3://, abfss://, dbfs:/, file:/) is Spark's to resolve; /Volumes/... and other
+    # paths are made absolute, which leaves an absolute one as it is.
     text = str(location)
-    if "://" in text:
+    if has_scheme(text):
         return text.rstrip("/")
     return str(Path(text).expanduser().absolute())
 

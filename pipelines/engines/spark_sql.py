@@ -171,6 +171,20 @@ def merge_sql(
     )
 
 
+def update_columns_sql(
+    target: str, source_view: str, *, on: Sequence[str], columns: Sequence[str]
+) -> str:
+    """``MERGE INTO`` of the temporary view ``source_view`` into ``target`` that sets only
+    ``columns`` of the matched rows (aliases ``target`` and ``source``) and inserts nothing."""
+    assignments = ", ".join(
+        f"target.{quote_identifier(c)} = source.{quote_identifier(c)}" for c in columns
+    )
+    return (
+        f"MERGE INTO {target} AS target USING {quote_identifier(source_view)} AS source ON "
+        f"{merge_condition(on)} WHEN MATCHED THEN UPDATE SET {assignments}"
+    )
+
+
 def merge_condition(keys: Sequence[str]) -> str:
     """The join condition of a merge on ``keys`` (aliases ``target`` and ``source``)."""
     return " AND ".join(

@@ -1,10 +1,11 @@
 """How the ``spark`` engine manages its tables: creating them and adding columns and
-properties, their history, and their upkeep -- OPTIMIZE, VACUUM and log cleanup, all SQL.
-
-Delta has no SQL statement that writes a log checkpoint: Delta Spark writes one by itself every
-``delta.checkpointInterval`` commits (10 by default) and removes log entries older than
-``delta.logRetentionDuration`` after it, so :meth:`SparkTablesMixin.maintain` leaves
-checkpoints to Delta and reports none.
+properties, their history, and their upkeep -- OPTIMIZE, VACUUM, log checkpoints and log
+cleanup, in SQL. Log cleanup is Delta's own: sfcdc sets the table's ``delta.logRetentionDuration``
+to its retention, and Delta deletes the expired entries after each checkpoint (whole days: Delta
+keeps every entry of the day the retention ends in). Delta writes a checkpoint by itself every
+``delta.checkpointInterval`` commits; no SQL statement writes one, so where the session reaches
+Delta's log classes on the JVM (a classic session) maintenance writes one there and then, and
+elsewhere (Spark Connect) reports the newest one Delta wrote.
 
 :class:`SparkTablesMixin` is part of :class:`~pipelines.engines.spark.SparkEngine`.
 """
@@ -14,14 +15,21 @@ from __future__ import annotations
 import logging
 import math
 import os
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ingest.errors import LakeError
 from pipelines.engines.arrow import same_type
-from pipelines.engines.base import HistoryEntry, MaintenanceResult, TableRef
+from pipelines.engines.base import (
+    DEFAULT_TOMBSTONE_HOURS,
+    LOG_RETENTION_PROPERTY,
+    TOMBSTONE_PROPERTY,
+    HistoryEntry,
+    MaintenanceResult,
+    TableRef,
+    interval_hours,
+)
 from pipelines.engines.spark_sql import (
     DELETION_VECTORS_PROPERTY,
     RETENTION_CHECK_CONF,
@@ -31,6 +39,7 @@ from pipelines.engines.spark_sql import (
     metric_int,
     set_properties_sql,
 )
+from pipelines.spec_fields import has_scheme
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -59,6 +68,8 @@ class SparkTablesMixin:
         def qualified_name(self, table: TableRef) -> str: ...
         def schema_name(self, layer: str) -> str: ...
         def path(self, table: TableRef) -> str: ...
+        def _delta_log(self, table: TableRef) -> tuple[Any, Any] | None: ...
+        def _checkpoint_txns(self, table: TableRef) -> tuple[int, dict[str, int]]: ...
         def _ident(self, table: TableRef) -> str: ...
         def _sql(self, text: str) -> DataFrame: ...
         def _require(self, table: TableRef) -> int: ...
@@ -161,11 +172,48 @@ class SparkTablesMixin:
                     self._sql(f"VACUUM {ident} RETAIN {hours} HOURS")
                 if before is not None and local_dir is not None:
                     vacuumed = max(0, before - _data_files(local_dir))
-            # No SQL writes a log checkpoint: Delta writes them itself (checkpoint_version
-            # stays None), and log cleanup only ever goes up to the newest one.
-            if checkpoint and log_hours is not None:
-                expired = self._expire_log(table, local_dir, log_hours, log_from_version)
+            if checkpoint:
+                if log_hours is not None:
+                    self._keep_log(table, log_hours)
+                before_log = _log_files(local_dir) if local_dir is not None else None
+                checkpoint_version = self._checkpoint(table)
+                if before_log is not None and local_dir is not None:
+                    expired = max(0, before_log - _log_files(local_dir))
+        del log_from_version  # Delta keeps every entry of the last day (module notes)
         return MaintenanceResult(table, removed, added, checkpoint_version, vacuumed, expired)
+
+    def _keep_log(self, table: TableRef, hours: float) -> None:
+        """Have Delta keep the table's log entries ``hours`` (whole seconds, at least one),
+        and never less than its tombstones (Delta refuses that): a commit when the value
+        changes."""
+        have = self.properties(table)
+        tombstones = interval_hours(have.get(TOMBSTONE_PROPERTY), DEFAULT_TOMBSTONE_HOURS)
+        wanted = f"interval {max(1, math.ceil(max(hours, tombstones) * 3600))} seconds"
+        if have.get(LOG_RETENTION_PROPERTY) != wanted:
+            self._sql(set_properties_sql(self._ident(table), {LOG_RETENTION_PROPERTY: wanted}))
+
+    def _checkpoint(self, table: TableRef) -> int | None:
+        """Write a log checkpoint of the latest version now where Delta's log classes are in
+        reach, and return its version; elsewhere the version of the newest checkpoint Delta
+        wrote by itself (``None``: none yet, or the log is out of reach)."""
+        opened = self._delta_log(table)
+        if opened is None:
+            _log.debug("%s: Delta Spark writes log checkpoints itself", table)
+            return self._newest_checkpoint(table)
+        delta_log, snapshot = opened
+        try:
+            jvm: Any = self._spark._jvm
+            delta_log.checkpoint(snapshot, jvm.scala.Option.empty())
+        except Exception as exc:
+            _log.warning("%s: writing a log checkpoint failed: %s", table, exc)
+            return None
+        return int(snapshot.version())
+
+    def _newest_checkpoint(self, table: TableRef) -> int | None:
+        if self.location is None:
+            return None  # a catalog table's log is not read with SQL
+        version, _txns = self._checkpoint_txns(table)
+        return None if version < 0 else version
 
     def _local_dir(self, table: TableRef) -> Path | None:
         """The table's directory when it is on this machine's disk (location mode)."""
@@ -174,34 +222,7 @@ class SparkTablesMixin:
         path = self.path(table)
         if path.startswith("file:"):
             path = path.removeprefix("file:")
-        return Path(path) if "://" not in path else None
-
-    def _expire_log(
-        self,
-        table: TableRef,
-        local_dir: Path | None,
-        log_hours: float,
-        keep: int | None,
-    ) -> int | None:
-        """Log cleanup with a retention of its own, where the log is on this machine's disk;
-        elsewhere Delta Spark cleans up after checkpoints per delta.logRetentionDuration."""
-        if local_dir is None:
-            _log.warning(
-                "%s: log cleanup after %.1f h is only done for tables on a local disk; Delta "
-                "Spark removes this table's log entries after delta.logRetentionDuration",
-                table,
-                log_hours,
-            )
-            return None
-        try:
-            # delta-rs' package: the spark extra may not have it.
-            from pipelines.engines.deltalog import expire_log
-        except ImportError as exc:
-            _log.warning("%s: no log cleanup (%s)", table, exc)
-            return None
-        return expire_log(
-            local_dir / "_delta_log", older_than=time.time() - log_hours * 3600, keep_version=keep
-        )
+        return None if has_scheme(path) else Path(path)
 
 
 def _data_files(directory: Path) -> int:
@@ -211,3 +232,16 @@ def _data_files(directory: Path) -> int:
         dirs[:] = [d for d in dirs if d != "_delta_log"]
         count += sum(1 for f in files if not f.startswith((".", "_")) and f.endswith(".parquet"))
     return count
+
+
+def _log_files(directory: Path) -> int:
+    """Commit and checkpoint files in a table directory's ``_delta_log``."""
+    log = directory / "_delta_log"
+    if not log.is_dir():
+        return 0
+    return sum(
+        1
+        for entry in log.iterdir()
+        if not entry.name.startswith(".")
+        and (entry.name.endswith(".json") or ".checkpoint." in entry.name)
+    )

@@ -46,6 +46,7 @@ from pipelines.engines.base import (
     encode_user_metadata,
     merge_keys,
     txn_applied,
+    updated_columns,
 )
 from pipelines.engines.spark_sql import (
     SCHEMA_EVOLUTION_CONF,
@@ -55,6 +56,7 @@ from pipelines.engines.spark_sql import (
     merge_counts,
     merge_sql,
     metric_int,
+    update_columns_sql,
     write_options,
 )
 
@@ -141,6 +143,7 @@ class SparkWriteMixin:
         def version(self, table: TableRef) -> int | None: ...
         def qualified_name(self, table: TableRef) -> str: ...
         def path(self, table: TableRef) -> str: ...
+        def schema(self, table: TableRef) -> StructType | None: ...
         def ensure_table(
             self,
             table: TableRef,
@@ -326,7 +329,12 @@ class SparkWriteMixin:
         jvm: Any = getattr(self._spark, "_jvm", None)
         if jvm is None:
             return None
-        path = self.path(table)
+        if self.location is not None:
+            path = self.path(table)
+        else:
+            with self._errors("describe", table):
+                detail = self._sql(f"DESCRIBE DETAIL {self._ident(table)}").collect()[0]
+            path = str(detail["location"])
         for name in _DELTA_LOG_CLASSES:
             try:
                 delta_log = _jvm_class(jvm, name).forTable(self._spark._jsparkSession, path)
@@ -451,33 +459,22 @@ class SparkWriteMixin:
         before = self._require(table)
         # MERGE takes these from the session's settings only (Delta 4.1 also ignores the
         # statement's WITH SCHEMA EVOLUTION, which Databricks runtimes honour).
-        conf = {SCHEMA_EVOLUTION_CONF: "true" if evolve_schema else "false"}
-        if txn is not None:
-            conf[TXN_APP_ID_CONF] = txn.app_id
-            conf[TXN_VERSION_CONF] = str(txn.version)
-        user_metadata = encode_user_metadata(metadata, txn)
-        if user_metadata:
-            conf[USER_METADATA_CONF] = user_metadata
-        # A temporary view of this session names the source in the statement; a name of its
-        # own, so merges of several threads sharing the session never see each other's.
-        view = f"sfcdc_merge_source_{uuid.uuid4().hex}"
-        statement = merge_sql(
-            self._ident(table),
-            view,
-            on=on,
-            update_condition=update_condition,
-            delete_condition=delete_condition,
-            insert=insert,
-            evolve_schema=evolve_schema,
+        conf = self._merge_conf(txn, metadata, evolve_schema=evolve_schema)
+        target = self._ident(table)
+        latest = self._run_merge(
+            table,
+            df,
+            lambda view: merge_sql(
+                target,
+                view,
+                on=on,
+                update_condition=update_condition,
+                delete_condition=delete_condition,
+                insert=insert,
+                evolve_schema=evolve_schema,
+            ),
+            conf,
         )
-        with self._errors("merge into", table):
-            df.createOrReplaceTempView(view)
-            try:
-                with self._session_conf(conf):
-                    self._sql(statement).collect()
-            finally:
-                self._spark.catalog.dropTempView(view)
-        (latest,) = self._history_rows(table, 1)
         after = int(latest["version"])
         inserted, updated, deleted, source_rows = (
             merge_counts(latest.get("operationMetrics") or {}) if after != before else (0, 0, 0, 0)
@@ -495,3 +492,89 @@ class SparkWriteMixin:
             after,
         )
         return metrics
+
+    def update_columns(
+        self,
+        table: TableRef,
+        source: Any,
+        *,
+        on: Sequence[str],
+        columns: Sequence[str],
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> MergeMetrics:
+        names = updated_columns(table, columns, merge_keys(on))
+        started = self._clock()
+        if self._already_applied(table, txn):
+            return MergeMetrics(table, 0, 0, 0, 0, self.version(table), True, 0.0)
+        before = self._require(table)
+        schema = self.schema(table)
+        known = {f.name.lower() for f in schema.fields} if schema is not None else set()
+        missing = [c for c in (*on, *names) if c.lower() not in known]
+        if missing:
+            raise LakeError(
+                f"update of columns in {table}: {missing} are not columns of the table "
+                "(ensure_table adds them first)"
+            )
+        df = self._dataframe(source).select(*(f"`{c}`" for c in (*on, *names)))
+        target = self._ident(table)
+        latest = self._run_merge(
+            table,
+            df,
+            lambda view: update_columns_sql(target, view, on=on, columns=names),
+            self._merge_conf(txn, metadata, evolve_schema=False),
+        )
+        after = int(latest["version"])
+        _inserted, updated, _deleted, source_rows = (
+            merge_counts(latest.get("operationMetrics") or {}) if after != before else (0, 0, 0, 0)
+        )
+        metrics = MergeMetrics(
+            table, 0, updated, 0, source_rows, after, False, self._clock() - started
+        )
+        _log.info(
+            "%s: set %s of %d rows from %d source rows as version %d",
+            table,
+            ", ".join(names),
+            updated,
+            source_rows,
+            after,
+        )
+        return metrics
+
+    @staticmethod
+    def _merge_conf(
+        txn: Txn | None, metadata: Mapping[str, str] | None, *, evolve_schema: bool
+    ) -> dict[str, str]:
+        """The session settings a MERGE takes its schema evolution, transaction and
+        ``userMetadata`` from (it has no writer options)."""
+        conf = {SCHEMA_EVOLUTION_CONF: "true" if evolve_schema else "false"}
+        if txn is not None:
+            conf[TXN_APP_ID_CONF] = txn.app_id
+            conf[TXN_VERSION_CONF] = str(txn.version)
+        user_metadata = encode_user_metadata(metadata, txn)
+        if user_metadata:
+            conf[USER_METADATA_CONF] = user_metadata
+        return conf
+
+    def _run_merge(
+        self,
+        table: TableRef,
+        source: DataFrame,
+        statement: Callable[[str], str],
+        conf: Mapping[str, str],
+    ) -> dict[str, Any]:
+        """Run the MERGE ``statement(view)`` makes of the temporary view that holds ``source``,
+        with the session settings ``conf``; returns the history row of the table's newest
+        commit after it."""
+        # A temporary view of this session names the source in the statement; a name of its
+        # own, so merges of several threads sharing the session never see each other's.
+        view = f"sfcdc_merge_source_{uuid.uuid4().hex}"
+        with self._errors("merge into", table):
+            source.createOrReplaceTempView(view)
+            try:
+                with self._session_conf(conf):
+                    self._sql(statement(view)).collect()
+            finally:
+                self._spark.catalog.dropTempView(view)
+        (latest,) = self._history_rows(table, 1)
+        return latest

@@ -26,6 +26,12 @@ control column             type        meaning
 ``_cdc_updated_at``        timestamp   when sfcdc wrote the row (processing time)
 =========================  ==========  ======================================================
 
+An object whose formula fields are refreshed (``formulas.refresh_every``,
+:mod:`pipelines.formulas`) also has a column per formula field and
+``_cdc_formulas_refreshed_at`` (timestamp: when the row's formula values were read). Change
+events never carry formula fields, so only the refresh and snapshots (which read whole records)
+write these columns: every other writer's MERGE leaves columns it does not name as they are.
+
 With hard deletes, a deleted record's row leaves the gold table and a row in its tombstone
 table (``<gold table>_tombstones``: ``Id`` and the control columns) remembers the delete, so
 a late change cannot bring the record back.
@@ -41,6 +47,7 @@ __all__ = [
     "CONTROL_COLUMNS",
     "DELETED",
     "DELETED_AT",
+    "FORMULAS_REFRESHED_AT",
     "ID",
     "LAST_CHANGE_TYPE",
     "LAST_COMMIT_NUMBER",
@@ -71,6 +78,8 @@ LAST_REPLAY_ID = "_cdc_last_replay_id"
 LAST_EVENT_ID = "_cdc_last_event_id"
 ORDER_KEY = "_cdc_order_key"
 UPDATED_AT = "_cdc_updated_at"
+# Only in the gold tables of objects whose formula fields are refreshed.
+FORMULAS_REFRESHED_AT = "_cdc_formulas_refreshed_at"
 
 CONTROL_COLUMNS: tuple[tuple[str, T.DataType], ...] = (
     (DELETED, T.BooleanType()),

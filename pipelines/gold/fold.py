@@ -43,6 +43,13 @@ Changes (see :mod:`pipelines.gold.resync` for the reasons a record is flagged):
   values: a placeholder row (GAP_CREATE, or any gap of an unknown record), the deleted flag
   set or cleared (GAP_DELETE / GAP_UNDELETE), the record flagged, a re-sync row.
 - GAP_OVERFLOW: a whole-object re-sync row; records are not touched.
+- POLLED / POLLED_DELETED (rows of objects without change events, read by a poll: sfcdc's
+  own change types, see :mod:`pipelines.polled`): the full row as for CREATE, and for a record
+  the poll found in the Recycle Bin the delete as for DELETE (its values are kept, as
+  Salesforce keeps them). Their commit timestamp is the record's ``SystemModstamp`` and their
+  event id names the record, that time and the describe it was read with, so a record read
+  again unchanged (the look-back window reads some records twice) is recognised as already
+  applied, and one read again after its object's describe changed is applied.
 
 Several changes of one record in a batch fold into one row: the MERGE then is a plain upsert
 guarded by the order key (:func:`merge_conditions`).
@@ -92,6 +99,7 @@ from pipelines.gold.scd2 import (
     SCD_VALID_TO,
     history_schema,
 )
+from pipelines.silver.columns import POLLED, POLLED_DELETED
 from pipelines.spec import DEFAULT_SEQUENCE_BY
 
 if TYPE_CHECKING:
@@ -170,6 +178,7 @@ FOLD_COLUMNS: tuple[str, ...] = (
 )
 
 _FULL_IMAGE = frozenset({"CREATE", "UNDELETE"})
+_POLLED = frozenset({POLLED, POLLED_DELETED})
 _GAPS = frozenset({"GAP_CREATE", "GAP_UPDATE", "GAP_DELETE", "GAP_UNDELETE"})
 _OVERFLOW = "GAP_OVERFLOW"
 _CONTROL_NAMES = tuple(n for n, _ in CONTROL_COLUMNS)
@@ -547,6 +556,10 @@ class _Fold:
             self._update(change)
         elif change_type in _FULL_IMAGE:
             self._full_image(change)
+        elif change_type in _POLLED:
+            self._full_image(change)
+            if change_type == POLLED_DELETED:
+                self._delete(change)
         elif change_type == "UPDATE":
             if row is None:
                 self.row = self._placeholder()

@@ -1,6 +1,7 @@
 """The gold job: new silver rows -> current-state gold tables, through the engine's MERGE.
 
-For every configured change event object, :func:`run_gold`
+For every configured change event object (and polled object, whose silver rows are full
+records read by its polls, :mod:`pipelines.polled`), :func:`run_gold`
 
 1. finds how far the gold table got: the version of its Delta app transaction
    ``sfcdc.gold:<object>`` is the last silver version it applied;
@@ -53,6 +54,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ingest.errors import ConfigError
+from pipelines.bookkeeping import ensure_bookkeeping
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold.dataflow import batch_wildcards, fold_rows, history_changes
 from pipelines.gold.object_run import (
@@ -63,8 +65,11 @@ from pipelines.gold.object_run import (
 )
 from pipelines.gold.resync import RESYNC_TABLE, replay_gap_rows
 from pipelines.gold.tables import (
+    BOOKKEEPING,
+    FORMULA_TABLE,
     GOLD_APP_PREFIX,
     HISTORY_APP_PREFIX,
+    RECONCILE_TABLE,
     TOMBSTONE_APP_PREFIX,
     app_id,
     conflict_error,
@@ -73,6 +78,7 @@ from pipelines.gold.tables import (
     tombstone_table,
 )
 from pipelines.ops.table import CommitRecord
+from pipelines.polled.layout import polled_layout
 from pipelines.progress import progress
 from pipelines.silver.columns import SilverLayout
 from pipelines.silver.job import REGISTRY_TABLE, read_registry
@@ -131,15 +137,16 @@ def _select(conf: Conf, names: Sequence[str] | None) -> tuple[list[ObjectSpec], 
     wanted = set(names or ())
     chosen = [o for o in conf.enabled_objects() if not wanted or o.api_name in wanted]
     # A platform event is an immutable event, not a record with a current state.
-    events = [o.api_name for o in chosen if o.kind != "change_events"]
-    reserved = {RESYNC_TABLE.name}
+    events = [o.api_name for o in chosen if o.kind == "platform_event"]
+    reserved = {RESYNC_TABLE.name, RECONCILE_TABLE.name, FORMULA_TABLE.name}
     clashes = [o.api_name for o in chosen if o.tables.gold in reserved]
     if clashes:
         raise ConfigError(
-            f"gold table name {RESYNC_TABLE.name!r} is reserved for the re-sync table",
+            f"gold table names {', '.join(sorted(map(repr, reserved)))} are reserved for "
+            "sfcdc's own tables (re-sync, reconcile, formula refresh)",
             [f"{name}: set tables.gold to another name" for name in clashes],
         )
-    return [o for o in chosen if o.kind == "change_events"], events
+    return [o for o in chosen if o.kind in ("change_events", "polled")], events
 
 
 def run_gold(
@@ -160,6 +167,7 @@ def run_gold(
     and ``now`` stamps ``_cdc_updated_at`` and re-sync rows (one value per run) and the
     records ``on_commit`` receives, one per gold MERGE."""
     selected, events = _select(conf, objects)
+    ensure_bookkeeping(engine, BOOKKEEPING, logger=_log)
     if events:
         _log.info("gold: platform events have no current-state table: %s", ", ".join(events))
     processed_at = now()
@@ -177,6 +185,14 @@ def run_gold(
                 continue
             if registry is None:
                 registry = read_registry(engine, registry_table)
+            layout = None
+            if obj.kind == "polled":
+                # Its columns come from the describes its polls stored, not from event schemas.
+                found = polled_layout(engine, obj)
+                if found is None:
+                    bar.advance()
+                    continue
+                layout = found[0]
             runner = ObjectRun(
                 engine,
                 obj,
@@ -188,6 +204,7 @@ def run_gold(
                 clock=clock,
                 now=now,
                 on_commit=on_commit,
+                layout=layout,
             )
             results.append(runner.run())
             bar.advance()

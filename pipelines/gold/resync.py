@@ -42,7 +42,10 @@ Reasons (:data:`REASONS`):
   UNDELETE was missed.
 - ``unknown_field``: a changed field the object's silver columns do not have.
 - ``unsupported_change_type``: a change type gold does not know (``SNAPSHOT`` is reserved by
-  Salesforce).
+  Salesforce; ``POLLED`` and ``POLLED_DELETED`` are sfcdc's own, for polled objects).
+- ``drift``: ``sfcdc reconcile`` found the record missing from gold, live in gold but deleted
+  (or hard-deleted) in Salesforce, or older in gold than its ``SystemModstamp``
+  (:mod:`pipelines.reconcile`): an event was lost.
 
 Open rows (``resolved_at`` null) are the work list of a re-sync: re-read those records (or
 re-bootstrap those objects) from Salesforce.
@@ -85,6 +88,7 @@ Reason = Literal[
     "update_of_deleted",
     "unknown_field",
     "unsupported_change_type",
+    "drift",
 ]
 REASONS: tuple[Reason, ...] = (
     "gap",
@@ -96,6 +100,7 @@ REASONS: tuple[Reason, ...] = (
     "update_of_deleted",
     "unknown_field",
     "unsupported_change_type",
+    "drift",
 )
 OBJECT_LEVEL_REASONS: frozenset[str] = frozenset({"overflow", "replay_gap"})
 

@@ -29,10 +29,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from pipelines.bookkeeping import ensure_bookkeeping
 from pipelines.bronze.streaming_setup import read_describes
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold.job import CHECKPOINT_TABLE, GoldResult, ObjectResult, run_gold_object
 from pipelines.gold.resync import RESYNC_TABLE, replay_gap_rows
+from pipelines.gold.tables import BOOKKEEPING
 from pipelines.ops.table import CommitRecord
 from pipelines.silver.streaming_job import select_streams, streaming_plan
 from pipelines.spec import DEFAULT_SEQUENCE_BY, Conf, GoldSpec, ObjectSpec, TablesSpec
@@ -110,6 +112,7 @@ def run_streaming_gold(
     silver; generic and platform event channels have no gold. ``on_commit`` receives a
     commit record per gold MERGE (the commits table)."""
     chosen = select_streams(conf, streams)
+    ensure_bookkeeping(engine, BOOKKEEPING, logger=_log)
     records = [s for s in chosen if s.has_gold]
     events = tuple(s.key for s in chosen if not s.has_gold)
     at = now()

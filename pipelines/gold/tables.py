@@ -4,17 +4,33 @@ An object's gold table is ``gold.<tables.gold>``; hard deletes are remembered in
 ``<gold table>_tombstones`` and the SCD2 history is ``<gold table>_history``. Each of the three
 MERGEs carries a Delta transaction (app id + silver version) so a step retried after a crash
 applies once.
+
+:data:`BOOKKEEPING`: the tables every gold run creates, empty, before it merges anything
+(:mod:`pipelines.bookkeeping`): the re-sync table, the commits table, and the records of the
+jobs that keep gold equal to the org, so that queries and dashboards find them from the start:
+``gold.sfcdc_reconcile`` (one row per object and reconcile, :mod:`pipelines.reconcile`) and
+``gold.sfcdc_formulas`` (one row per object and formula refresh, :mod:`pipelines.formulas`).
 """
 
 from __future__ import annotations
 
+from pyspark.sql import types as T
+
 from ingest.errors import ConcurrentWriteError
+from pipelines.bookkeeping import BookkeepingTable
 from pipelines.engines import TableRef
+from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE
+from pipelines.ops.table import COMMITS_BOOKKEEPING
 from pipelines.spec import ObjectSpec
 
 __all__ = [
+    "BOOKKEEPING",
+    "FORMULA_SCHEMA",
+    "FORMULA_TABLE",
     "GOLD_APP_PREFIX",
     "HISTORY_APP_PREFIX",
+    "RECONCILE_SCHEMA",
+    "RECONCILE_TABLE",
     "TOMBSTONE_APP_PREFIX",
     "app_id",
     "conflict_error",
@@ -26,6 +42,46 @@ __all__ = [
 GOLD_APP_PREFIX = "sfcdc.gold:"
 TOMBSTONE_APP_PREFIX = "sfcdc.gold.tombstones:"
 HISTORY_APP_PREFIX = "sfcdc.gold.history:"
+RECONCILE_TABLE = TableRef("gold", "sfcdc_reconcile")
+RECONCILE_SCHEMA = T.StructType(
+    [
+        T.StructField("run_id", T.StringType()),
+        T.StructField("object", T.StringType()),
+        T.StructField("started_at", T.TimestampType()),
+        T.StructField("finished_at", T.TimestampType()),
+        T.StructField("api", T.StringType()),
+        T.StructField("salesforce_records", T.LongType()),
+        T.StructField("salesforce_deleted", T.LongType()),
+        T.StructField("gold_records", T.LongType()),
+        T.StructField("in_flight", T.LongType()),
+        T.StructField("drift_missing", T.LongType()),
+        T.StructField("drift_extra", T.LongType()),
+        T.StructField("drift_stale", T.LongType()),
+        T.StructField("repaired", T.LongType()),
+        T.StructField("duration_s", T.DoubleType()),
+    ]
+)
+FORMULA_TABLE = TableRef("gold", "sfcdc_formulas")
+FORMULA_SCHEMA = T.StructType(
+    [
+        T.StructField("run_id", T.StringType()),
+        T.StructField("object", T.StringType()),
+        T.StructField("started_at", T.TimestampType()),
+        T.StructField("finished_at", T.TimestampType()),
+        T.StructField("api", T.StringType()),
+        T.StructField("fields", T.ArrayType(T.StringType())),
+        T.StructField("records", T.LongType()),
+        T.StructField("updated", T.LongType()),
+        T.StructField("duration_s", T.DoubleType()),
+    ]
+)
+
+BOOKKEEPING: tuple[BookkeepingTable, ...] = (
+    BookkeepingTable(RESYNC_TABLE, RESYNC_SCHEMA),
+    COMMITS_BOOKKEEPING,
+    BookkeepingTable(RECONCILE_TABLE, RECONCILE_SCHEMA),
+    BookkeepingTable(FORMULA_TABLE, FORMULA_SCHEMA),
+)
 
 
 def app_id(obj: ObjectSpec) -> str:

@@ -26,6 +26,8 @@ received)
 ``sfcdc_commit_duration_seconds``                     histo.   layer
 ``sfcdc_newest_commit_timestamp_seconds``             gauge    layer, table
 ``sfcdc_lag_seconds``                                 gauge    layer, table
+``sfcdc_drift_records`` (the last reconcile's drift)   gauge    object, kind
+``sfcdc_drift_repaired_total``                        counter  object
 ====================================================  =======  ===============================
 
 ``sfcdc_newest_commit_timestamp_seconds`` is the Salesforce commit time of the newest event a
@@ -47,6 +49,7 @@ from pipelines.ops.table import CommitRecord
 
 if TYPE_CHECKING:
     from pipelines.bronze.landing import LandingResult
+    from pipelines.reconcile import ReconcileResult
 
 __all__ = ["MetricsServer", "PipelineMetrics", "serve_metrics"]
 
@@ -81,6 +84,19 @@ class PipelineMetrics:
         self._lock = threading.Lock()
         self._layers: dict[str, _Layer] = {}
         self._landing: Callable[[], LandingResult | None] | None = None
+        # object -> (missing, extra, stale) of its last reconcile, and what reconciles repaired.
+        self._drift: dict[str, tuple[int, int, int]] = {}
+        self._repaired: dict[str, int] = {}
+
+    def record_reconcile(self, result: ReconcileResult) -> None:
+        """Show the drift one reconcile of one object found and repaired."""
+        with self._lock:
+            self._drift[result.object] = (
+                result.drift_missing,
+                result.drift_extra,
+                result.drift_stale,
+            )
+            self._repaired[result.object] = self._repaired.get(result.object, 0) + result.repaired
 
     def watch_landing(self, snapshot: Callable[[], LandingResult | None]) -> None:
         """Read the landing's figures from ``snapshot()`` at each scrape."""
@@ -243,6 +259,22 @@ class PipelineMetrics:
             shown = bronze if layer_name == "bronze" else (found[1] if found else _NO_DURATIONS)
             durations.add_metric([layer_name], buckets=shown.cumulative(), sum_value=shown.total)
         yield from (commits, rows, quarantined, resync, newest, lag, errors, durations)
+        with self._lock:
+            drift_now, repaired_now = dict(self._drift), dict(self._repaired)
+        drift = GaugeMetricFamily(
+            "sfcdc_drift_records",
+            "Records the last reconcile found missing from gold, extra in gold or stale.",
+            labels=["object", "kind"],
+        )
+        for name, counts in sorted(drift_now.items()):
+            for kind, count in zip(("missing", "extra", "stale"), counts, strict=True):
+                drift.add_metric([name, kind], count)
+        repaired = CounterMetricFamily(
+            "sfcdc_drift_repaired", "Drifting records reconcile repaired.", labels=["object"]
+        )
+        for name, count in sorted(repaired_now.items()):
+            repaired.add_metric([name], count)
+        yield from (drift, repaired)
 
 
 def _add(a: DurationsSnapshot, b: DurationsSnapshot) -> DurationsSnapshot:

@@ -10,7 +10,10 @@ column                 type       meaning
 ``layer``              string     ``bronze``, ``silver`` or ``gold``
 ``kind``               string     ``commit``; ``caught_up`` (bronze: a keepalive showed nothing
                                   pending beyond what was committed); ``replay_gap``;
-                                  ``error`` (the layer's run failed)
+                                  ``error`` (the layer's run failed); ``reconcile`` (gold: one
+                                  object reconciled; ``events`` records in Salesforce,
+                                  ``rows`` drifting records, ``resync_rows`` repaired,
+                                  ``message`` the counts by kind)
 ``topic``              string     the topic (bronze) or the object's topic
 ``object``             string     the object (silver, gold; null for a topic's bronze rows)
 ``table_name``         string     the table committed, ``layer.name``
@@ -41,9 +44,11 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from pipelines.bookkeeping import BookkeepingTable
 from pipelines.engines.base import TableRef
 
 __all__ = [
+    "COMMITS_BOOKKEEPING",
     "COMMITS_TABLE",
     "OPS_SCHEMA",
     "OPS_TABLE",
@@ -53,7 +58,7 @@ __all__ = [
     "utc",
 ]
 
-RecordKind = Literal["commit", "caught_up", "replay_gap", "error"]
+RecordKind = Literal["commit", "caught_up", "replay_gap", "error", "reconcile"]
 # Reserved in the bronze schema (pipelines.bronze.tables), next to the checkpoints.
 COMMITS_TABLE = "sfcdc_commits"
 OPS_TABLE = TableRef("bronze", COMMITS_TABLE)
@@ -81,6 +86,9 @@ OPS_SCHEMA = pa.schema(
         pa.field("message", pa.string()),
     ]
 )
+# Every layer records its commits here, so every layer's run creates it (pipelines.bookkeeping):
+# empty with ops.commits_table off, so the dashboard and the alerts find it all the same.
+COMMITS_BOOKKEEPING = BookkeepingTable(OPS_TABLE, OPS_SCHEMA)
 
 
 @dataclass(frozen=True)

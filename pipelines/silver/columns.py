@@ -59,6 +59,8 @@ __all__ = [
     "EVENT_COLUMNS",
     "ID_COLUMN",
     "PERSON_NAME_SUFFIX",
+    "POLLED",
+    "POLLED_DELETED",
     "CompoundMode",
     "FieldLayout",
     "LeafKind",
@@ -66,6 +68,7 @@ __all__ = [
     "SilverLayout",
     "build_layout",
     "leaf_kind",
+    "leaf_kind_of",
     "spark_type",
     "widen",
 ]
@@ -78,6 +81,10 @@ Shape = Literal["leaf", "struct", "switchable"]
 
 ID_COLUMN = "Id"
 PERSON_NAME_SUFFIX = "PersonName"
+# The change types of rows read by a poll (objects without change events): a full record as
+# Salesforce holds it, live or in the Recycle Bin. sfcdc's own words: no change event has them.
+POLLED = "POLLED"
+POLLED_DELETED = "POLLED_DELETED"
 
 # The CDC header and sfcdc's own columns, in table order, after Id (change events only).
 CDC_COLUMNS: tuple[tuple[str, T.DataType], ...] = (
@@ -133,6 +140,14 @@ def spark_type(kind: LeafKind, *, raw: bool = False) -> T.DataType:
     if raw and kind in EPOCH_KINDS:
         return T.LongType()
     return _SPARK[kind]
+
+
+def leaf_kind_of(data_type: T.DataType) -> LeafKind:
+    """The leaf kind whose silver column has ``data_type`` (text for any other type)."""
+    for kind, spark in _SPARK.items():
+        if kind not in ("time", "json") and spark == data_type:
+            return kind  # type: ignore[return-value]
+    return "string"
 
 
 def leaf_kind(info: FieldInfo) -> LeafKind:

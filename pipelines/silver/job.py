@@ -1,6 +1,7 @@
 """The silver job: new bronze rows -> silver tables and the quarantine, exactly once.
 
 For every bronze table (one per topic) that feeds a configured object, :func:`run_silver`
+(and for each polled object, :func:`pipelines.polled.silver.run_polled_silver`)
 
 1. finds how far each object's silver table got: the version of its Delta app transaction
    ``sfcdc.silver:<object>`` is the last bronze version it processed;
@@ -51,9 +52,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ingest.errors import ConfigError
+from pipelines.bookkeeping import ensure_bookkeeping
 from pipelines.bronze.tables import bronze_tables
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.ops.table import CommitRecord
+from pipelines.polled.silver import run_polled_silver
 from pipelines.silver.registry import (
     REGISTRY_TABLE,
     RegistryEntry,
@@ -62,6 +65,7 @@ from pipelines.silver.registry import (
     silver_layout,
 )
 from pipelines.silver.tables import (
+    BOOKKEEPING,
     QUARANTINE_APP_PREFIX,
     QUARANTINE_TABLE,
     SILVER_APP_PREFIX,
@@ -152,9 +156,11 @@ def run_silver(
                 f"{obj.api_name}: silver table name {QUARANTINE_TABLE.name!r} is reserved for "
                 "the quarantine; set tables.silver to another name"
             )
+    ensure_bookkeeping(engine, BOOKKEEPING, logger=_log)
     by_topic: dict[str, list[ObjectSpec]] = {}
     for obj in selected:
-        by_topic.setdefault(obj.topic, []).append(obj)
+        if obj.kind != "polled":
+            by_topic.setdefault(obj.topic, []).append(obj)
     tables = bronze_tables(conf.topics(include_disabled=True))
     results: list[TopicResult] = []
     for topic, objs in sorted(by_topic.items()):
@@ -178,4 +184,16 @@ def run_silver(
                 maintain_every=conf.pipeline.ingest.maintain_every_commits,
             )
             results.append(group.run(after))
+    for obj in selected:
+        if obj.kind == "polled":
+            polled = run_polled_silver(
+                engine,
+                obj,
+                maintain_every=conf.pipeline.ingest.maintain_every_commits,
+                now=now,
+                clock=clock,
+                on_commit=on_commit,
+            )
+            if polled is not None:
+                results.append(polled)
     return SilverResult(tuple(results))

@@ -380,14 +380,17 @@ def _struct(f: FieldLayout, value: Any, where: str) -> dict[str, Any] | None:
 
 def _body(
     layout: SilverLayout, values: Mapping[str, Any], skip: frozenset[str], where: str
-) -> tuple[dict[str, Any], list[str], list[str]]:
-    """Typed silver columns of ``values`` (a subject or payload), and the field names it
-    carries and those it carries as null."""
+) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
+    """Typed silver columns of ``values`` (a PushTopic's ``sobject`` or an event's
+    ``payload``), and the field names it carries, those it carries as null and those it
+    carries as a diff (a long text field of a change event over CometD:
+    ``{"diff": "--- \\n+++ <sha256>\\n..."}``, kept as the diff text, which gold applies)."""
     by_lower = {f.name.lower(): f for f in layout.fields}
     flat = layout.compounds == "flattened"
     row: dict[str, Any] = {}
     carried: list[str] = []
     nulls: list[str] = []
+    diffs: list[str] = []
     for key, value in values.items():
         if key in skip:
             continue
@@ -401,6 +404,10 @@ def _body(
         carried.append(f.name)
         if value is None:
             nulls.append(f.name)
+        if f.shape == "leaf" and isinstance(value, Mapping) and set(value) == {"diff"}:
+            diffs.append(f.name)
+            row[f.name] = _value(f.kind, value["diff"], f"{where}.{f.name}.diff")
+            continue
         if f.shape == "leaf":
             row[f.name] = _value(f.kind, value, f"{where}.{f.name}")
             continue
@@ -414,7 +421,22 @@ def _body(
                 row[layout.column_for(f"{f.name}.{c}")] = struct.get(c) if struct else None
         else:
             row[column] = struct
-    return row, carried, nulls
+    return row, carried, nulls, diffs
+
+
+def _nulled(changed: Sequence[str], payload: Mapping[str, Any]) -> list[str]:
+    """The changed fields a change event over CometD sets to null: its header has no
+    ``nulledFields``, and a field updated to null comes as ``null`` or not at all (a
+    compound part, ``BillingAddress.City``, as a null or missing part of its parent)."""
+    out = []
+    for name in changed:
+        top, _, part = name.partition(".")
+        value = payload.get(top)
+        if part and isinstance(value, Mapping):
+            value = _nested(value, part)
+        if value is None:
+            out.append(name)
+    return out
 
 
 # --------------------------------------------------------------------------------- decoder
@@ -504,13 +526,16 @@ class StreamingRows:
                 f"{where}: expected event type created, updated, deleted or undeleted (got "
                 f"{event_type!r})",
             )
-        subject = data.get("subject")
-        if not isinstance(subject, Mapping):
-            raise _BadValue("malformed_message", f"{where}: the notification has no subject")
-        record_id = subject.get("Id")
+        # Salesforce puts the record under data.sobject (the guide's "PushTopic Queries").
+        record = data.get("sobject")
+        if not isinstance(record, Mapping):
+            raise _BadValue(
+                "malformed_message", f"{where}: expected the record as data.sobject (got none)"
+            )
+        record_id = record.get("Id")
         if not isinstance(record_id, str) or not record_id:
-            raise _BadValue("missing_id", f"{where}: the subject has no Id")
-        body, carried, nulls = _body(layout, subject, frozenset({"Id"}), where)
+            raise _BadValue("missing_id", f"{where}: data.sobject has no Id")
+        body, carried, nulls, _ = _body(layout, record, frozenset({"Id"}), where)
         return {
             **common,
             **body,
@@ -535,7 +560,7 @@ class StreamingRows:
             raise _BadValue("malformed_message", f"{where}: the event has no payload object")
         event = data.get("event")
         uuid = event.get("EventUuid") if isinstance(event, Mapping) else None
-        body, _, _ = _body(layout, payload, frozenset(), where)
+        body, _, _, _ = _body(layout, payload, frozenset(), where)
         schema = data.get("schema")
         return {
             **common,
@@ -558,12 +583,20 @@ class StreamingRows:
         ids = header.get("recordIds")
         if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
             raise _BadValue("missing_id", f"{where}: the header has no recordIds")
-        body, _, _ = _body(layout, payload, frozenset({"ChangeEventHeader"}), where)
+        body, _, _, diffs = _body(layout, payload, frozenset({"ChangeEventHeader"}), where)
 
-        def names(key: str) -> list[str]:
+        def names(key: str) -> list[str] | None:
             value = header.get(key)
-            return [str(v) for v in value] if isinstance(value, list) else []
+            return [str(v) for v in value] if isinstance(value, list) else None
 
+        # Over CometD the header has changedFields but neither nulledFields nor diffFields
+        # (Pub/Sub's Avro header has all three): a nulled field is a changed one that comes
+        # as null or not at all, a diffed one comes as {"diff": ...}.
+        changed = names("changedFields") or []
+        nulled = names("nulledFields")
+        if nulled is None:
+            nulled = _nulled(changed, payload) if header.get("changeType") == "UPDATE" else []
+        diffed = names("diffFields")
         committed = header.get("commitTimestamp")
         schema = data.get("schema")
         head = {
@@ -578,9 +611,9 @@ class StreamingRows:
             "_cdc_commit_user": header.get("commitUser"),
             "_cdc_change_origin": header.get("changeOrigin"),
             "_cdc_schema_id": schema if isinstance(schema, str) else None,
-            "_cdc_changed_fields": names("changedFields"),
-            "_cdc_nulled_fields": names("nulledFields"),
-            "_cdc_diff_fields": names("diffFields"),
+            "_cdc_changed_fields": changed,
+            "_cdc_nulled_fields": nulled,
+            "_cdc_diff_fields": diffs if diffed is None else diffed,
             "_cdc_record_count": len(ids),
             "_cdc_is_wildcard": any(i.endswith("*") for i in ids),
         }

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from ingest.errors import ConfigError
+from pipelines.bookkeeping import ensure_bookkeeping
 from pipelines.bronze.streaming_setup import DescribeEntry, read_describes
 from pipelines.bronze.tables import CHECKPOINT_TABLE
 from pipelines.chunking import plan_chunks, version_sizes
@@ -43,6 +44,7 @@ from pipelines.ops.table import CommitRecord
 from pipelines.silver.job import QUARANTINE_TABLE, maintain_on_schedule
 from pipelines.silver.quarantine import QUARANTINE_SCHEMA, AfterBatch, QuarantinePart, SilverPart
 from pipelines.silver.streaming import STREAM_BRONZE_COLUMNS, StreamingRows, StreamPlan, stream_plan
+from pipelines.silver.tables import BOOKKEEPING
 from pipelines.spec import Conf
 from pipelines.spec_streaming import StreamingObjectSpec
 
@@ -148,6 +150,7 @@ def run_streaming_silver(
     module docstring); ``streams`` selects channels by name (default: every enabled one).
     ``on_commit`` receives a commit record per silver commit (the commits table)."""
     chosen = select_streams(conf, streams)
+    ensure_bookkeeping(engine, BOOKKEEPING, logger=_log)
     registry: Mapping[str, list[DescribeEntry]] | None = None
     at = now()
     results = []

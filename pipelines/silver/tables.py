@@ -5,14 +5,21 @@ one quarantine table ``silver.sfcdc_quarantine``. Each append carries a Delta tr
 id + bronze version) so a step retried after a crash is written once: ``sfcdc.silver:<object>``
 on the silver table, ``sfcdc.silver.quarantine:<object>`` (an object's undecodable rows) or
 ``sfcdc.silver.quarantine:<bronze table>`` (rows no object can decode) on the quarantine.
+
+:data:`BOOKKEEPING`: the tables every silver run creates, empty, before it decodes anything
+(:mod:`pipelines.bookkeeping`): the quarantine and the commits table.
 """
 
 from __future__ import annotations
 
+from pipelines.bookkeeping import BookkeepingTable
 from pipelines.engines import TableRef
+from pipelines.ops.table import COMMITS_BOOKKEEPING
+from pipelines.silver.quarantine import QUARANTINE_SCHEMA
 from pipelines.spec import ObjectSpec
 
 __all__ = [
+    "BOOKKEEPING",
     "QUARANTINE_APP_PREFIX",
     "QUARANTINE_TABLE",
     "SILVER_APP_PREFIX",
@@ -23,6 +30,10 @@ __all__ = [
 SILVER_APP_PREFIX = "sfcdc.silver:"
 QUARANTINE_APP_PREFIX = "sfcdc.silver.quarantine:"
 QUARANTINE_TABLE = TableRef("silver", "sfcdc_quarantine")
+BOOKKEEPING: tuple[BookkeepingTable, ...] = (
+    BookkeepingTable(QUARANTINE_TABLE, QUARANTINE_SCHEMA),
+    COMMITS_BOOKKEEPING,
+)
 
 
 def app_id(obj: ObjectSpec) -> str:

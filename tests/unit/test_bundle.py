@@ -371,6 +371,16 @@ def test_maintenance_runs_on_a_schedule_and_bootstrap_and_onboard_on_demand(targ
         assert [p.name for p in job.parameters] == [parameter], key
 
 
+def test_poll_runs_one_at_a_time_and_refreshes_formulas_after_its_polls() -> None:
+    # One poller per object at a time (pipelines.polled.poll): one run at a time.
+    poll = Job.from_dict(_target_job("prod", "sfcdc_poll"))  # type: ignore[arg-type]
+    assert poll.schedule is not None and poll.max_concurrent_runs == 1
+    tasks = {t.task_key: t for t in poll.tasks}
+    assert tasks["poll"].python_wheel_task.parameters[0] == "poll"  # type: ignore[union-attr]
+    assert tasks["formulas"].python_wheel_task.parameters[0] == "formulas"  # type: ignore[union-attr]
+    assert [d.task_key for d in tasks["formulas"].depends_on] == ["poll"]
+
+
 # ---------------------------------------------------------------------- referenced files
 
 
@@ -494,7 +504,8 @@ def test_prod_jobs_that_reach_salesforce_get_the_credentials_the_conf_names() ->
     section = yaml.safe_load(textwrap.dedent(_salesforce_example()))
     refs = [EnvRef(v["env"]) for v in section["salesforce"]["auth"].values() if isinstance(v, dict)]
     assert refs, "the example names no secret"
-    for key in ("sfcdc_ingest", "sfcdc_resync", "sfcdc_onboard", "sfcdc_bootstrap"):
+    jobs = ("sfcdc_ingest", "sfcdc_resync", "sfcdc_reconcile", "sfcdc_poll", "sfcdc_onboard")
+    for key in (*jobs, "sfcdc_bootstrap"):
         job = _target_job("prod", key)
         for cluster in job["job_clusters"]:
             env = cluster["new_cluster"].get("spark_env_vars", {})

@@ -1,14 +1,19 @@
 """The retention rule of :mod:`pipelines.maintenance` and the log cleanup of
-:func:`pipelines.engines.deltalog.expire_log` (on log files made on disk)."""
+:func:`pipelines.engines.deltalog.expire_log` (on log files made on disk, and on real tables
+with a checkpoint that a writer left unfinished)."""
 
 from __future__ import annotations
 
 import math
 import os
+import shutil
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable, write_deltalake
 
 from pipelines.engines import TableRef
 from pipelines.engines.deltalog import expire_log, log_entries
@@ -97,7 +102,8 @@ def _log_dir(tmp_path: Path, versions: int, checkpoints: list[int], old: int) ->
     (log / f".{0:020d}.json.0123abcd.tmp").write_text("")  # a writer's, in flight
     for c in checkpoints:
         (log / f"{c:020d}.checkpoint.parquet").write_bytes(b"")
-    (log / "_last_checkpoint").write_text("{}")
+    if checkpoints:
+        (log / "_last_checkpoint").write_text(f'{{"version":{max(checkpoints)},"size":1}}')
     return log
 
 
@@ -122,6 +128,71 @@ def test_expired_log_entries_go_up_to_a_checkpoint_that_keeps_the_rest_readable(
     # Without a checkpoint nothing can go.
     bare = _log_dir(tmp_path / "bare", 5, [], old=5)
     assert expire_log(bare, older_than=math.inf) == 0
+
+
+def _age(folder: Path, seconds: float) -> None:
+    stamp = time.time() - seconds
+    for path in folder.iterdir():
+        if path.is_file():
+            os.utime(path, (stamp, stamp))
+
+
+def test_a_checkpoint_a_writer_left_unfinished_is_never_the_cut(tmp_path: Path) -> None:
+    """Version 10 has a complete checkpoint (the one _last_checkpoint names), version 20
+    one part of two (a delta-spark writer died writing it, or is still writing it): the log
+    is cut at 10, and every row stays readable. (Cut at 20, as any checkpoint file name once
+    did, it lost checkpoint 10 and commits 0-19: the table could not be read.)"""
+    root = tmp_path / "table"
+    for i in range(21):
+        write_deltalake(root, pa.table({"x": [i]}), mode="append")
+        if i == 10:
+            DeltaTable(root).create_checkpoint()
+    log = root / "_delta_log"
+    complete = next(p for p in log.iterdir() if ".checkpoint." in p.name)
+    shutil.copy(complete, log / f"{20:020d}.checkpoint.0000000001.0000000002.parquet")
+    hint = (log / "_last_checkpoint").read_text()
+    _age(log, 7200)
+
+    expire_log(log, older_than=math.inf)
+
+    cut = int(complete.name.split(".")[0])
+    assert complete.exists() and (log / "_last_checkpoint").read_text() == hint
+    assert not (log / f"{cut - 1:020d}.json").exists()
+    assert all((log / f"{v:020d}.json").exists() for v in range(cut, 21))
+    assert sorted(DeltaTable(root).to_pyarrow_table().column("x").to_pylist()) == list(range(21))
+
+    # Once the second part is there, checkpoint 20 is complete, but the cut stays at the one
+    # _last_checkpoint names until it names 20.
+    shutil.copy(complete, log / f"{20:020d}.checkpoint.0000000002.0000000002.parquet")
+    _age(log, 7200)
+    expire_log(log, older_than=math.inf)
+    assert complete.exists()
+
+
+def test_crashed_writers_files_and_unnamed_sidecars_go_once_old(tmp_path: Path) -> None:
+    log = _log_dir(tmp_path, 12, [10], old=12)
+    crashed = log / "_commit_0d3c1a.json.tmp"
+    crashed.write_text("{}")
+    sidecars = log / "_sidecars"
+    sidecars.mkdir()
+    (sidecars / "0123-orphan.parquet").write_bytes(b"")
+    _age(log, 7200)
+    _age(sidecars, 7200)
+    fresh = log / f".{11:020d}.json.feedbeef.tmp"
+    fresh.write_text("{}")  # a writer that is committing now
+
+    expire_log(log, older_than=time.time() - 60)
+
+    assert not crashed.exists() and not (sidecars / "0123-orphan.parquet").exists()
+    assert fresh.exists()
+    assert not (log / f"{9:020d}.json").exists() and (log / f"{10:020d}.json").exists()
+
+
+def test_without_a_readable_last_checkpoint_nothing_goes(tmp_path: Path) -> None:
+    log = _log_dir(tmp_path, 12, [10], old=12)
+    (log / "_last_checkpoint").write_text('{"vers')  # being rewritten
+    assert expire_log(log, older_than=math.inf) == 0
+    assert log_entries(log) == 13
 
 
 def test_tombstones_are_kept_for_the_configured_retention_doubled_to_cover_a_consumer() -> None:

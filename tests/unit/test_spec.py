@@ -29,12 +29,15 @@ from pipelines.spec import (
     load_object,
     load_pipeline,
     parse_byte_size,
+    parse_duration,
     parse_topic,
     snake_case,
 )
+from pipelines.spec_load import object_kinds
 from pipelines.spec_schema import json_schema
 
 ACCOUNT = "object: Account\nkind: change_events\n"
+KINDS = ", ".join(map(repr, object_kinds()))
 
 
 def write_conf(
@@ -494,8 +497,9 @@ def test_every_problem_of_every_file_is_reported_at_once(tmp_path: Path) -> None
     expected = [
         "conf/pipeline.yml: ingest.retry.max_attempts: duplicate key (first at line 10, column 11,"
         " again at line 10, column 28); YAML would silently keep the last one",
-        "conf/pipeline.yml: lake.engin: unknown key; valid keys are 'catalog', 'engine', "
-        "'location', 'schemas', 'table_prefix' (did you mean 'engine'?)",
+        "conf/pipeline.yml: lake.engin: unknown key; valid keys are 'catalog', "
+        "'direct_writes', 'engine', 'location', 'schemas', 'storage', 'table_prefix' (did you "
+        "mean 'engine'?)",
         "conf/pipeline.yml: lake.schemas.gold: must be a SQL identifier: letters, digits and '_',"
         " not starting with a digit (got 'gold; DROP TABLE x')",
         "conf/pipeline.yml: defaults.batching.max_events: must be an integer (got '50k', a str)",
@@ -504,7 +508,7 @@ def test_every_problem_of_every_file_is_reported_at_once(tmp_path: Path) -> None
         "conf/pipeline.yml: ingest.retry.max_backoff_seconds: must be at least "
         "initial_backoff_seconds (5) (got 1)",
         "conf/objects/account.yml: replay.strat: unknown key; valid keys are 'on_corrupted', "
-        "'replay_id', 'start' (did you mean 'start'?)",
+        "'on_expired', 'replay_id', 'start' (did you mean 'start'?)",
         "conf/objects/broken.yml: line 3, column 1: invalid YAML: while parsing a flow sequence "
         "expected ',' or ']', but got '<stream end>'",
         "conf/objects/nameless.yml: object: required key is missing (API name of the object or "
@@ -581,8 +585,8 @@ def test_unknown_top_level_keys_list_the_valid_ones(tmp_path: Path) -> None:
     conf = write_conf(tmp_path, objects={"account": ACCOUNT + "tabels: {gold: x}\n"})
     assert only_problem(conf) == (
         "conf/objects/account.yml: tabels: unknown key; valid keys are 'batching', 'enabled', "
-        "'gold', 'health', 'kind', 'managed_subscription', 'num_requested', 'object', 'replay', "
-        "'silver', 'tables', 'topic' (did you mean 'tables'?)"
+        "'formulas', 'gold', 'health', 'kind', 'managed_subscription', 'num_requested', "
+        "'object', 'poll', 'replay', 'silver', 'tables', 'topic' (did you mean 'tables'?)"
     )
 
 
@@ -646,7 +650,50 @@ def test_wrong_types(tmp_path: Path) -> None:
         ),
         (
             "object: Account\nkind: cdc\n",
-            "kind: must be one of 'change_events', 'platform_event' (got 'cdc')",
+            # The kinds come from the spec's own models, whatever kinds they grow.
+            f"kind: must be one of {KINDS} (got 'cdc')",
+        ),
+        (
+            "kind: streaming-api\nchannel: /topic/InvoiceUpdates\n",
+            f"kind: must be one of {KINDS} (got 'streaming-api') (did you mean 'streaming_api'?)",
+        ),
+        (
+            "object: Lead\nkind: polled\ntopic: /data/LeadChangeEvent\n",
+            "topic: a polled object has no subscription: it is read by queries on "
+            "SystemModstamp (leave topic out, or use kind change_events where Change Data "
+            "Capture is on)",
+        ),
+        (
+            "object: Lead\nkind: polled\nnum_requested: 10\n",
+            "num_requested: a polled object has no subscription: it is read by queries on "
+            "SystemModstamp (leave num_requested out, or use kind change_events where Change "
+            "Data Capture is on)",
+        ),
+        (
+            "object: Account\nkind: change_events\npoll: {every: 5m}\n",
+            "poll: applies to kind polled only (this object is change_events)",
+        ),
+        (
+            "object: Order_Shipped__e\nkind: platform_event\nformulas: {refresh_every: 1h}\n",
+            "formulas: a platform event has no formula fields (it has no records)",
+        ),
+        (
+            "object: Order_Shipped__e\nkind: polled\n",
+            "kind: Order_Shipped__e is a platform event (__e); its kind is platform_event "
+            "(got 'polled')",
+        ),
+        (
+            "object: Lead\nkind: polled\npoll: {every: 0s, lookback: soon}\n",
+            "poll.every: must be greater than 0 (got 0)",
+        ),
+        (
+            "object: Lead\nkind: polled\npoll: {lookback: soon}\n",
+            "poll.lookback: must be seconds or a duration such as '90s', '15m', '24h' or '7d' "
+            "(units ms, s, m, h, d; got 'soon')",
+        ),
+        (
+            "object: Lead\nkind: polled\nformulas: {refresh_every: -1}\n",
+            "formulas.refresh_every: must be greater than 0 (got -1)",
         ),
     ],
 )
@@ -654,6 +701,38 @@ def test_object_rules(tmp_path: Path, obj: str, message: str) -> None:
     conf = write_conf(tmp_path, objects={"thing": obj})
     problems = problems_of(conf)
     assert f"conf/objects/thing.yml: {message}" in problems, problems
+
+
+def test_a_polled_object_has_no_topic_and_a_schedule(tmp_path: Path) -> None:
+    conf = load_conf(
+        write_conf(
+            tmp_path,
+            objects={
+                "account": ACCOUNT + "formulas: {refresh_every: 24h}\n",
+                "lead": "object: Lead\nkind: polled\npoll: {every: 15m, lookback: 90s}\n",
+                "invoice": "object: Invoice__c\nkind: polled\n",
+            },
+        )
+    )
+    lead, invoice = conf.object("Lead"), conf.object("Invoice__c")
+    assert (lead.poll.every, lead.poll.lookback, lead.poll.api) == (900.0, 90.0, "auto")
+    assert (invoice.poll.every, invoice.poll.lookback) == (900.0, 300.0)
+    assert lead.topic == "polled:Lead" and lead.tables == TablesSpec(
+        bronze="lead_polled", silver="lead", gold="lead"
+    )
+    assert invoice.tables.bronze == "invoice_polled" and invoice.formulas.refresh_every is None
+    assert conf.object("Account").formulas.refresh_every == 86400.0
+    # No subscription: the topics are the change event objects'.
+    assert [t.topic for t in conf.topics()] == ["/data/AccountChangeEvent"]
+    assert [o.api_name for o in conf.polled_objects()] == ["Invoice__c", "Lead"]
+    assert [parse_duration(v) for v in (90, "90s", "15m", "1.5h", "7d", "250ms")] == [
+        90.0,
+        90.0,
+        900.0,
+        5400.0,
+        604800.0,
+        0.25,
+    ]
 
 
 def test_prefix_counts_towards_the_identifier_limit(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
-"""VACUUM on the local engine deletes the change data feed's files once no version within the
-retention needs them (delta-rs' own VACUUM never lists them), and keeps the rest. Time is moved
-by back-dating files, as VACUUM reads commit times from the log files' modification times."""
+"""VACUUM on the local engine is delta-rs' own (:func:`pipelines.engines.local_maintenance.vacuum`):
+files that commits removed go once their removal is older than the retention (at once with a
+retention of zero), files no version references -- the change data feed's, a crashed writer's
+-- once written longer ago than the retention and an hour, so a file a writer has yet to
+commit stays. Time is moved by back-dating files."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ from deltalake import DeltaTable
 from pipelines.engines import TableRef
 from pipelines.engines.arrow import arrow_schema_to_spark
 from pipelines.engines.local import LocalEngine
-from pipelines.engines.vacuum import expired_change_data
 
 TOMBSTONE_RETENTION = "delta.deletedFileRetentionDuration"
 
@@ -62,62 +63,31 @@ def test_change_data_older_than_the_retention_goes_and_the_newest_versions_stay_
 ) -> None:
     engine, path, written = merged
     latest = max(written)
-    # Every commit but the last two hours old, with the change data it wrote: the last
-    # update's changes are all a VACUUM with a retention of an hour or less must keep.
+    # The change data of every commit but the last written two hours ago: a VACUUM with a
+    # retention of an hour (half an hour rounds up to one) keeps only the last update's.
     for version in range(latest):
-        _age(path / "_delta_log" / f"{version:020d}.json", 7200)
         for name in written[version]:
             _age(path / name, 7200)
     before = len(list(path.glob("**/*.parquet")))
     result = engine.maintain(GOLD, compact=False, checkpoint=False, vacuum_hours=hours)
     assert _change_data_on_disk(path) == sorted(written[latest])
-    # With them, the data files the old versions removed (at fractional hours: delta-rs' own
-    # VACUUM goes by the time of the removal, which was not back-dated).
     assert result.vacuumed_files == before - len(list(path.glob("**/*.parquet")))
-    assert result.vacuumed_files >= sum(len(written[v]) for v in range(latest))
+    assert result.vacuumed_files == sum(len(written[v]) for v in range(latest))
     changes = pa.table(DeltaTable(str(path)).load_cdf(starting_version=latest))
     pairs = zip(changes["Id"].to_pylist(), changes["_change_type"].to_pylist(), strict=True)
     assert sorted(pairs) == [("1", "update_postimage"), ("1", "update_preimage")]
     assert sorted(engine.read_arrow(GOLD)["Name"].to_pylist()) == ["d", "e"]
 
 
-def test_change_data_named_by_a_commit_after_the_horizon_stays_however_old_the_file(
+def test_files_a_merge_replaced_go_at_once_with_no_retention(
     merged: tuple[LocalEngine, Path, dict[int, list[str]]],
 ) -> None:
-    _, path, written = merged
-    latest = max(written)
-    for version in range(latest - 1):
-        _age(path / "_delta_log" / f"{version:020d}.json", 7200)
-    for names in written.values():
-        for name in names:
-            _age(path / name, 7200)  # a slow writer: its files are older than its commit
-    doomed = expired_change_data(path, older_than=time.time() - 3600)
-    # The version current an hour ago is latest - 2: the changes of the two after it stay.
-    assert sorted(doomed) == sorted(n for v in range(latest - 1) for n in written[v])
-
-
-def test_a_change_data_file_written_after_the_newest_commit_stays_even_at_no_retention(
-    merged: tuple[LocalEngine, Path, dict[int, list[str]]],
-) -> None:
-    _, path, written = merged
-    for log in (path / "_delta_log").glob("*.json"):
-        _age(log, 60)
-    for name in (n for names in written.values() for n in names):
-        _age(path / name, 120)
-    in_flight = path / "_change_data" / "part-00000-being-written.c000.snappy.parquet"
-    in_flight.write_bytes(b"PAR1")  # a merge that has not committed yet
-    doomed = expired_change_data(path, older_than=time.time())
-    assert in_flight.relative_to(path).as_posix() not in doomed
-    assert sorted(doomed) == sorted(n for names in written.values() for n in names)
-
-
-def test_a_table_without_change_data_has_nothing_to_delete(tmp_path: Path) -> None:
-    engine = LocalEngine(location=tmp_path / "lake")
-    engine.merge(GOLD, pa.table({"Id": ["1"], "Name": ["a"]}), on=["Id"])
-    path = engine.path(GOLD)
-    for child in (path / "_change_data").glob("*"):
-        child.unlink()
-    assert expired_change_data(path, older_than=time.time()) == []
+    engine, path, _ = merged
+    adds = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
+    referenced = set(adds.column("path").to_pylist())
+    result = engine.maintain(GOLD, compact=False, checkpoint=False, vacuum_hours=0)
+    assert result.vacuumed_files and _data_files(path) == referenced
+    assert sorted(engine.read_arrow(GOLD)["Name"].to_pylist()) == ["d", "e"]
 
 
 BRONZE = TableRef("bronze", "orders")
@@ -151,30 +121,27 @@ def test_files_whose_tombstones_left_the_checkpoints_are_still_deleted(tmp_path:
     removes = pq.read_table(checkpoint, columns=["remove"]).column("remove")
     assert removes.null_count == len(removes)
     for name in appended:
-        _age(path / name, 120)
-    for log in (path / "_delta_log").glob("*.json"):
-        _age(log, 90)
-    # ... and VACUUM still deletes them, as files no version within a minute references.
+        _age(path / name, 7200)
+    # ... and VACUUM still deletes them, as files no version references.
     result = engine.maintain(BRONZE, compact=False, checkpoint=False, vacuum_hours=1 / 60)
     assert result.vacuumed_files == 4
     assert not appended & _data_files(path)
     assert sorted(engine.read_arrow(BRONZE)["n"].to_pylist()) == [0, 1, 2, 3, 4]
 
 
-def test_a_file_written_after_the_newest_commit_stays_and_an_old_stray_goes(
+def test_a_file_a_writer_has_yet_to_commit_stays_and_an_old_stray_goes(
     tmp_path: Path,
 ) -> None:
     engine = LocalEngine(location=tmp_path / "lake")
     for n in range(2):
         _append(engine, n)
     path = engine.path(BRONZE)
-    for log in (path / "_delta_log").glob("*.json"):
-        _age(log, 60)
     stray = path / "part-00000-left-by-a-crashed-writer-c000.snappy.parquet"
     stray.write_bytes(b"PAR1")
-    _age(stray, 120)
+    _age(stray, 7200)
     in_flight = path / "part-00000-being-written-c000.snappy.parquet"
     in_flight.write_bytes(b"PAR1")
+    _age(in_flight, 600)
     result = engine.maintain(BRONZE, compact=False, checkpoint=False, vacuum_hours=0)
     assert result.vacuumed_files == 1
     assert not stray.exists() and in_flight.exists()

@@ -12,10 +12,18 @@ emulator's clock); its next request then gets ``403::Unknown client`` with ``rec
 handshake`` advice.
 
 A connect is answered at once when the session has messages waiting (at most ``batch_size``
-per reply), otherwise held for ``poll_timeout`` real seconds or until a message arrives. Every
-request must carry ``Authorization: Bearer <token>`` (or ``OAuth <token>``); the token is
-checked on each one, so a revoked token ends a connected client with ``401::Authentication
-invalid`` and ``reconnect: none``.
+per reply), otherwise held for ``poll_timeout`` real seconds, or less when the connect's own
+``advice.timeout`` asks for less (CometD keeps a client's connect advice as the session's
+transient timeout), or until a message arrives. Every request must carry ``Authorization:
+Bearer <token>`` (or ``OAuth <token>``); the token is checked on each one, so a revoked token
+ends a connected client with ``401::Authentication invalid`` and ``reconnect: none`` (the
+session ends with that answer).
+
+Sessions left open. A session that ends by expiring (its client neither reconnected nor sent
+``/meta/disconnect``) is counted in :attr:`BayeuxServer.abandoned`;
+:meth:`BayeuxServer.left_open` adds the sessions still open. An org allows a limited number of
+concurrent CometD clients, so a client that stops or handshakes again must disconnect first;
+sessions the server ends itself (``expire``, a revoked token) do not count.
 
 The guide's error replies (``error`` field ``<code>::<message>``) are in :data:`ERRORS`.
 """
@@ -170,6 +178,8 @@ class BayeuxServer:
         self._sessions: dict[str, _Session] = {}
         self._closed = False
         self.requests = 0
+        self.disconnected = 0
+        self.abandoned = 0
 
     # -- public helpers ----------------------------------------------------------------------
 
@@ -186,6 +196,18 @@ class BayeuxServer:
     def client_ids(self) -> list[str]:
         with self._hub.lock:
             return list(self._sessions)
+
+    def left_open(self) -> int:
+        """Sessions that expired without a ``/meta/disconnect``, plus those still open (on
+        the emulator's clock, expired ones are counted as they are found)."""
+        with self._hub.lock:
+            self._sweep()
+            return self.abandoned + len(self._sessions)
+
+    def _end(self, session: _Session, *, abandoned: bool) -> None:
+        # Under the lock.
+        if self._sessions.pop(session.client_id, None) is not None and abandoned:
+            self.abandoned += 1
 
     def subscriptions(self, client_id: str) -> dict[str, int]:
         """A session's channels and the replay id of the last message it received on each."""
@@ -350,12 +372,11 @@ class BayeuxServer:
     def _sweep(self) -> None:
         now = self._clock()
         generation = self._faults.session_generation
-        for cid in [
-            c
-            for c, s in self._sessions.items()
-            if (now > s.deadline and not s.poll) or s.generation != generation
-        ]:
-            del self._sessions[cid]
+        for session in list(self._sessions.values()):
+            if session.generation != generation:
+                self._end(session, abandoned=False)
+            elif now > session.deadline and not session.poll:
+                self._end(session, abandoned=True)
 
     # -- session checks ------------------------------------------------------------------------
 
@@ -371,11 +392,11 @@ class BayeuxServer:
         if not client_id:
             return _error(message, ERRORS["not_handshaken"], advice={"reconnect": "handshake"})
         session = self._sessions.get(str(client_id))
-        if session is not None and (
-            session.generation != self._faults.session_generation
-            or (self._clock() > session.deadline and not session.poll)
-        ):
-            del self._sessions[session.client_id]
+        if session is not None and session.generation != self._faults.session_generation:
+            self._end(session, abandoned=False)
+            session = None
+        elif session is not None and self._clock() > session.deadline and not session.poll:
+            self._end(session, abandoned=True)
             session = None
         if session is None:
             return _error(
@@ -384,6 +405,8 @@ class BayeuxServer:
         if token is None:
             return _error(message, ERRORS["auth_missing"], advice={"reconnect": "none"})
         if grant is None or session.revoked:
+            if session.revoked:
+                self._end(session, abandoned=False)
             return _error(
                 message, ERRORS["auth_invalid"], advice={"reconnect": "none", "interval": 0}
             )
@@ -417,7 +440,8 @@ class BayeuxServer:
                     message, successful=True, clientId=session.client_id, subscription=sub
                 )
             if channel == "/meta/disconnect":
-                del self._sessions[session.client_id]
+                self._end(session, abandoned=False)
+                self.disconnected += 1
                 self._hub.wake()
                 return _reply(message, successful=True, clientId=session.client_id)
         return _error(message, f"400::Unknown meta channel {channel}")
@@ -473,7 +497,7 @@ class BayeuxServer:
             mine = session.poll
             first = not session.connected
             session.connected = True
-            ends = time.monotonic() + self.poll_timeout
+            ends = time.monotonic() + self._hold(message)
             try:
                 while True:
                     if self._closed or self._faults.claim_poll_drop():
@@ -489,6 +513,8 @@ class BayeuxServer:
                             )
                         ]
                     if session.revoked or (token and self._tokens.check(token) is None):
+                        if session.revoked:
+                            self._end(session, abandoned=False)
                         return [
                             _error(
                                 message,
@@ -504,6 +530,14 @@ class BayeuxServer:
             finally:
                 if session.poll == mine:
                     session.poll = 0
+
+    def _hold(self, message: Mapping[str, Any]) -> float:
+        """Seconds to hold a connect: the poll timeout, or less when the client's advice asks."""
+        advice = message.get("advice")
+        asked = advice.get("timeout") if isinstance(advice, Mapping) else None
+        if isinstance(asked, int | float) and not isinstance(asked, bool) and asked >= 0:
+            return min(self.poll_timeout, asked / 1000.0)
+        return self.poll_timeout
 
     def _connect_reply(
         self, message: Mapping[str, Any], session: _Session, deliveries: list[Delivery]

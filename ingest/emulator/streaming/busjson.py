@@ -9,9 +9,14 @@ bus position of each event as its (integer) replay id. A message's ``data`` is::
                  "Name": "Acme", "LastModifiedDate": "2025-01-01T00:00:03.000Z", ...},
      "event": {"replayId": 1000017}}          (platform events add "EventUuid")
 
-Bitmaps become field-name lists; dates are ``YYYY-MM-DD``, datetimes ISO 8601 UTC with
-milliseconds and ``Z``, times ``hh:mm:ss.sssZ``; compound fields nested objects. Fields without
-a value are left out, except the ones an update nulls (``null``).
+as the Change Data Capture guide shows a message received in a CometD client ("Change Event
+Message Structure", "Differences Between Change Events Received with Streaming API vs. Pub/Sub
+API"): the header has ``changedFields`` (a field-name list) but neither ``nulledFields`` nor
+``diffFields``, which only Pub/Sub's Avro header carries; a long text field sent as a diff is
+``{"diff": "--- \\n+++ <sha256>\\n..."}`` ("Data Differences in Event Fields"). Dates are
+``YYYY-MM-DD``, datetimes ISO 8601 UTC with milliseconds and ``Z``, times ``hh:mm:ss.sssZ``;
+compound fields nested objects. Fields without a value are left out, except the ones an update
+nulls (``null``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from ingest.schema import HEADER_FIELD, EventSchema, FieldInfo
 __all__ = ["BusJson", "iso_datetime"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# Header fields a CometD client does not get (bitmaps that Pub/Sub clients decode).
+_PUBSUB_ONLY_HEADER = frozenset({"nulledFields", "diffFields"})
 
 
 def iso_datetime(ms: float) -> str:
@@ -91,16 +98,27 @@ class BusJson:
     @staticmethod
     def _change_payload(schema: EventSchema, record: Mapping[str, Any]) -> dict[str, Any]:
         change = ChangeEvent.from_record(record, schema)
-        header = dict(record[HEADER_FIELD])
+        header = {k: v for k, v in record[HEADER_FIELD].items() if k not in _PUBSUB_ONLY_HEADER}
         header["changedFields"] = list(change.changed)
-        header["nulledFields"] = list(change.nulled)
-        header["diffFields"] = list(change.diffed)
-        nulled_tops = {n.partition(".")[0] for n in change.nulled}
+        nulled = set(change.nulled)
+        nulled_tops = {n.partition(".")[0] for n in nulled}
+        diffed = set(change.diffed)
         payload: dict[str, Any] = {HEADER_FIELD: header}
         for info in schema.fields:
             if info.name == HEADER_FIELD:
                 continue
             value = record.get(info.name)
-            if value is not None or info.name in nulled_tops:
+            if info.name in diffed and isinstance(value, str):
+                payload[info.name] = {"diff": value}
+            elif info.children and isinstance(value, Mapping):
+                # A compound field holds its parts that have a value or were nulled.
+                parts = {
+                    k: v
+                    for k, v in _value(info, value).items()
+                    if v is not None or f"{info.name}.{k}" in nulled
+                }
+                if parts:
+                    payload[info.name] = parts
+            elif value is not None or info.name in nulled_tops:
                 payload[info.name] = _value(info, value)
         return payload

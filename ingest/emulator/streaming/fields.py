@@ -5,7 +5,7 @@ API and PushTopic queries also name their parts as fields of their own (``Billin
 ``HQ_Location__Latitude__s``, ``FirstName``). :class:`ObjectFields` lists both, with:
 
 - how to read each one from a ground-truth record, as the REST API shows it (a notification's
-  ``subject``) and normalized for a ``WHERE`` comparison (dates as epoch milliseconds);
+  ``sobject``) and normalized for a ``WHERE`` comparison (dates as epoch milliseconds);
 - which change event field names (``changedFields`` entries such as ``BillingAddress.City``)
   count as a change of it, following the guide's compound-field rules: a person ``Name``
   changes when any part changes (its parts alone never notify), an Address or Geolocation
@@ -15,14 +15,15 @@ API and PushTopic queries also name their parts as fields of their own (``Billin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ingest.emulator.rest import rest_readers
+from ingest.emulator.formulas import Formula
+from ingest.emulator.rest import MODSTAMP, rest_readers
 from ingest.schema import HEADER_FIELD, EventSchema, FieldInfo
 
-__all__ = ["ObjectField", "ObjectFields", "Reader"]
+__all__ = ["ObjectField", "ObjectFields", "Reader", "describe_type", "lossy_conversion"]
 
 Reader = Callable[[str, Mapping[str, Any], bool], Any]
 
@@ -37,8 +38,10 @@ _NOT_NILLABLE = frozenset(
         "LastModifiedDate",
         "LastModifiedById",
         "IsPersonAccount",
+        "SystemModstamp",
     }
 )
+_READ_ONLY = frozenset({"Id", "IsDeleted", "IsPersonAccount", "SystemModstamp"})
 _STRING_TYPES = {
     "Phone": "phone",
     "Email": "email",
@@ -73,24 +76,57 @@ class ObjectField:
     sources: frozenset[str]
     rest: Reader
     wire: Reader
+    # A formula field: computed when read, never written.
+    calculated: bool = False
+    # The name of the record value ``wire`` returns as it is stored (None: read otherwise).
+    stored: str | None = None
 
     def describe(self) -> dict[str, Any]:
         """The field's entry in ``sobjects/<Object>/describe``."""
+        writable = self.name not in _READ_ONLY and not self.calculated
         return {
             "name": self.name,
             "label": self.name.removesuffix("__c").replace("_", " "),
             "type": self.sf_type,
             "nillable": self.nillable,
             "custom": self.name.endswith(("__c", "__s")),
+            "calculated": self.calculated,
             "compoundFieldName": self.parent,
             "filterable": self.kind not in ("long_text", "compound"),
-            "createable": self.name not in ("Id", "IsDeleted", "IsPersonAccount"),
-            "updateable": self.name not in ("Id", "IsDeleted", "IsPersonAccount"),
+            "createable": writable,
+            "updateable": writable,
             "referenceTo": [] if self.sf_type != "reference" else ["Unknown"],
         }
 
 
-def _describe_type(info: FieldInfo) -> str:
+# A custom field type conversion that loses data (Salesforce nulls the field on every record and
+# publishes one change event with a wildcard record id) and keeps the value's representation:
+# to Number, Percent or Currency from another type, to or from Picklist (Multi-Select).
+_LOSSY = {
+    "percent": "double",
+    "currency": "double",
+    "double": "percent",
+    "multipicklist": "string",
+    "string": "multipicklist",
+    "picklist": "multipicklist",
+    "email": "multipicklist",
+    "url": "multipicklist",
+    "phone": "multipicklist",
+}
+
+
+def lossy_conversion(current: str) -> str | None:
+    """The describe type a field of type ``current`` gets from a lossy conversion the emulator
+    models (its values keep their representation), or None when it models none."""
+    return _LOSSY.get(current)
+
+
+def describe_type(info: FieldInfo, retyped: Mapping[str, str] | None = None) -> str:
+    """The ``type`` of a schema field in ``sobjects/<Object>/describe``: the type ``retyped``
+    gives it (field -> type, after a custom field type conversion), or the schema's."""
+    converted = (retyped or {}).get(info.name)
+    if converted is not None:
+        return converted
     if info.kind == "id":
         return "reference"
     if info.kind == "string":
@@ -116,9 +152,13 @@ def _part_name(parent: FieldInfo, child: FieldInfo) -> str:
     return f"{parent.name.removesuffix('Address')}{child.name}"
 
 
+def _stored_as_is(info: FieldInfo | None) -> bool:
+    # Ids, IsDeleted, person names (as their full name) read as the REST API shows them.
+    return info is not None and info.kind not in ("switchable_name", "compound")
+
+
 def _wire_top(name: str, info: FieldInfo | None, rest: Reader) -> Reader:
-    if info is None or info.kind in ("switchable_name", "compound"):
-        # Ids, IsDeleted, person names (as their full name) read as the REST API shows them.
+    if not _stored_as_is(info):
         return rest
 
     def read(rid: str, values: Mapping[str, Any], deleted: bool) -> Any:
@@ -145,8 +185,15 @@ class ObjectFields:
         self._lower = {name.lower(): f for name, f in self._fields.items()}
 
     @classmethod
-    def of_schema(cls, schema: EventSchema) -> ObjectFields:
-        """The fields of the object whose change events ``schema`` describes."""
+    def of_schema(
+        cls,
+        schema: EventSchema,
+        formulas: Sequence[Formula] = (),
+        retyped: Mapping[str, str] | None = None,
+    ) -> ObjectFields:
+        """The fields of the object whose change events ``schema`` describes, and its
+        ``formulas`` (computed from the record when read). ``retyped`` gives the describe type
+        of fields whose type was converted since (field -> type)."""
         infos = [f for f in schema.fields if f.name != HEADER_FIELD]
         by_name = {f.name: f for f in infos}
         readers = rest_readers(infos)
@@ -162,6 +209,7 @@ class ObjectFields:
             wire: Reader | None = None,
         ) -> None:
             rest = readers.get(name) or _part_reader(parent or "", name)
+            info = by_name.get(name)
             out.setdefault(
                 name,
                 ObjectField(
@@ -172,12 +220,18 @@ class ObjectFields:
                     parent,
                     sources,
                     rest,
-                    wire or _wire_top(name, by_name.get(name), rest),
+                    wire or _wire_top(name, info, rest),
+                    stored=name if wire is None and _stored_as_is(info) else None,
                 ),
             )
 
         add("Id", "id", "id")
         add("IsDeleted", "boolean", "boolean")
+
+        def modstamp(rid: str, values: Mapping[str, Any], deleted: bool) -> Any:
+            return values.get(MODSTAMP)
+
+        add(MODSTAMP, "datetime", "datetime", wire=modstamp)
         for info in infos:
             parts = {f"{info.name}.{c.name}" for c in info.children}
             if info.kind == "switchable_name" or (
@@ -191,7 +245,7 @@ class ObjectFields:
                     add("IsPersonAccount", "boolean", "boolean")
             elif info.children:
                 # Address and Geolocation change only through their constituent fields.
-                add(info.name, "compound", _describe_type(info))
+                add(info.name, "compound", describe_type(info))
                 for child in info.children:
                     part = _part_name(info, child)
                     reader = _part_reader(info.name, child.name)
@@ -206,7 +260,29 @@ class ObjectFields:
                     # The REST value of a part: the nested value, as the parent shows it.
                     out[part] = _with_rest(out[part], _rest_part(readers[info.name], child))
             else:
-                add(info.name, info.kind, _describe_type(info), sources=frozenset({info.name}))
+                sf_type = describe_type(info, retyped)
+                add(info.name, info.kind, sf_type, sources=frozenset({info.name}))
+        for formula in formulas:
+
+            def compute(
+                rid: str, values: Mapping[str, Any], deleted: bool, f: Formula = formula
+            ) -> Any:
+                return f.value(values)
+
+            out.setdefault(
+                formula.name,
+                ObjectField(
+                    formula.name,
+                    formula.kind,
+                    formula.sf_type,
+                    True,
+                    None,
+                    frozenset(formula.inputs),
+                    compute,
+                    compute,
+                    calculated=True,
+                ),
+            )
         return cls(schema.entity_name, out)
 
     @classmethod
@@ -220,7 +296,15 @@ class ObjectFields:
                 return values.get(n)
 
             out[name] = ObjectField(
-                name, kind, sf_type, name not in _NOT_NILLABLE, None, frozenset({name}), read, read
+                name,
+                kind,
+                sf_type,
+                name not in _NOT_NILLABLE,
+                None,
+                frozenset({name}),
+                read,
+                read,
+                stored=name,
             )
         return cls(entity, out)
 
@@ -249,16 +333,7 @@ class ObjectFields:
 
 
 def _with_rest(field: ObjectField, rest: Reader) -> ObjectField:
-    return ObjectField(
-        field.name,
-        field.kind,
-        field.sf_type,
-        field.nillable,
-        field.parent,
-        field.sources,
-        rest,
-        field.wire,
-    )
+    return replace(field, rest=rest)
 
 
 def _rest_part(parent_rest: Reader, child: FieldInfo) -> Reader:

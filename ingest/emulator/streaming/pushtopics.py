@@ -18,9 +18,9 @@ Evaluation of one record change (``NotifyForOperation<Op>`` must be true and the
   any field (``All``), a field of the ``SELECT`` or ``WHERE`` clause (``Referenced``), of the
   ``SELECT`` clause (``Select``) or of the ``WHERE`` clause (``Where``).
 
-A notification's ``data`` is ``{"event": {"createdDate", "replayId", "type"}, "subject":
-{...}}``: the selected fields with the record's full current values (REST API shapes), only
-``Id`` for a deletion.
+A notification's ``data`` is ``{"event": {"createdDate", "replayId", "type"}, "sobject":
+{...}}`` (the guide's "PushTopic Queries"): the selected fields with the record's full current
+values (REST API shapes), only ``Id`` for a deletion.
 """
 
 from __future__ import annotations
@@ -390,9 +390,9 @@ class PushTopics:
     def _notify(self, record: Mapping[str, Any], compiled: _Compiled, change: RecordChange) -> None:
         deleted = change.operation == "deleted"
         if deleted:
-            subject: dict[str, Any] = {"Id": change.record_id}
+            sobject: dict[str, Any] = {"Id": change.record_id}
         else:
-            subject = {
+            sobject = {
                 f.name: f.rest(change.record_id, change.values, False) for f in compiled.select
             }
         created = iso_datetime(change.commit_ms)
@@ -400,7 +400,7 @@ class PushTopics:
         def build(replay_id: int) -> dict[str, Any]:
             return {
                 "event": {"createdDate": created, "replayId": replay_id, "type": change.operation},
-                "subject": subject,
+                "sobject": sobject,
             }
 
         channel = f"/topic/{record['Name']}"

@@ -64,6 +64,11 @@ class RecordState:
         self._decoders = DecoderCache(lambda sid: catalogue.schema(sid).json)
         self.truth = GroundTruth()
         self._registered: dict[str, str] = {}
+        # Diffs the state could not apply (its record lacked the value the diff was made
+        # against): the field then keeps its previous value. Counted and logged at DEBUG: the
+        # state only serves PushTopic notifications, and a user of the emulator cannot act on
+        # it (it is no warning about sfcdc).
+        self.unapplied_diffs = 0
 
     def apply(self, event: LoggedEvent) -> list[RecordChange]:
         """The record changes one logged change event makes (none for events without
@@ -161,7 +166,8 @@ class RecordState:
                     try:
                         value = apply_diff(previous.get(name), value)
                     except DecodeError as exc:
-                        logger.warning("%s %s: diff not applied: %s", entity, record_id, exc)
+                        self.unapplied_diffs += 1
+                        logger.debug("%s %s: diff not applied: %s", entity, record_id, exc)
                         continue
                 changes[name] = value
             truth.update(entity, record_id, changes, event_id="")

@@ -51,7 +51,7 @@ class StreamingApi:
         self._catalogue = catalogue
         self._bus = bus
         self._faults = faults
-        self._fields: dict[str, tuple[str, ObjectFields]] = {}
+        self._fields: dict[str, tuple[tuple[Any, ...], ObjectFields]] = {}
         self.hub = Hub(
             clock=clock,
             retention=settings.retention,
@@ -145,6 +145,18 @@ class StreamingApi:
         ``401::Authentication invalid``."""
         self.bayeux.revoke(client_id)
 
+    @property
+    def unapplied_diffs(self) -> int:
+        """Diffs the record state behind PushTopic notifications could not apply (its record
+        lacked the value the diff was made against; the field keeps its previous value)."""
+        return self._records.unapplied_diffs
+
+    def sessions_left_open(self) -> int:
+        """CometD sessions that ended without a ``/meta/disconnect`` (they expired) plus those
+        still open: after a client stopped, anything above zero is a session it left for the
+        server to expire, holding one of the org's concurrent clients meanwhile."""
+        return self.bayeux.left_open()
+
     def purge(self, channel: str, *, through: int) -> int:
         """Drop a PushTopic or generic channel's messages up to replay id ``through`` (their
         ids become invalid for replay). Bus channels: use ``emu.faults.purge``."""
@@ -161,9 +173,12 @@ class StreamingApi:
                 continue
             if schema.entity_name.lower() != entity.lower():
                 continue
+            formulas = self._catalogue.formulas_of(schema.entity_name)
+            retyped = self._catalogue.retyped_of(schema.entity_name)
+            key = (schema.schema_id, formulas, retyped)
             cached = self._fields.get(schema.entity_name)
-            if cached is None or cached[0] != schema.schema_id:
-                cached = (schema.schema_id, ObjectFields.of_schema(schema))
+            if cached is None or cached[0] != key:
+                cached = (key, ObjectFields.of_schema(schema, formulas, dict(retyped)))
                 self._fields[schema.entity_name] = cached
             return cached[1]
         return None

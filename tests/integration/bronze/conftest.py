@@ -155,7 +155,9 @@ def expected(emulator: Emulator, topic: str) -> list[tuple[bytes, str]]:
     return [(e.replay_id, e.event_id) for e in emulator.log(topic)]
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
+def wait_for(condition: Callable[[], bool], timeout: float = 90.0, what: str = "") -> None:
+    """Poll ``condition`` until it holds. The deadline allows for a spark-engine landing on a
+    busy machine, which creates its bookkeeping tables (seconds each) before its first commit."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

@@ -2,7 +2,9 @@
 at random points while the emulator (in this process) keeps producing generated events on
 several topics, restarted each time, and finally drained; every topic's bronze table then holds
 exactly the emulator's events, in order, once. On the spark engine each run starts its own
-Spark driver with delta-spark (a JVM start per run), so it is killed fewer times (five)."""
+Spark driver with delta-spark (a JVM start per run), so it is killed fewer times (five). The
+local engine also lands into a lake on object storage (an S3-compatible server and Azurite on
+loopback), where every commit goes through delta-rs."""
 
 from __future__ import annotations
 
@@ -23,20 +25,28 @@ from ingest.emulator.managed import ManagedSubscriptionConfig
 from ingest.emulator.server import Emulator, EmulatorConfig
 from ingest.emulator.workload import Workload
 from pipelines.engines import LocalEngine, TableRef
+from pipelines.spec import load_conf
 from tests.cli_env import cli_env
 from tests.integration.bronze.conftest import checkpoint_rows, expected, landed
+from tests.object_storage import ObjectLake
 
 # Each spark-engine run starts a Spark driver: allow for it on a busy machine.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[3]
 # Kills per engine: each spark-engine run starts a JVM first, which takes seconds.
-KILLS = {"local": 20, "spark": 5}
+KILLS = {"local": 20, "spark": 5, "object": 2}
 # Pause between the producer's bursts and events per bronze batch: a spark-engine commit takes
 # far longer than a local one, so its producer is slower and its batches bigger (the backlog a
 # run leaves must drain in minutes).
-PAUSE = {"local": 0.01, "spark": 0.1}
-MAX_EVENTS = {"local": 150, "spark": 1000}
+PAUSE = {"local": 0.01, "spark": 0.1, "object": 0.2}
+MAX_EVENTS = {"local": 150, "spark": 1000, "object": 1000}
+# Events the producer appends at most: past this it stays quiet (keepalives only) until the
+# kills are over, so a slow start-up on a busy machine does not leave a backlog of tens of
+# thousands of events for the drain.
+PRODUCED = {"local": 8000, "spark": 3000, "object": 1500}
+# Events the producer must have made by the end (an object store's commits take longer).
+MIN_EVENTS = {"local": 2000, "spark": 2000, "object": 300}
 ACCOUNT = "/data/AccountChangeEvent"
 INVOICE = "/data/Invoice__ChangeEvent"
 CHANNEL = "/data/ChangeEvents"
@@ -45,9 +55,10 @@ TOPICS = (ACCOUNT, INVOICE, CHANNEL, ORDERS)
 MANAGED = "Orders_Crash"
 
 
-def _conf(root: Path, emulator: Emulator, engine: str) -> Path:
+def _conf(root: Path, emulator: Emulator, engine: str, lake: str | None = None) -> Path:
     conf = root / "conf"
     (conf / "objects").mkdir(parents=True)
+    events = MAX_EVENTS[engine if lake is None else "object"]
     (conf / "pipeline.yml").write_text(
         textwrap.dedent(
             f"""\
@@ -57,10 +68,10 @@ def _conf(root: Path, emulator: Emulator, engine: str) -> Path:
                 grpc_port: {emulator.grpc_port}
                 http_port: {emulator.http_port}
                 tls: {{enabled: true, ca_file: {emulator.ca_cert_path}}}
-            lake: {{engine: {engine}, location: {root / "lake"}}}
+            lake: {lake or f"{{engine: {engine}, location: {root / 'lake'}}}"}
             defaults:
               replay: {{start: earliest, on_corrupted: fail}}
-              batching: {{max_events: {MAX_EVENTS[engine]}, max_bytes: 1MiB, max_age_seconds: 0.2}}
+              batching: {{max_events: {events}, max_bytes: 1MiB, max_age_seconds: 0.2}}
             ingest:
               retry: {{max_attempts: 30, initial_backoff_seconds: 0.05, max_backoff_seconds: 0.5}}
               progress_interval_seconds: 1
@@ -85,10 +96,11 @@ class Producer(threading.Thread):
     """The org's users: generated transactions appended in bursts with quiet spells (so
     keepalives come mid-run too)."""
 
-    def __init__(self, emulator: Emulator, seed: int, pause: float) -> None:
+    def __init__(self, emulator: Emulator, seed: int, pause: float, limit: int) -> None:
         super().__init__(name="producer", daemon=True)
         self.emulator = emulator
         self.pause = pause
+        self.limit = limit
         self.workload = Workload(emulator.catalogue, seed=seed)
         self.rng = random.Random(seed)
         self.stop = threading.Event()
@@ -96,7 +108,7 @@ class Producer(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            if self.rng.random() < 0.03:
+            if self.rng.random() < 0.03 or self.events >= self.limit:
                 self.stop.wait(self.rng.uniform(0.3, 0.8))
                 continue
             batch = [e for _ in range(self.rng.randint(1, 8)) for e in self.workload.transaction()]
@@ -131,7 +143,16 @@ def _tail(log: Path, lines: int = 30) -> str:
 def test_sigkill_at_random_points_loses_and_duplicates_nothing(
     tmp_path: Path, engine_name: str
 ) -> None:
-    kills = KILLS[engine_name]
+    _kill_and_drain(tmp_path, engine_name, None)
+
+
+def test_sigkill_with_the_lake_on_object_storage(tmp_path: Path, object_lake: ObjectLake) -> None:
+    _kill_and_drain(tmp_path, "local", object_lake)
+
+
+def _kill_and_drain(tmp_path: Path, engine_name: str, lake: ObjectLake | None) -> None:
+    kind = engine_name if lake is None else "object"
+    kills = KILLS[kind]
     rng = random.Random(20240501)
     emulator = Emulator(
         default_catalogue(),
@@ -145,10 +166,10 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         ),
     )
     emulator.start()
-    producer = Producer(emulator, seed=7, pause=PAUSE[engine_name])
+    producer = Producer(emulator, seed=7, pause=PAUSE[kind], limit=PRODUCED[kind])
     commits: list[int] = []
     try:
-        conf = _conf(tmp_path, emulator, engine_name)
+        conf = _conf(tmp_path, emulator, engine_name, None if lake is None else lake.yaml())
         producer.start()
         for run in range(kills):
             log = tmp_path / f"run-{run:02d}.log"
@@ -171,7 +192,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         producer.stop.set()
         emulator.close()
 
-    assert producer.events > 2000
+    assert producer.events > MIN_EVENTS[kind]
     for topic in TOPICS:
         bronze = landed(conf, topic)
         truth = expected(emulator, topic)
@@ -183,7 +204,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         batches = [r["batch_id"] for r in checkpoint_rows(conf, topic)]
         assert batches == list(range(1, len(batches) + 1)), f"{topic}: checkpoint batches"
 
-    engine = LocalEngine(location=tmp_path / "lake")
+    engine = LocalEngine.from_spec(load_conf(conf).pipeline.lake)
     registered = set(
         engine.read_arrow(TableRef("bronze", "sfcdc_schemas"))["schema_id"].to_pylist()
     )
@@ -194,8 +215,8 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
     assert sum(1 for n in commits if n) >= kills // 2, commits
     recovered = [r for r in checkpoint_rows(conf) if (r["detail"] or "").startswith("recovered")]
     print(
-        f"{engine_name}: {producer.events} events produced, {kills} kills after {sum(commits)} "
-        "commits, "
+        f"{kind if lake is None else lake.server.kind}: {producer.events} events produced, "
+        f"{kills} kills after {sum(commits)} commits, "
         f"{len(recovered)} checkpoints recovered from bronze after a kill between the two "
         "commits"
     )

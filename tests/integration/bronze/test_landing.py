@@ -13,6 +13,7 @@ from ingest.emulator.eventlog import encode_replay_id
 from ingest.emulator.server import Emulator
 from ingest.errors import ReplayIdError
 from pipelines.bronze import BronzeLanding
+from pipelines.bronze.bookkeeping import BOOKKEEPING as BRONZE_BOOKKEEPING
 from pipelines.commands.ingest import land
 from pipelines.connect import connect, secret_resolver
 from pipelines.engines import LocalEngine, TableRef
@@ -46,6 +47,9 @@ def test_every_topic_lands_exactly_with_schemas_and_checkpoints(
     result = land(load_conf(conf_dir), once=True)
 
     assert result.stopped.startswith("drained")
+    # The first landing of a lake creates every bronze bookkeeping table, written to or not.
+    reader = LocalEngine(location=tmp_path / "lake")
+    assert [t.table for t in BRONZE_BOOKKEEPING if not reader.exists(t.table)] == []
     for topic in (ACCOUNT, CHANNEL, ORDERS):
         assert landed(conf_dir, topic) == expected(emulator, topic), topic
     assert {t.topic: t.events for t in result.topics} == {ACCOUNT: 250, CHANNEL: 370, ORDERS: 230}

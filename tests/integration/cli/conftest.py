@@ -3,6 +3,7 @@ shared by the command tests that read it (run, status, sql)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,3 +76,13 @@ def filled_lake(
         code = cli.main(["-q", "run", "--conf", str(conf), "--once"])
     capture.write_text(buffer.getvalue())
     return FilledLake(conf, root / "lake", code, buffer.getvalue(), engine)
+
+
+@pytest.fixture
+def few_partitions(spark: SparkSession) -> Iterator[SparkSession]:
+    """The shared session with one shuffle partition while the test runs: queries over a demo's
+    few thousand rows join and group quicker so."""
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    yield spark
+    spark.conf.set("spark.sql.shuffle.partitions", before or "200")

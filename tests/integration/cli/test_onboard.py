@@ -69,3 +69,35 @@ def test_a_topic_the_org_does_not_have_writes_nothing(conf_dir: Path) -> None:
     with pytest.raises(SfcdcError, match="topic does not exist"):
         onboard(conf_dir, "/data/CaseChangeEvent")
     assert sorted(p.name for p in (conf_dir / "objects").iterdir()) == before
+
+
+def test_an_object_without_change_events_is_proposed_as_polled(tmp_path: Path) -> None:
+    from ingest.emulator.catalogue import default_catalogue
+    from ingest.emulator.formulas import DEFAULT_FORMULAS
+    from ingest.emulator.server import Emulator, EmulatorConfig
+    from tests.integration.rest.oracle import write_conf
+
+    catalogue = default_catalogue()
+    catalogue.add_formulas(DEFAULT_FORMULAS)
+    catalogue.disable_change_events("Opportunity")
+    with Emulator(catalogue, EmulatorConfig()) as emulator:
+        conf_dir = write_conf(tmp_path, emulator, {"account": "Account"}, start="earliest")
+        # Change Data Capture is on for Contact: its change events.
+        contact = onboard(conf_dir, "Contact")
+        assert contact == conf_dir / "objects" / "contact.yml"
+        assert "kind: change_events" in contact.read_text()
+        # Off for Opportunity: read by polls, from its describe; its formulas suggested.
+        path = onboard(conf_dir, "Opportunity")
+        assert path == conf_dir / "objects" / "opportunity.yml"
+        text = path.read_text()
+        assert "has no change events" in text and "StageName (picklist)" in text
+        assert "Formula fields, in gold when refreshed: Weighted_Amount__c, Is_Big_Deal__c" in text
+        conf = load_conf(conf_dir)
+        opportunity = conf.object("Opportunity")
+        assert (opportunity.kind, opportunity.tables.bronze) == ("polled", "opportunity_polled")
+        assert (opportunity.poll.every, opportunity.poll.lookback) == (900.0, 300.0)
+        assert opportunity.formulas.refresh_every == 86400.0
+        # An object the org does not have at all: neither.
+        with pytest.raises(SfcdcError):
+            onboard(conf_dir, "Case")
+        assert not (conf_dir / "objects" / "case.yml").exists()

@@ -100,14 +100,12 @@ def test_invalid_lines_name_line_and_field_and_nothing_is_published(
     err = capsys.readouterr().err
     assert "line 2: invalid: Weight_Kg__c: expected a number (got 'heavy', a string)" in err
     assert "line 3: invalid: Colour__c: unknown field" in err
-    assert "line 3: invalid: CreatedById: required field is missing" in err
     assert "line 4: invalid: expected a JSON object (got 'not an object', a string)" in err
     assert "line 5: invalid: not JSON" in err
     assert "nothing published: 4 of 5 events are invalid" in err
     assert len(emulator.log(TOPIC)) == 0
 
-    # --skip-invalid publishes the valid line and still reports the others; --created-by
-    # fills the missing CreatedById.
+    # --skip-invalid publishes the valid line and still reports the others.
     monkeypatch.setattr("sys.stdin", io.StringIO(text))
     args = ["-q", "publish", TOPIC, "--skip-invalid", "--created-by", USER, "--conf", str(conf_dir)]
     assert main(args) == 1
@@ -116,6 +114,20 @@ def test_invalid_lines_name_line_and_field_and_nothing_is_published(
     assert "line 3: invalid: Colour__c: unknown field" in captured.err
     assert "1 of 5 events published" in captured.out and "4 invalid" in captured.out
     assert len(emulator.log(TOPIC)) == 1
+
+
+def test_events_without_created_by_id_get_the_logged_in_user(
+    emulator: Emulator, conf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # README's example: the fields of the event, nothing else (Salesforce requires CreatedById
+    # and stores the publishing user's own Id whatever is sent).
+    events = tmp_path / "events.jsonl"
+    events.write_text(json.dumps({"Order_Number__c": "O-7", "Carrier__c": "DHL"}) + "\n")
+    assert main(["-q", "publish", TOPIC, str(events), "--conf", str(conf_dir)]) == 0
+    assert "1 of 1 events published" in capsys.readouterr().out
+    (record,) = _decoded(emulator)
+    assert str(record["CreatedById"]).startswith("005")
+    assert record["Order_Number__c"] == "O-7"
 
 
 def test_an_event_over_one_megabyte_fails_alone_with_its_line(

@@ -5,57 +5,26 @@ not have fails on both."""
 
 from __future__ import annotations
 
-import math
 import re
-from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pipelines.commands.demo import EXAMPLES
-from pipelines.commands.sql import QueryError, Result, SqlShell, shell
+from pipelines.commands.sql import QueryError, SqlShell, shell
 from pipelines.session import engine_for
 from pipelines.spec import load_conf
 from tests.integration.cli.conftest import FilledLake
+from tests.integration.cli.doc_queries import ROOT, comparable_rows, markdown_queries
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def example_queries() -> list[tuple[str, str]]:
     """(where, query) for every query the docs and the demo print."""
     found = [(f"demo: {e.title}", e.sql) for e in EXAMPLES]
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        text = path.read_text()
-        for block in re.findall(r"```sql\n(.*?)```", text, re.DOTALL):
-            found.extend((path.name, q.strip()) for q in block.split(";") if q.strip())
-        # `sfcdc sql "SELECT ..."` commands (not placeholders such as "<query>").
-        commands = re.findall(r'sfcdc sql[^"\n]* "(SELECT [^"]+)"', text, re.IGNORECASE)
-        found.extend((path.name, q) for q in commands)
+        found.extend((path.name, q) for q in markdown_queries(path))
     return found
-
-
-def _value(value: Any) -> Any:
-    if hasattr(value, "asDict"):  # a Spark Row (struct)
-        value = value.asDict()
-    if isinstance(value, dict):
-        return tuple(sorted((k, _value(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple):
-        return tuple(_value(v) for v in value)
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value.astimezone(timezone.utc).replace(tzinfo=None)
-    if isinstance(value, float):
-        return float(f"{value:.9g}") if math.isfinite(value) else value
-    if isinstance(value, bytearray):
-        return bytes(value)
-    return value
-
-
-def _rows(result: Result, ordered: bool) -> list[Any]:
-    rows = [tuple(_value(v) for v in row) for row in result.rows]
-    return rows if ordered else sorted(rows, key=repr)
 
 
 def test_examples_are_found() -> None:
@@ -90,7 +59,9 @@ def test_every_example_query_gives_the_same_rows_on_both_engines(
             continue
         got = datafusion.query(query)
         ordered = re.search(r"\bORDER\s+BY\b", query, re.IGNORECASE) is not None
-        assert _rows(got, ordered) == _rows(expected, ordered), f"{where}: {query}"
+        assert comparable_rows(got, ordered) == comparable_rows(expected, ordered), (
+            f"{where}: {query}"
+        )
         assert len(got.columns) == len(expected.columns)
         compared += 1
     assert compared >= 12

@@ -170,7 +170,7 @@ def test_one_active_client_per_subscription(emulator, managed):
     other = managed("Account_Latest", 1)  # another subscription is independent
     other.next()
     first.close()
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 30
     while emulator.managed.is_active(SUBS[0].subscription_id) and time.monotonic() < deadline:
         time.sleep(0.02)
     third = managed("Account_Sync", 1)

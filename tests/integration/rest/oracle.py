@@ -4,23 +4,33 @@ column, nothing flagged."""
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ingest.emulator.server import Emulator
 from ingest.emulator.truth import GroundTruth
 from pipelines.engines import LakeEngine, TableRef
+from pipelines.formulas import formula_columns
 from pipelines.gold.resync import RESYNC_TABLE
+from pipelines.polled import polled_layout
 from pipelines.silver.job import read_registry, silver_layout
 from pipelines.spec import Conf
 from tests.integration.gold.test_oracle import expected_row
 
 
 def write_conf(
-    root: Path, emulator: Emulator, objects: dict[str, str], *, start: str, engine: str = "local"
+    root: Path,
+    emulator: Emulator,
+    objects: dict[str, str],
+    *,
+    start: str,
+    engine: str = "local",
+    bodies: Mapping[str, str] | None = None,
 ) -> Path:
     """A conf/ reaching ``emulator`` (external, no TLS) for ``objects`` (file -> API name),
-    into a lake of the ``engine``."""
+    into a lake of the ``engine``; ``bodies`` (file -> YAML) replaces an object file's
+    ``kind: change_events`` with its own text (``kind: polled``, ``formulas``...)."""
     conf = root / "conf"
     (conf / "objects").mkdir(parents=True)
     (conf / "pipeline.yml").write_text(
@@ -44,7 +54,8 @@ def write_conf(
         )
     )
     for name, api_name in objects.items():
-        (conf / "objects" / f"{name}.yml").write_text(f"object: {api_name}\nkind: change_events\n")
+        body = (bodies or {}).get(name, "kind: change_events\n")
+        (conf / "objects" / f"{name}.yml").write_text(f"object: {api_name}\n{body}")
     return conf
 
 
@@ -53,18 +64,32 @@ def assert_gold_equals_truth(
 ) -> str:
     """Every object of ``conf``: gold holds exactly the truth's records, deleted flags and
     values, and none is flagged for re-sync nor has an open re-sync row, except records
-    flagged only for ``tolerated`` reasons (their values are compared all the same)."""
+    flagged only for ``tolerated`` reasons (their values are compared all the same). A record
+    hard-deleted from the Recycle Bin (``truth.purged``) may keep its gold row, deleted."""
     registry = read_registry(engine)
     resync = engine.read_arrow(RESYNC_TABLE).to_pylist() if engine.exists(RESYNC_TABLE) else []
     report = []
     for obj in conf.objects:
         entity = obj.api_name
-        fields = silver_layout(obj, registry).fields
+        if obj.kind == "polled":
+            found = polled_layout(engine, obj)
+            assert found is not None, f"{entity} was never polled"
+            fields = found[0].fields
+        else:
+            fields = silver_layout(obj, registry).fields
+        assert fields, f"{entity}: no columns to compare"
+        formulas = formula_columns(engine, obj)
+        assert bool(formulas) == (obj.formulas.refresh_every is not None), (
+            f"{entity}: formula columns {formulas}, refresh_every {obj.formulas.refresh_every}"
+        )
         gold = {
             r["Id"]: r for r in engine.read_arrow(TableRef("gold", obj.tables.gold)).to_pylist()
         }
         records = truth.records(entity)
         deleted = truth.deleted(entity)
+        purged = {r: gold.pop(r) for r in truth.purged(entity) if r in gold}
+        kept_live = [r for r, row in purged.items() if not row["_cdc_is_deleted"]]
+        assert not kept_live, f"{entity}: hard-deleted records live in gold: {kept_live[:5]}"
         assert set(gold) == set(records), (
             f"{entity}: {len(set(records) - set(gold))} records missing from gold, "
             f"{len(set(gold) - set(records))} unknown to the truth"
@@ -87,11 +112,17 @@ def assert_gold_equals_truth(
         mismatches: list[tuple[str, str, Any, Any]] = []
         for record_id, record in records.items():
             want = expected_row(fields, record)
+            if formulas:
+                values = truth.formula_values(entity, record_id)
+                want.update({name: values[name] for name in formulas})
             got = gold[record_id]
             mismatches.extend((record_id, c, v, got[c]) for c, v in want.items() if got[c] != v)
         assert not mismatches, (
             f"{entity}: {len(mismatches)} cells differ from the truth, e.g. "
             + "; ".join(f"{r}.{c}: want {w!r}, got {g!r}" for r, c, w, g in mismatches[:5])
         )
-        report.append(f"{entity}: {len(records)} records ({len(deleted)} deleted)")
+        report.append(
+            f"{entity} ({obj.kind}): {len(records)} records ({len(deleted)} deleted, "
+            f"{len(purged)} hard-deleted{', formulas ' + ', '.join(formulas) if formulas else ''})"
+        )
     return "; ".join(report)

@@ -32,7 +32,7 @@ def test_open_rest_reads_the_generated_workload_over_tls(tmp_path: Path) -> None
     )
     (conf_dir / "objects" / "account.yml").write_text("object: Account\nkind: change_events\n")
     conf = load_conf(conf_dir)
-    with open_rest(conf, ["Account"]) as (source, rest):
+    with open_rest(conf) as (source, rest):
         assert source.emulator is not None
         assert source.tokens.current().instance_url.startswith("https://")
         records = list(rest.query_all("SELECT Id, IsDeleted, Phone FROM Account"))

@@ -166,7 +166,7 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     catalogue = default_catalogue()
     workload = Workload(
         catalogue,
-        seed=11,
+        seed=12,
         mix=WorkloadMix(
             gap=4, overflow=1.5, wildcard=2, undelete=4, mass_delete=2, platform_event=4
         ),

@@ -16,7 +16,7 @@ from ingest.emulator.catalogue import default_catalogue
 from ingest.emulator.server import Emulator, EmulatorConfig
 from ingest.emulator.streaming import StreamingSettings
 from pipelines.engines import LakeEngine, TableRef
-from tests.streaming_helpers import change_event
+from tests.streaming_helpers import assert_sessions_closed, change_event
 
 __all__ = [
     "ACCOUNT_QUERY",
@@ -43,14 +43,18 @@ pushtopic:
 
 
 @pytest.fixture
-def tls_emulator() -> Iterator[Emulator]:
-    """An emulator with TLS whose long polls end after 0.3 s when nothing is waiting."""
+def tls_emulator(request: pytest.FixtureRequest) -> Iterator[Emulator]:
+    """An emulator with TLS whose long polls end after 0.3 s when nothing is waiting (the
+    test must leave no CometD session open: :func:`assert_sessions_closed`)."""
     emulator = Emulator(
         default_catalogue(),
         EmulatorConfig(tls=True, streaming=StreamingSettings(poll_timeout=0.3)),
     ).start()
-    yield emulator
-    emulator.close()
+    try:
+        yield emulator
+        assert_sessions_closed(request, emulator)
+    finally:
+        emulator.close()
 
 
 def write_conf(

@@ -86,8 +86,8 @@ def test_notifications_keep_the_raw_message(emu: Emulator, topic: str) -> None:
         first, second = batch.notifications
         assert (first.channel, first.replay_id, first.event_type) == (TOPIC, 1, "created")
         assert first.created_date and first.created_date.endswith("Z")
-        assert json.loads(first.raw)["data"]["subject"]["Name"] == "Acme"
-        assert first.data["subject"]["Name"] == "Acme"
+        assert json.loads(first.raw)["data"]["sobject"]["Name"] == "Acme"
+        assert first.data["sobject"]["Name"] == "Acme"
         assert first.kind == "pushtopic" and second.replay_id == 2
         assert batch.latest == {TOPIC: 2}
         assert isinstance(next(items), IdleConnect)
@@ -174,7 +174,7 @@ def test_invalid_replay_id_follows_on_corrupted(
         while len(got) < len(names):
             item = next(items)
             if isinstance(item, NotificationBatch):
-                got.extend(n.data["subject"]["Name"] for n in item.notifications)
+                got.extend(n.data["sobject"]["Name"] for n in item.notifications)
             elif isinstance(item, IdleConnect) and not appended:
                 accounts(emu, "New", start=2)  # once the channel is subscribed again
                 appended = True

@@ -1,7 +1,8 @@
 """`sfcdc run --continuous` lands the Streaming API channels beside the Pub/Sub topics, in
 the landing thread or in the landing child process (``sfcdc ingest --with-streams``): a
 PushTopic's notifications reach bronze, silver and gold while the run goes on, and the
-channel's commits are recorded in the commits table."""
+channel's commits are recorded in the commits table. A conf/ of channels alone runs too,
+continuously and with ``--once``."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from ingest.emulator.server import Emulator
+from pipelines import cli
 from pipelines.engines import TableRef
 from pipelines.engines.local import LocalEngine
 from pipelines.ops.table import OPS_TABLE
 from pipelines.run import LandingProcess, Pipeline
 from pipelines.spec import load_conf
-from tests.integration.streaming.lake import ACCTS, account, write_conf
+from tests.integration.streaming.lake import ACCOUNT_QUERY, ACCTS, account, write_conf
 
 pytestmark = [pytest.mark.streaming_api, pytest.mark.integration]
 
@@ -77,3 +79,54 @@ def test_a_continuous_run_lands_a_pushtopic_beside_the_cdc_topic(
         and r["topic"] == "streaming:/topic/Accts"
     )
     assert landed == len(IDS)
+
+
+@pytest.mark.parametrize("landing", ["thread", "process"])
+def test_a_continuous_run_of_channels_only(
+    landing: str, tmp_path: Path, tls_emulator: Emulator
+) -> None:
+    emu = tls_emulator
+    conf_dir = write_conf(tmp_path, emu, {"accts": ACCTS})
+    engine = LocalEngine(location=tmp_path / "lake")
+    child = LandingProcess(conf_dir, progress_seconds=0.2, streams=True)
+    pipeline = Pipeline(
+        load_conf(conf_dir), landing_process=child if landing == "process" else None
+    )
+    outcome: list[object] = []
+    runner = threading.Thread(
+        target=lambda: outcome.append(pipeline.run_continuous(interval=0.3)), daemon=True
+    )
+    runner.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not emu.streaming.push_topics.records():
+            assert time.monotonic() < deadline, "the channels' landing never made its PushTopic"
+            assert runner.is_alive(), outcome
+            time.sleep(0.1)
+        for n, record_id in enumerate(IDS):
+            account(emu, "CREATE", record_id, {"Name": f"Acme {n}"})
+        while _gold_ids(engine, "accts") != set(IDS):
+            assert time.monotonic() < deadline, "gold did not fill while the run went on"
+            assert runner.is_alive(), outcome
+            time.sleep(0.2)
+    finally:
+        pipeline.stop("test done")
+        runner.join(60)
+    assert not runner.is_alive()
+    assert outcome and outcome[0].stopped == "test done"  # type: ignore[attr-defined]
+
+
+def test_run_once_of_channels_only(
+    tmp_path: Path, tls_emulator: Emulator, capsys: pytest.CaptureFixture[str]
+) -> None:
+    emu = tls_emulator
+    emu.streaming.create_push_topic("Accts", ACCOUNT_QUERY)
+    for n, record_id in enumerate(IDS):
+        account(emu, "CREATE", record_id, {"Name": f"Acme {n}"})
+    conf_dir = write_conf(tmp_path, emu, {"accts": ACCTS})
+    assert cli.main(["-q", "run", "--conf", str(conf_dir), "--once"]) == 0
+    out = capsys.readouterr().out
+    assert "bronze bronze.streaming_accts: 5 events" in out, out
+    assert "gold streaming:/topic/Accts: 5 changes of 5 records" in out, out
+    engine = LocalEngine(location=tmp_path / "lake")
+    assert _gold_ids(engine, "accts") == set(IDS)

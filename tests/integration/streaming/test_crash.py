@@ -36,6 +36,8 @@ pytestmark = [
     pytest.mark.streaming_api,
     pytest.mark.integration,
     pytest.mark.slow,
+    # A SIGKILLed landing cannot disconnect its session.
+    pytest.mark.leaves_sessions,
     pytest.mark.timeout(2400),
 ]
 

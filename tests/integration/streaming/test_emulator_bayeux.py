@@ -3,6 +3,8 @@ kind, the guide's error replies, and the faults tests inject."""
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -10,7 +12,8 @@ from ingest.emulator.server import Emulator
 from tests.emulator_helpers import FakeClock
 from tests.streaming_helpers import Bayeux, change_event
 
-pytestmark = [pytest.mark.streaming_api, pytest.mark.integration]
+# Raw protocol exchanges: sessions are made, expired and revoked on purpose.
+pytestmark = [pytest.mark.streaming_api, pytest.mark.integration, pytest.mark.leaves_sessions]
 
 ACC = "001000000000001AAA"
 
@@ -250,3 +253,48 @@ def test_dropped_long_poll_closes_the_connection(emu: Emulator, bayeux: Bayeux) 
     with pytest.raises(httpx.HTTPError):
         bayeux.connect()
     assert bayeux.connect()[-1]["successful"]
+
+
+def test_a_connect_is_held_no_longer_than_its_advice_asks(emu: Emulator, bayeux: Bayeux) -> None:
+    emu.streaming.poll_timeout = 30.0
+    bayeux.handshake()
+    assert bayeux.subscribe("/data/AccountChangeEvent", -1)["successful"]
+    bayeux.connect()  # the first connect is answered at once
+    started = time.monotonic()
+    reply = bayeux.send(
+        {
+            "channel": "/meta/connect",
+            "clientId": bayeux.client_id,
+            "connectionType": "long-polling",
+            "advice": {"timeout": 200},
+            "id": "7",
+        }
+    )
+    assert time.monotonic() - started < 5.0
+    assert [m["channel"] for m in reply] == ["/meta/connect"] and reply[0]["successful"]
+
+
+def test_sessions_left_open_are_those_that_expire_or_remain(
+    emu: Emulator, clock: FakeClock
+) -> None:
+    assert emu.streaming.sessions_left_open() == 0
+    clients = [Bayeux(emu) for _ in range(4)]
+    for client in clients:
+        client.handshake()
+    closed, abandoned, revoked, remaining = clients
+    closed.close()  # /meta/disconnect
+    emu.streaming.revoke(revoked.client_id)
+    assert revoked.connect()[-1]["error"] == "401::Authentication invalid"  # the server ends it
+    assert emu.streaming.sessions_left_open() == 2  # still open: abandoned and remaining
+    assert remaining.connect()[-1]["successful"]  # an empty reply: 110 s to come back
+    clock.advance(41)
+    # `abandoned` expired without a disconnect (40 s after its handshake); `remaining` is
+    # still open.
+    assert emu.streaming.sessions_left_open() == 2
+    assert emu.streaming.bayeux.abandoned == 1
+    remaining.close()
+    assert emu.streaming.sessions_left_open() == 1
+    emu.streaming.expire_session()  # sessions the server ends itself are not left open
+    assert emu.streaming.sessions_left_open() == 1
+    for client in (abandoned, revoked):
+        client.http.close()

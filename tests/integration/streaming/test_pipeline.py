@@ -108,9 +108,9 @@ def test_channels_land_once_decode_merge_and_quarantine(
     account(emu, "CREATE", B, {"Name": "Beta", "Industry": "Retail", "NumberOfEmployees": 7})
     account(emu, "UPDATE", A, {"Industry": "Banking"})
     unknown = inject(
-        emu, "/topic/Accts", {"event": {"type": "updated"}, "subject": {"Id": A, "Bogus__c": 1}}
+        emu, "/topic/Accts", {"event": {"type": "updated"}, "sobject": {"Id": A, "Bogus__c": 1}}
     )
-    no_subject = inject(emu, "/topic/Accts", {"event": {"type": "updated"}})
+    no_sobject = inject(emu, "/topic/Accts", {"event": {"type": "updated"}})
     account(emu, "DELETE", B)
     emu.streaming.push(channel_id, "plain text, not JSON", '{"a": 1}')
     account(emu, "UPDATE", A, {"NumberOfEmployees": 9})
@@ -190,12 +190,12 @@ def test_channels_land_once_decode_merge_and_quarantine(
     got = {(r["reason_kind"], r["replay_id"]) for r in bad_rows}
     assert got == {
         ("unknown_field", str(unknown).encode()),
-        ("malformed_message", str(no_subject).encode()),
+        ("malformed_message", str(no_sobject).encode()),
         ("not_json", None),
     }
     reasons = {r["reason_kind"]: r["reason"] for r in bad_rows}
     assert "Bogus__c" in reasons["unknown_field"]
-    assert "subject" in reasons["malformed_message"]
+    assert "data.sobject" in reasons["malformed_message"]
     assert "not JSON" in reasons["not_json"]
     assert any(r["payload"] == NOT_JSON for r in bad_rows)
 
@@ -259,7 +259,7 @@ def _late(replay_id: int, industry: str, batch_id: int, seq: int) -> dict[str, A
         "channel": "/topic/Accts",
         "data": {
             "event": {"createdDate": CREATED, "replayId": replay_id, "type": "updated"},
-            "subject": {"Id": A, "Name": "Acme", "Industry": industry, "NumberOfEmployees": 5},
+            "sobject": {"Id": A, "Name": "Acme", "Industry": industry, "NumberOfEmployees": 5},
         },
     }
     return {
@@ -355,3 +355,38 @@ def test_commits_table_gives_the_channels_lag_rate_and_health(
     assert [h.layer for h in news.layers] == ["bronze", "silver"]
     assert news.state == "OK", news.reasons
     assert "lag unknown" not in "\n".join(format_status(status))
+
+
+def test_a_channel_drained_with_its_batch_open_is_caught_up(
+    tmp_path: Path, tls_emulator: Emulator
+) -> None:
+    # The batch never ages out during the run: the empty connect that ends a --once landing
+    # finds the notifications still open, and the landing commits them as it stops. That
+    # commit is when the channel was caught up; without a caught_up row its lag is measured
+    # from the notifications' own commit times, on the org's clock, alone.
+    emu = tls_emulator
+    slow = "{max_events: 100, max_bytes: 1MiB, max_age_seconds: 600}"
+    conf = load_conf(write_conf(tmp_path, emu, {"accts": ACCTS}, batching=slow))
+    engine = LocalEngine(location=tmp_path / "lake")
+    tokens = token_manager(emu)
+    ops = recorder_for(engine, conf)
+    land_streams(conf, engine=engine, tokens=tokens, ca_file=emu.ca_cert_path, once=True, ops=ops)
+    account(emu, "CREATE", A, {"Name": "Acme", "Industry": "Energy"})
+    account(emu, "UPDATE", A, {"Industry": "Banking"})
+    started = datetime.now(timezone.utc)
+    land_streams(conf, engine=engine, tokens=tokens, ca_file=emu.ca_cert_path, once=True, ops=ops)
+    run_streaming_pass(engine, conf, on_commit=ops.record)
+    ops.flush()
+
+    commits = engine.read_arrow(OPS_TABLE).to_pylist()
+    landed = [r for r in commits if r["layer"] == "bronze" and r["kind"] == "commit"]
+    assert [r["events"] for r in landed] == [2]
+    caught = [
+        r["visible_at"]
+        for r in commits
+        if r["layer"] == "bronze" and r["kind"] == "caught_up" and r["visible_at"] >= started
+    ]
+    assert caught, "the channel drained in the second landing is not recorded caught up"
+    (accts,) = read_status(engine, conf).objects
+    assert accts.behind_seconds is not None and accts.behind_seconds < 300, accts.layers
+    assert accts.state == "OK", accts.reasons

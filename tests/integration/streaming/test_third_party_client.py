@@ -111,4 +111,4 @@ def test_aiosfstream_receives_pushtopic_notifications(tls_emulator: Emulator) ->
     assert [m["channel"] for m in messages] == ["/topic/Accts"] * 3
     assert [m["data"]["event"]["replayId"] for m in messages] == [1, 2, 3]
     assert [m["data"]["event"]["type"] for m in messages] == ["created", "created", "updated"]
-    assert messages[2]["data"]["subject"] == {"Id": ids[0], "Name": "Acme 0", "Industry": "Banking"}
+    assert messages[2]["data"]["sobject"] == {"Id": ids[0], "Name": "Acme 0", "Industry": "Banking"}

@@ -99,6 +99,15 @@ def test_validate_describes_every_object_of_the_shipped_conf() -> None:
     assert any("Invoice__c" in line and "bronze.invoice__change_event" in line for line in lines)
 
 
+def test_validate_counts_streaming_api_channels(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    (conf / "objects").mkdir(parents=True)
+    (conf / "pipeline.yml").write_text("")
+    (conf / "objects" / "alerts.yml").write_text("kind: streaming_api\nchannel: /u/Alerts\n")
+    lines = describe(load_conf(conf))
+    assert lines[0].endswith("valid; 1 of 1 objects enabled (0 Pub/Sub, 1 Streaming API)")
+
+
 def test_the_demo_conf_is_valid_with_tls_on(tmp_path: Path) -> None:
     conf = load_conf(write_conf(tmp_path, events=123, seed=9))
     emulator = conf.pipeline.connection.emulator

@@ -7,6 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from pipelines.commands.status import Progress, object_status
+from pipelines.engines import TableRef
 from pipelines.ops.health import judge, layer_lags, layer_rate
 from pipelines.ops.summary import CommitSummary, Summary, TableSummary
 from pipelines.ops.table import CommitRecord, records_to_arrow
@@ -142,3 +144,32 @@ def test_nothing_recorded_is_a_warning_not_a_guess() -> None:
     lags, verdict, _ = _verdict([])
     assert all(lag.behind_seconds is None for lag in lags)
     assert verdict.state == "WARN" and "nothing recorded" in verdict.reasons[0]
+
+
+def test_an_object_without_events_yet_is_as_current_as_its_quiet_topic() -> None:
+    # A keepalive showed the topic caught up 2 s ago; bronze (version 0) holds no event, so
+    # silver made no table, and gold has nothing to apply: not "lag unknown".
+    caught_up = CommitRecord(
+        layer="bronze", kind="caught_up", visible_at=_at(2), topic=TOPIC, table=CHAIN[0][1]
+    )
+    progress = Progress(
+        bronze=TableRef("bronze", "account_change_event"),
+        bronze_version=0,
+        silver=TableRef("silver", "account"),
+        silver_version=None,
+        processed=None,
+        gold=TableRef("gold", "account"),
+    )
+    status = object_status(
+        _summary([caught_up]),
+        progress,
+        name=OBJ,
+        topic=TOPIC,
+        now=NOW,
+        window=300,
+        spec=HEALTH,
+        open_resync=[],
+        quarantined=0,
+    )
+    assert [h.behind_seconds for h in status.layers] == [2, 2, 2]
+    assert status.state == "OK", status.reasons

@@ -146,10 +146,16 @@ def _tokens() -> TokenManager:
     )
 
 
-def _scripted(connects: list[str]) -> Callable[[httpx.Request], httpx.Response]:
+def _scripted(
+    connects: list[str], disconnects: list[str] | None = None
+) -> Callable[[httpx.Request], httpx.Response]:
     def answer(request: httpx.Request) -> httpx.Response:
         (message,) = json.loads(request.content)
         channel = message["channel"]
+        if channel == "/meta/disconnect":
+            if disconnects is not None:
+                disconnects.append(message["clientId"])
+            return httpx.Response(200, json=[{**message, "successful": True}])
         if channel == "/meta/handshake":
             body = [
                 {
@@ -174,7 +180,8 @@ def test_malformed_messages_are_handed_out_with_what_could_be_read() -> None:
     no_id = '{"channel":"/u/A","data":{"payload":"p","event":{"replayId":"x"}}}'
     no_data = '{"channel":"/u/A"}'
     connects = [f"[{good},{no_id},{no_data},7,{reply}]", "this is not json", f"[{reply}]"]
-    http = httpx.Client(transport=httpx.MockTransport(_scripted(connects)))
+    disconnects: list[str] = []
+    http = httpx.Client(transport=httpx.MockTransport(_scripted(connects, disconnects)))
     sub = StreamingSubscription(
         _tokens(),
         ["/u/A"],
@@ -192,7 +199,12 @@ def test_malformed_messages_are_handed_out_with_what_could_be_read() -> None:
     body = next(items)
     assert isinstance(body, MalformedMessage) and body.raw == "this is not json"
     assert isinstance(next(items), Reconnected)
+    # The session whose connect answered with a body that was not JSON may still be open on
+    # the server: it was disconnected before the new handshake.
+    assert disconnects == ["c1"]
     assert isinstance(next(items), IdleConnect)
+    sub.close()
+    assert disconnects == ["c1", "c1"]
 
 
 def test_network_failures_are_bounded() -> None:

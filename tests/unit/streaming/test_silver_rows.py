@@ -70,12 +70,12 @@ def _decode(plan: Any, batch: pa.RecordBatch) -> list[dict[str, Any]]:
     return pa.Table.from_batches(out).to_pylist()
 
 
-def _notification(replay_id: int, event_type: str, subject: dict[str, Any]) -> dict[str, Any]:
+def _notification(replay_id: int, event_type: str, sobject: dict[str, Any]) -> dict[str, Any]:
     return {
         "replay_id": replay_id,
         "channel": "/topic/Accts",
         "event_type": event_type,
-        "raw": _message("/topic/Accts", replay_id, e={"type": event_type}, subject=subject),
+        "raw": _message("/topic/Accts", replay_id, e={"type": event_type}, sobject=sobject),
     }
 
 
@@ -86,7 +86,7 @@ def test_pushtopic_fields_are_typed_from_the_describe_and_keep_the_event_type() 
     assert (types["IsActive__c"], types["Since__c"]) == ("boolean", "date")
     assert "Industry" not in types  # only the query's fields are columns
 
-    subject = {
+    sobject = {
         "Id": "001A",
         "Name": "Acme",
         "NumberOfEmployees": 12,
@@ -96,7 +96,7 @@ def test_pushtopic_fields_are_typed_from_the_describe_and_keep_the_event_type() 
     }
     rows = _decode(
         PUSHTOPIC,
-        _bronze(_notification(7, "created", subject), _notification(9, "deleted", {"Id": "001A"})),
+        _bronze(_notification(7, "created", sobject), _notification(9, "deleted", {"Id": "001A"})),
     )
     created, deleted = rows
     assert created["_cdc_error"] is None
@@ -111,7 +111,7 @@ def test_pushtopic_fields_are_typed_from_the_describe_and_keep_the_event_type() 
     assert created["_cdc_replay_number"] == 7
     assert created["_cdc_replay_id"] == b"7"
     assert created["_cdc_commit_timestamp"] == datetime(2026, 1, 2, 3, 4, tzinfo=timezone.utc)
-    assert created["_cdc_changed_fields"] == [k for k in subject if k != "Id"]
+    assert created["_cdc_changed_fields"] == [k for k in sobject if k != "Id"]
     assert (deleted["_cdc_change_type"], deleted["_cdc_event_type"]) == ("DELETE", "deleted")
     assert deleted["_cdc_changed_fields"] == []
 

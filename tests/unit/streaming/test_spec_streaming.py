@@ -168,3 +168,26 @@ def test_the_conf_readme_example_is_a_valid_pushtopic_file(tmp_path: Path) -> No
         "streaming_invoice_updates",
         "invoice_updates",
     )
+
+
+def test_the_real_org_example_of_the_streaming_api_page_loads(tmp_path: Path) -> None:
+    page = (Path(__file__).resolve().parents[3] / "docs" / "streaming-api.md").read_text()
+    section = page.split("### A real org", 1)[1].split("\n### ", 1)[0]
+    conf = tmp_path / "conf"
+    (conf / "objects").mkdir(parents=True)
+    files = 0
+    for block in section.split("```yaml\n")[1:]:
+        text = block.split("```", 1)[0]
+        name = text.splitlines()[0].removeprefix("# ")
+        (tmp_path / name).write_text(text)
+        files += 1
+    assert files == 6
+    loaded = load_conf(conf)
+    assert loaded.pipeline.connection.source == "salesforce"
+    assert [o.api_name for o in loaded.objects] == ["Account"]
+    assert sorted(s.channel for s in loaded.enabled_streams()) == [
+        "/data/ContactChangeEvent",
+        "/event/Order_Shipped__e",
+        "/topic/InvoiceUpdates",
+        "/u/Alerts",
+    ]

@@ -1,0 +1,185 @@
+"""A polled object's landing rate next to the event landing of the same volume, in the same run.
+
+The emulator (in this process) holds ``--records`` records of one object, each created by one
+transaction, so the org has as many CREATE change events as records. Both sides land into a
+fresh local-engine lake and are timed until the last record is committed in Delta:
+
+- the baseline, event landing: ``sfcdc ingest --once`` of the object's change event topic
+  (Pub/Sub Subscribe over gRPC, Avro payloads, bronze and checkpoint commits per batch);
+- polling: the object declared ``kind: polled``; its first poll (``poll_objects``, as ``sfcdc
+  poll`` runs it) reads every record with ``queryAll`` over ``--api`` (a Bulk API 2.0 job by
+  default: CSV result sets of 50,000 records, shaped like REST records) and commits them with
+  the describe and watermark in one commit.
+
+Target: polled landing >= 0.5x the event landing's rate (records per second against events per
+second). Client and emulator share this process (and the CPU with whatever else runs). Run from
+the repository root::
+
+    PYTHONPATH=. python benchmarks/polled.py [--records 100000] [--api bulk|rest]
+
+The last lines print both rates and ``polled / events: N.NNx``; for a Bulk read also the time
+the emulator spent running the job (the job's ``totalProcessingTime``: work Salesforce does on
+its servers, done here in this process on the same CPU) and the ratio without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.emulator_rest import rest_and_bulk  # noqa: E402
+from ingest.emulator.catalogue import default_catalogue  # noqa: E402
+from ingest.emulator.server import Emulator, EmulatorConfig  # noqa: E402
+from ingest.emulator.workload import Workload, WorkloadMix  # noqa: E402
+from pipelines.cli import main as sfcdc  # noqa: E402
+from pipelines.engines import TableRef  # noqa: E402
+from pipelines.polled import poll_objects, polled_table  # noqa: E402
+from pipelines.session import engine_for  # noqa: E402
+from pipelines.spec import default_tables, default_topic, load_conf  # noqa: E402
+
+TARGET = 0.5
+ONLY_CREATES = dict.fromkeys(
+    (
+        "update",
+        "bulk_update",
+        "mass_update",
+        "delete",
+        "mass_delete",
+        "undelete",
+        "lead_conversion",
+        "gap",
+        "overflow",
+        "wildcard",
+        "platform_event",
+    ),
+    0.0,
+)
+
+
+def _conf(root: Path, emulator: Emulator, entity: str, body: str) -> Path:
+    conf = root / "conf"
+    (conf / "objects").mkdir(parents=True)
+    (conf / "pipeline.yml").write_text(
+        textwrap.dedent(
+            f"""\
+            connection:
+              emulator:
+                mode: external
+                grpc_port: {emulator.grpc_port}
+                http_port: {emulator.http_port}
+                tls: {{enabled: false}}
+            lake: {{engine: local, location: {root / "lake"}}}
+            defaults:
+              replay: {{start: earliest}}
+            ingest:
+              maintain_every_commits: 0
+            """
+        )
+    )
+    (conf / "objects" / "object.yml").write_text(f"object: {entity}\n{body}")
+    return conf
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=100_000, help="records (and events)")
+    parser.add_argument("--entity", default="Opportunity", help="the object (default Opportunity)")
+    parser.add_argument("--api", choices=("bulk", "rest"), default="bulk", help="how polls read")
+    parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: temp)")
+    args = parser.parse_args()
+    scratch = Path(args.dir or tempfile.mkdtemp(prefix="sfcdc-bench-polled-"))
+    entity = args.entity
+
+    started = time.perf_counter()
+    workload = Workload(
+        default_catalogue(),
+        seed=38,
+        mix=WorkloadMix(**ONLY_CREATES, create=1.0, entity_weights={entity: 1.0}),
+    )
+    events = []
+    while len(workload.truth.records(entity)) < args.records:
+        events.extend(
+            workload.events(min(5_000, args.records - len(workload.truth.records(entity))))
+        )
+    records = len(workload.truth.records(entity))
+    print(
+        f"org: {records:,} {entity} records from {len(events):,} change events; generated in "
+        f"{time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.1f}"
+    )
+    try:
+        with Emulator(workload.catalogue, EmulatorConfig(keepalive_interval=0.2)) as emulator:
+            emulator.serve_records(workload.truth)
+            emulator.append(events)
+
+            events_dir = _conf(scratch / "events", emulator, entity, "kind: change_events\n")
+            t0 = time.perf_counter()
+            assert sfcdc(["-q", "ingest", "--once", "--conf", str(events_dir)]) == 0
+            event_seconds = time.perf_counter() - t0
+            conf = load_conf(events_dir)
+            topic = default_topic(entity, "change_events")
+            bronze = TableRef("bronze", default_tables(entity, topic).bronze)
+            landed = engine_for(conf.pipeline.lake).read_arrow(bronze, columns=["event_id"])
+
+            polled_dir = _conf(
+                scratch / "polled", emulator, entity, f"kind: polled\npoll: {{api: {args.api}}}\n"
+            )
+            conf = load_conf(polled_dir)
+            engine = engine_for(conf.pipeline.lake)
+            with rest_and_bulk(emulator) as (rest, bulk):
+                t0 = time.perf_counter()
+                (result,) = poll_objects(engine, conf, rest=rest, bulk=bulk, force=True)
+                poll_seconds = time.perf_counter() - t0
+                job = bulk.bulk.last_job if result.api == "bulk" else None
+                server_seconds = (job.processing_ms or 0) / 1000 if job is not None else 0.0
+            stored = engine.read_arrow(
+                polled_table(conf.object(entity)), columns=["kind"], where=[("kind", "=", "record")]
+            )
+    finally:
+        if args.dir is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    assert landed.num_rows == len(events), (landed.num_rows, len(events))
+    assert result.records == stored.num_rows == records, (result, stored.num_rows, records)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    event_rate = len(events) / event_seconds
+    poll_rate = records / poll_seconds
+    print(f"peak RSS {rss:,.0f} MB; load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"event landing (sfcdc ingest --once): {len(events):,} events in {event_seconds:6.1f} s "
+        f"= {event_rate:9,.0f} events/s"
+    )
+    print(
+        f"polled landing (first poll over {'the Bulk API' if result.api == 'bulk' else 'REST'}): "
+        f"{records:,} records in {poll_seconds:6.1f} s = {poll_rate:9,.0f} records/s"
+    )
+    if server_seconds:
+        # The emulator runs the job in this process, on the same CPU, inside a status request;
+        # Salesforce runs it on its own servers (the event baseline's emulator encoded its
+        # events before the clock started).
+        client_seconds = poll_seconds - server_seconds
+        print(
+            f"  of which the emulator running the Bulk job (Salesforce's side, its "
+            f"totalProcessingTime): {server_seconds:.1f} s; sfcdc's own part: {client_seconds:.1f} "
+            f"s = {records / client_seconds:9,.0f} records/s"
+        )
+    ratio = poll_rate / event_rate
+    verdict = "meets" if ratio >= TARGET else "misses"
+    print(f"polled / events: {ratio:.2f}x ({verdict} the target >= {TARGET:.2f}x)")
+    if server_seconds:
+        own = records / client_seconds / event_rate
+        verdict = "meets" if own >= TARGET else "misses"
+        print(f"polled / events without the emulator's job time: {own:.2f}x ({verdict} the target)")
+
+
+if __name__ == "__main__":
+    main()
