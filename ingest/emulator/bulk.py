@@ -47,12 +47,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
 
 from ingest.emulator.managed import salesforce_id_18
 from ingest.emulator.oauth import GrantInfo, TokenStore
@@ -88,6 +85,7 @@ _DELIMITERS = {
     "BACKQUOTE": "`",
 }
 _LINE_ENDINGS = {"LF": "\n", "CRLF": "\r\n"}
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _RUNNING = ("UploadComplete", "InProgress")
 
 
@@ -129,8 +127,7 @@ class _Job:
     polls: int = 0
     error: str | None = None
     expired: bool = False
-    # The results: a column of each cell's text (null: an empty cell) per column.
-    table: pa.Table | None = field(default=None, repr=False)
+    rows: list[str] = field(default_factory=list, repr=False)
     processed: int = 0
     processing_ms: int = 0
 
@@ -171,87 +168,87 @@ def _error(status: int, code: str, message: str) -> HttpAnswer:
 def _text_cell(value: Any) -> str:
     """A value as Bulk API 2.0 writes it in a CSV cell: quoted, embedded quotes doubled; a null
     is an empty field."""
-    text = _text(value)
-    return "" if text is None else '"' + text.replace('"', '""') + '"'
-
-
-def _text(value: Any) -> str | None:
-    """A value's text in a CSV cell before quoting (what :func:`_text_cell` quotes)."""
-    if value is None or type(value) is str:
-        return value
-    if type(value) is float:
-        return repr(value)
+    if value is None:
+        return ""
     if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+        text = "true" if value else "false"
+    elif isinstance(value, float):
+        text = repr(value)
+    else:
+        text = str(value)
+    return '"' + text.replace('"', '""') + '"'
 
 
-def _days_and_times(values: Sequence[Any]) -> tuple[pa.Array, pa.Array]:
-    """Epoch milliseconds as their UTC days (date32) and times of day (time32, ms)."""
-    millis = pa.array(values, pa.int64())
-    days = millis.cast(pa.timestamp("ms")).cast(pa.date32())
-    start = pc.multiply(days.cast(pa.int32()).cast(pa.int64()), 86_400_000)
-    return days, pc.subtract(millis, start).cast(pa.int32()).cast(pa.time32("ms"))
+def _boolean_cell(value: Any) -> str:
+    return "" if value is None else ('"true"' if value else '"false"')
 
 
-def _date_texts(values: Sequence[Any]) -> pa.Array:
-    return _days_and_times(values)[0].cast(pa.string())
+def _date_cell(value: Any) -> str:
+    return "" if value is None else f'"{_day(value // 86_400_000)}"'
 
 
-def _datetime_texts(values: Sequence[Any]) -> pa.Array:
-    days, times = _days_and_times(values)
-    # A time of day in milliseconds is written with them: 01:02:03.004.
-    return pc.binary_join_element_wise(
-        days.cast(pa.string()), "T", times.cast(pa.string()), "Z", ""
-    )
+def _datetime_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    day, milli = divmod(value, 86_400_000)
+    second, milli = divmod(milli, 1000)
+    minute, second = divmod(second, 60)
+    hour, minute = divmod(minute, 60)
+    return f'"{_day(day)}T{hour:02d}:{minute:02d}:{second:02d}.{milli:03d}Z"'
 
 
-def _time_texts(values: Sequence[Any]) -> pa.Array:
-    times = pa.array(values, pa.int32()).cast(pa.time32("ms"))
-    return pc.binary_join_element_wise(times.cast(pa.string()), "Z", "")
+@lru_cache(maxsize=1 << 12)
+def _day(day: int) -> str:
+    # Most of a datetime's cost, and records share days.
+    return (_EPOCH + timedelta(days=day)).date().isoformat()
 
 
-# How a column of each field kind becomes its cells' text (nulls stay null), computed by
-# Arrow: dates and datetimes are epoch milliseconds, times milliseconds of the day. Any other
-# kind, and a column holding a value its kind does not expect, goes through _text.
-_TEXTS: dict[str, Callable[[Sequence[Any]], pa.Array]] = {
-    "boolean": lambda values: pa.array(values, pa.bool_()).cast(pa.string()),
-    # Python's repr, which Arrow's text of a float does not match (1e+16, 100.0).
-    "double": lambda values: pa.array(
-        [v if v is None else float.__repr__(v) for v in values], pa.string()
-    ),
-    "date": _date_texts,
-    "datetime": _datetime_texts,
-    "time": _time_texts,
+def _time_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    h, rest = divmod(int(value), 3_600_000)
+    m, rest = divmod(rest, 60_000)
+    s, milli = divmod(rest, 1000)
+    return f'"{h:02d}:{m:02d}:{s:02d}.{milli:03d}Z"'
+
+
+# How a column of each field kind is written (any other kind: _text_cell).
+_CELLS: dict[str, Callable[[Any], str]] = {
+    "boolean": _boolean_cell,
+    "date": _date_cell,
+    "datetime": _datetime_cell,
+    "time": _time_cell,
 }
 
 
-def _plain_texts(values: Sequence[Any]) -> pa.Array:
-    return pa.array(values, pa.string())
-
-
-def _column_text(values: Sequence[Any], kind: str) -> pa.Array:
-    """One column's cells, unquoted: the text of each of ``values`` (a field of ``kind``)."""
-    try:
-        return _TEXTS.get(kind, _plain_texts)(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
-        return pa.array(map(_text, values), pa.string(), size=len(values))
-
-
-def _csv_rows(texts: pa.Table, delimiter: str, ending: str) -> bytes:
-    """The rows of a table of cell texts as CSV: every value quoted, its quotes doubled, a null
-    an empty cell (as :func:`_text_cell` writes one), each row ended by ``ending``."""
-    options = {"include_header": False, "delimiter": delimiter, "quoting_style": "all_valid"}
-    if ending != "\n":
-        options["eol"] = ending
-    try:
-        body = pa.BufferOutputStream()
-        pa_csv.write_csv(texts, body, pa_csv.WriteOptions(**options))
-        return bytes(body.getvalue().to_pybytes())
-    except TypeError:
-        # An Arrow whose writer has no eol option ends every row with "\n".
-        rows = zip(*(column.to_pylist() for column in texts.columns), strict=True)
-        return "".join(delimiter.join(map(_text_cell, row)) + ending for row in rows).encode()
+def _column_cells(
+    column: ObjectField,
+    chosen: list[tuple[str, Mapping[str, Any], bool, int | None]],
+    stored: Mapping[str, Sequence[Any]],
+) -> list[str]:
+    """One column's cells for the records ``chosen`` (id, values, deleted, SystemModstamp);
+    ``stored`` holds the values of the columns read as stored (name -> a value per record)."""
+    if column.stored is not None and column.name != MODSTAMP:
+        values = stored.get(column.stored) or [None] * len(chosen)
+    else:
+        read = column.wire
+        values = [read(rid, stamped(v, stamp), gone) for rid, v, gone, stamp in chosen]
+    cell = _CELLS.get(column.kind)
+    if cell is None:
+        # Text, the common case, and nulls are written here without a call per cell
+        # (``_text_cell`` writes them the same way); anything else goes through it.
+        return [
+            '"' + v.replace('"', '""') + '"'
+            if type(v) is str
+            else ""
+            if v is None
+            else _text_cell(v)
+            for v in values
+        ]
+    # Booleans, dates and datetimes repeat across records (a transaction stamps all it
+    # touches alike): each distinct value is written once.
+    written: dict[Any, str] = {}
+    return [written[v] if v in written else written.setdefault(v, cell(v)) for v in values]
 
 
 def _since(since: tuple[str, int], stamp: int | None) -> bool:
@@ -300,7 +297,7 @@ class BulkQueryApi:
                 jobs = list(self._jobs.values())
             for job in jobs:
                 job.expired = True
-                job.table = None
+                job.rows = []
         return len(jobs)
 
     def jobs(self) -> list[dict[str, Any]]:
@@ -473,19 +470,19 @@ class BulkQueryApi:
         started = time.perf_counter()
         for attempt in range(5):
             try:
-                table = self._rows(truth, job)
+                job.rows = self._rows(truth, job)
                 break
             except RuntimeError:
                 # The workload is generating into the truth right now (a dict changed size
                 # while it was read): read again, as Salesforce serves a consistent view.
                 if attempt == 4:
                     raise
-        job.table, job.processed = table, table.num_rows
+        job.processed = len(job.rows)
         job.processing_ms = round((time.perf_counter() - started) * 1000)
         job.state = "JobComplete"
 
     @staticmethod
-    def _rows(truth: GroundTruth, job: _Job) -> pa.Table:
+    def _rows(truth: GroundTruth, job: _Job) -> list[str]:
         records = truth.stored_records(job.entity)
         deleted = truth.deleted(job.entity)
         if job.ids is None:
@@ -521,29 +518,13 @@ class BulkQueryApi:
         by_record = [tuple(map(v.get, names)) for _, v, _, _ in chosen]
         # No record chosen: no columns of values (a column's cells are then empty as well).
         stored = dict(zip(names, zip(*by_record, strict=True), strict=False))
-        # The records as the other columns read them (with their SystemModstamp), made once.
-        wired: list[Mapping[str, Any]] = []
-        texts = []
-        for column in job.columns:
-            if column.stored is not None and column.name != MODSTAMP:
-                cells: Sequence[Any] = stored.get(column.stored) or [None] * len(chosen)
-            else:
-                wired = wired or [stamped(v, stamp) for _, v, _, stamp in chosen]
-                read = column.wire
-                cells = [
-                    read(rid, record, gone)
-                    for (rid, _, gone, _), record in zip(chosen, wired, strict=True)
-                ]
-            texts.append(_column_text(cells, column.kind))
-        return pa.Table.from_arrays(
-            texts, names=[f"c{position}" for position in range(len(job.columns))]
-        )
+        columns = [_column_cells(c, chosen, stored) for c in job.columns]
+        return [job.delimiter.join(row) for row in zip(*columns, strict=True)]
 
     # -- results, abort --------------------------------------------------------------------
 
     def _results(self, job: _Job, query: Mapping[str, str]) -> HttpAnswer:
-        table = job.table
-        if job.state != "JobComplete" or table is None:
+        if job.state != "JobComplete":
             return _error(
                 400,
                 "INVALIDJOBSTATE",
@@ -562,11 +543,10 @@ class BulkQueryApi:
             # The server bounds a set too (Salesforce by its size): whichever is smaller.
             size = min(size, int(asked))
         locator = query.get("locator")
-        rows = table.num_rows
         offset: int | None = 0
         if locator:
             offset = _offset(locator)
-            if offset is None or not 0 < offset < rows:
+            if offset is None or not 0 < offset < len(job.rows):
                 return _error(
                     400,
                     "INVALID_QUERY_LOCATOR",
@@ -574,17 +554,19 @@ class BulkQueryApi:
                     "this job's results returned",
                 )
         start = offset or 0
-        page = table.slice(start, size)
-        end = start + page.num_rows
-        header = job.delimiter.join(_text_cell(n) for n in job.names) + job.line_ending
+        page = job.rows[start : start + size]
+        end = start + len(page)
+        ending = job.line_ending
+        header = job.delimiter.join(_text_cell(n) for n in job.names)
+        text = ending.join([header, *page]) + ending
         self.result_sets += 1
         return HttpAnswer(
             200,
-            header.encode() + _csv_rows(page, job.delimiter, job.line_ending),
+            text,
             content_type="text/csv",
             headers=(
-                ("Sforce-Locator", _locator(end) if end < rows else "null"),
-                ("Sforce-NumberOfRecords", str(page.num_rows)),
+                ("Sforce-Locator", _locator(end) if end < len(job.rows) else "null"),
+                ("Sforce-NumberOfRecords", str(len(page))),
             ),
         )
 

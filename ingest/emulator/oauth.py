@@ -654,8 +654,7 @@ def _make_handler(server: OAuthServer) -> type[BaseHTTPRequestHandler]:
                 return
             if server._faults.latency:
                 time.sleep(server._faults.latency)
-            body = answer.body
-            data = body if isinstance(body, bytes) else body.encode("utf-8")
+            data = answer.body.encode("utf-8")
             self.send_response(answer.status)
             self.send_header("Content-Type", answer.content_type)
             self.send_header("Content-Length", str(len(data)))

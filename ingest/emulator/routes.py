@@ -34,11 +34,10 @@ class HttpRequest:
 @dataclass(frozen=True)
 class HttpAnswer:
     """What to send back. ``drop`` closes the connection without any answer (a lost long
-    poll); ``headers`` are extra response headers such as ``Set-Cookie``. A ``body`` in bytes
-    is sent as it is (large CSV results), text as UTF-8."""
+    poll); ``headers`` are extra response headers such as ``Set-Cookie``."""
 
     status: int
-    body: str | bytes = ""
+    body: str = ""
     content_type: str = "application/json;charset=UTF-8"
     headers: tuple[tuple[str, str], ...] = ()
     drop: bool = False

@@ -137,7 +137,7 @@ def test_rest_and_bulk_serve_system_modstamp_and_hide_purged_records() -> None:
                 break
         results = emu.bulk.answer(HttpRequest("GET", f"{jobs}/{job}/results", {}, auth))
         assert results is not None and results.status == 200
-        rows = list(csv.DictReader(io.StringIO(bytes(results.body).decode())))
+        rows = list(csv.DictReader(io.StringIO(results.body)))
         assert {r["Id"] for r in rows} == set(rest)
         for row in rows:
             stamp = stamps[row["Id"]]

@@ -58,7 +58,7 @@ def _bulk(emu: Emulator, soql: str) -> list[dict[str, str]]:
             break
     results = emu.bulk.answer(HttpRequest("GET", f"{jobs}/{job}/results", {}, auth))
     assert results is not None and results.status == 200, results
-    return list(csv.DictReader(io.StringIO(bytes(results.body).decode())))
+    return list(csv.DictReader(io.StringIO(results.body)))
 
 
 def test_an_object_without_change_data_capture_has_records_but_no_topic_and_no_event() -> None:
