@@ -228,7 +228,15 @@ def _column_cells(
 ) -> list[str]:
     """One column's cells for the records ``chosen`` (id, values, deleted, SystemModstamp);
     ``stored`` holds the values of the columns read as stored (name -> a value per record)."""
-    if column.stored is not None and column.name != MODSTAMP:
+    values: Sequence[Any]
+    # The system fields are what ``chosen`` holds (their readers read it the same way).
+    if column.name == "Id":
+        values = [rid for rid, _, _, _ in chosen]
+    elif column.name == "IsDeleted":
+        values = [gone for _, _, gone, _ in chosen]
+    elif column.name == MODSTAMP:
+        values = [stamp for _, _, _, stamp in chosen]
+    elif column.stored is not None:
         values = stored.get(column.stored) or [None] * len(chosen)
     else:
         read = column.wire
@@ -249,6 +257,10 @@ def _column_cells(
     # touches alike): each distinct value is written once.
     written: dict[Any, str] = {}
     return [written[v] if v in written else written.setdefault(v, cell(v)) for v in values]
+
+
+def _no_stamp(record_id: str) -> None:
+    return None
 
 
 def _since(since: tuple[str, int], stamp: int | None) -> bool:
@@ -492,20 +504,16 @@ class BulkQueryApi:
             wanted = list(dict.fromkeys(by_15.get(i, i) for i in job.ids))
         wants_stamp = job.since is not None or any(c.name == MODSTAMP for c in job.columns)
         stamps = truth.modstamps(job.entity) if wants_stamp else None
-        chosen: list[tuple[str, Mapping[str, Any], bool, int | None]] = []
-        for record_id in wanted:
-            values = records.get(record_id)
-            if values is None:
-                continue
-            is_deleted = record_id in deleted
-            if is_deleted and job.operation != "queryAll":
-                continue
-            stamp = None
-            if stamps is not None:
-                stamp = stamps.get(record_id)
-                if job.since is not None and not _since(job.since, stamp):
-                    continue
-            chosen.append((record_id, values, is_deleted, stamp))
+        every = job.operation == "queryAll"
+        get = stamps.get if stamps is not None else _no_stamp
+        chosen = [
+            (record_id, values, record_id in deleted, get(record_id))
+            for record_id, values in zip(wanted, map(records.get, wanted), strict=True)
+            if values is not None and (every or record_id not in deleted)
+        ]
+        if job.since is not None:
+            since = job.since
+            chosen = [c for c in chosen if _since(since, c[3])]
         # Written column by column: most columns are a stored value as it is, read and written
         # without a call per value. Those values are read record by record (each record's
         # values are read while they are in the CPU's cache: several times faster than a
@@ -519,7 +527,7 @@ class BulkQueryApi:
         # No record chosen: no columns of values (a column's cells are then empty as well).
         stored = dict(zip(names, zip(*by_record, strict=True), strict=False))
         columns = [_column_cells(c, chosen, stored) for c in job.columns]
-        return [job.delimiter.join(row) for row in zip(*columns, strict=True)]
+        return list(map(job.delimiter.join, zip(*columns, strict=True)))
 
     # -- results, abort --------------------------------------------------------------------
 

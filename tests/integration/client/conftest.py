@@ -17,6 +17,7 @@ import pytest
 
 from ingest.auth import ClientCredentials, Secret, TokenManager
 from ingest.client.channel import TlsSettings, connect
+from ingest.client.managed import ManagedSubscription
 from ingest.emulator.managed import ManagedSubscriptionConfig
 from ingest.emulator.server import DEFAULT_CLIENT, Emulator, EmulatorConfig
 from ingest.emulator.topics import Catalogue, EmittedEvent, TopicDef
@@ -136,6 +137,15 @@ def fill(emulator: Emulator, n: int, topic: str = TOPIC, start: int = 0) -> list
     return emulator.append(
         EmittedEvent(topic, schema.schema_id, p, str(uuid.uuid4())) for p in payloads
     )
+
+
+def wait_answered(sub: ManagedSubscription) -> None:
+    """Wait (up to 30 s) until the server has answered every commit ``sub`` sent: answers
+    arrive on the stream's reader thread, after ``commit`` returns."""
+    deadline = time.monotonic() + 30
+    while sub.outstanding_commits and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sub.outstanding_commits == ()
 
 
 def make_catalogue() -> Catalogue:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import grpc
 import pytest
 
@@ -13,18 +11,11 @@ from ingest.client.stream import CommitFailed, EventBatch, Keepalive, Resubscrib
 from ingest.emulator.server import Emulator
 from ingest.errors import PermanentError
 from ingest.replay import After, ReplayId
-from tests.integration.client.conftest import MANAGED, fill
+from tests.integration.client.conftest import MANAGED, fill, wait_answered
 
 pytestmark = pytest.mark.integration
 
 FAST_RETRY = RetryPolicy(max_attempts=3, initial_backoff=0.0, max_backoff=0.0)
-
-
-def _wait_answered(sub: ManagedSubscription) -> None:
-    deadline = time.monotonic() + 30
-    while sub.outstanding_commits and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert sub.outstanding_commits == ()
 
 
 def test_resume_after_commit(emulator: Emulator, channel: grpc.Channel) -> None:
@@ -37,7 +28,7 @@ def test_resume_after_commit(emulator: Emulator, channel: grpc.Channel) -> None:
                 if len(stored) >= 20:
                     # stored durably: now commit (leaving the loop would end the stream)
                     sub.commit(item.latest_replay_id)
-                    _wait_answered(sub)
+                    wait_answered(sub)
                     break
         assert sub.last_committed == ReplayId(stored[-1])
     assert stored == log[:20]
@@ -62,7 +53,7 @@ def test_refused_commit_is_yielded_not_ignored(emulator: Emulator, channel: grpc
                 batches.append(item)
                 if len(batches) == 2:
                     sub.commit(batches[1].latest_replay_id)
-                    _wait_answered(sub)
+                    wait_answered(sub)
                     # older than the committed position: the server refuses it
                     sub.commit(batches[0].latest_replay_id)
             elif isinstance(item, CommitFailed):
@@ -81,7 +72,7 @@ def test_keepalive_ids_can_be_committed(emulator: Emulator, channel: grpc.Channe
         for item in sub:
             assert isinstance(item, Keepalive)
             sub.commit(item.latest_replay_id)
-            _wait_answered(sub)
+            wait_answered(sub)
             assert sub.last_committed == item.latest_replay_id
             break
 

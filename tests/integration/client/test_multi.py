@@ -15,8 +15,15 @@ from ingest.client.stream import EventBatch, Keepalive, Resubscribed
 from ingest.client.subscriber import Subscription
 from ingest.emulator.server import Emulator
 from ingest.errors import PermanentError
-from ingest.replay import After, Earliest, StartPosition
-from tests.integration.client.conftest import ACCOUNT, CHANNEL, CONTACT, MANAGED, fill
+from ingest.replay import After, Earliest, ReplayId, StartPosition
+from tests.integration.client.conftest import (
+    ACCOUNT,
+    CHANNEL,
+    CONTACT,
+    MANAGED,
+    fill,
+    wait_answered,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -147,10 +154,12 @@ def test_managed_and_plain_subscriptions_share_one_loop(
                 if item.topic == managed.topic:
                     managed.commit(item.latest_replay_id)
             if len(got[managed.topic]) >= 30 and len(got[ACCOUNT]) >= 20:
+                # leaving the loop closes the streams: let the server answer the commits first
+                wait_answered(managed)
                 break
     assert got[managed.topic] == orders
     assert got[ACCOUNT] == accounts
-    assert managed.last_committed is not None
+    assert managed.last_committed == ReplayId(orders[-1])
 
 
 def test_on_idle_runs_in_the_consuming_thread_and_can_end_the_loop(
