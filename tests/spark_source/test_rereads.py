@@ -72,12 +72,16 @@ def test_a_query_that_started_at_latest_reads_its_first_batch_again(
     feed = Feed(source, start, on_corrupted="fail")
     try:
         # Publish as soon as the stream is open at the tip, so events come before its first
-        # keepalive (0.5 s later), which would give the query a position to start from.
-        deadline = time.monotonic() + 30
-        while org.emulator.peak_requested == 0 and time.monotonic() < deadline:
+        # keepalive (0.5 s later), which would give the query a position to start from. The
+        # events are made beforehand: making them is most of publishing's time, which a loaded
+        # machine stretches toward those 0.5 s.
+        events = list(org.workload.events(200))
+        deadline = time.monotonic() + 60
+        while org.emulator.peak_requested == 0:
+            assert time.monotonic() < deadline, "the feed did not open its stream"
             time.sleep(0.01)
         before = len(org.replay_ids(ACCOUNT))
-        org.publish(200)
+        org.emulator.append(events)
         want = len(org.replay_ids(ACCOUNT)) - before
         batches = take_all(feed, start, want, per_batch=10_000)
     finally:

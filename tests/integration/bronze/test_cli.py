@@ -103,7 +103,14 @@ def test_sigterm_commits_the_open_batch_and_exits_zero(emulator: Emulator, tmp_p
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.02)
         fill(emulator, 50, ORDERS)
-        time.sleep(0.5)  # received, sitting in the open batch (it only commits by age: 600 s)
+        # Received, sitting in the open batch (it only commits by age: 600 s): the landing's
+        # progress line (every second) says so. The stop below commits what was received, so
+        # it must come after all 50 (on a loaded machine they take their time to arrive).
+        deadline = time.monotonic() + 120
+        while " 50 in the open batch;" not in log.read_text():
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
         assert checkpoint_rows(conf, ORDERS) == []
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, log.read_text()

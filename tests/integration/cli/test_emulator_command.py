@@ -48,14 +48,16 @@ def _start(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], dict[str
         stderr=subprocess.STDOUT,
         text=True,
     )
+    # The file exists from the moment the writer opens it, empty until it has written the
+    # document (indented JSON, a newline last): wait for the whole of it, however long a
+    # loaded machine keeps the writer from its write.
     deadline = time.monotonic() + 60
-    while not conn.exists():
+    while not (text := conn.read_text() if conn.exists() else "").endswith("}\n"):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise AssertionError(f"emulator did not start:\n{proc.communicate()[0]}")
         time.sleep(0.1)
-    time.sleep(0.1)  # the file is written in one call; let the writer finish
-    return proc, json.loads(conn.read_text())
+    return proc, json.loads(text)
 
 
 def _token(info: dict[str, object], verify: object) -> str:
