@@ -258,21 +258,35 @@ DEFAULT_ON_SPARK = (
     "tests/integration/cli/test_first_run_tables.py",
     "tests/integration/cli/test_unactivated_venv.py",
 )
+# Over Spark Connect the default run keeps the engine's own contract (every table operation
+# over Connect, tests/spark/test_engines.py); the layer jobs, the oracle, the demo and the
+# GoldSink over Connect take about 70 worker-minutes on two cores, more than CI has to spare,
+# and run with ``-m spark_connect`` (or ``-m long``).
+DEFAULT_ON_CONNECT = ("tests/spark/test_engines.py",)
+# The gold fold's batch-size equivalence is the engine's fold, not its tables: its local case
+# stays in the default run, its spark cases (minutes of MERGEs each) are long.
+LONG_ON_SPARK_TESTS = ("tests/spark/gold/test_batch_sizes.py",)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Which tests are ``long``, left out of the default run (``python -m pytest -m long`` runs
     them): a ``slow`` test on the spark engine or of the Spark source (it starts a Spark driver
     in a subprocess again and again), and the spark-engine case of an integration test of a
-    layer or command (:data:`LONG_ON_SPARK`)."""
+    layer or command (:data:`LONG_ON_SPARK`, :data:`LONG_ON_SPARK_TESTS`), and a Spark
+    Connect case outside the engine's own tests (:data:`DEFAULT_ON_CONNECT`)."""
     spark_engine = item.get_closest_marker("spark_engine") is not None
+    connect = item.get_closest_marker("spark_connect") is not None
     if (
-        item.get_closest_marker("slow")
-        and (spark_engine or item.get_closest_marker("spark_source"))
-    ) or (
-        spark_engine
-        and item.nodeid.startswith(LONG_ON_SPARK)
-        and not item.nodeid.startswith(DEFAULT_ON_SPARK)
+        (
+            item.get_closest_marker("slow")
+            and (spark_engine or item.get_closest_marker("spark_source"))
+        )
+        or (
+            spark_engine
+            and item.nodeid.startswith(LONG_ON_SPARK + LONG_ON_SPARK_TESTS)
+            and not item.nodeid.startswith(DEFAULT_ON_SPARK)
+        )
+        or (connect and not item.nodeid.startswith(DEFAULT_ON_CONNECT))
     ):
         item.add_marker(pytest.mark.long)
 
