@@ -247,12 +247,13 @@ def main() -> None:
         conf={"spark.driver.memory": args.spark_memory, **CONNECT_SERVICE_CONF},
     )
     results: dict[str, dict[str, dict[str, float]]] = {}
+    remote = None
     try:
         for name in args.sessions.split(","):
             if name == "classic":
                 session = classic
             else:
-                session = connect_session(serve_connect(classic))
+                session = remote = connect_session(serve_connect(classic))
                 # pyspark.sql.functions (from_avro) build Spark Connect columns from here on,
                 # as in a Spark Connect process.
                 os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
@@ -262,6 +263,8 @@ def main() -> None:
             }
     finally:
         os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+        if remote is not None:
+            remote.stop()  # its server-side session first: the service stops with the driver
         classic.stop()
         if args.dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
