@@ -245,10 +245,20 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
             return [row.asDict(recursive=True) for row in self._sql(text).collect()]
 
     def _require(self, table: TableRef) -> int:
+        """The table's version; a :class:`LakeError` when it does not exist."""
         version = self.version(table)
         if version is None:
-            raise LakeError(f"table {self.qualified_name(table)} ({table}) does not exist")
+            raise self._missing(table)
         return version
+
+    def _require_exists(self, table: TableRef) -> None:
+        """A :class:`LakeError` when the table does not exist (its version, which reading
+        takes a Spark job, is not read)."""
+        if not self.exists(table):
+            raise self._missing(table)
+
+    def _missing(self, table: TableRef) -> LakeError:
+        return LakeError(f"table {self.qualified_name(table)} ({table}) does not exist")
 
     def _dataframe(self, data: Any) -> DataFrame:
         if isinstance(data, pa.Table):
@@ -306,7 +316,7 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
     def read(
         self, table: TableRef, *, version: int | None = None, columns: Sequence[str] | None = None
     ) -> DataFrame:
-        self._require(table)
+        self._require_exists(table)
         reader = self._reader(table)
         if version is not None:
             reader = reader.option("versionAsOf", str(int(version)))
@@ -337,7 +347,7 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         columns: Sequence[str] | None = None,
         where: Sequence[Condition] = (),
     ) -> pa.Table:
-        self._require(table)
+        self._require_exists(table)
         text = select_sql(self._ident(table), columns, where)
         with self._errors("read", table):
             return dataframe_to_arrow(self._sql(text))

@@ -72,7 +72,7 @@ class SparkTablesMixin:
         def _checkpoint_txns(self, table: TableRef) -> tuple[int, dict[str, int]]: ...
         def _ident(self, table: TableRef) -> str: ...
         def _sql(self, text: str) -> DataFrame: ...
-        def _require(self, table: TableRef) -> int: ...
+        def _require_exists(self, table: TableRef) -> None: ...
         def _history_rows(self, table: TableRef, limit: int | None) -> list[dict[str, Any]]: ...
         def _errors(self, action: str, table: TableRef) -> AbstractContextManager[None]: ...
         def _session_conf(
@@ -127,7 +127,7 @@ class SparkTablesMixin:
                 self._sql(set_properties_sql(ident, changed))
 
     def history(self, table: TableRef, *, limit: int = 20) -> list[HistoryEntry]:
-        self._require(table)
+        self._require_exists(table)
         return [history_entry(row) for row in self._history_rows(table, limit)]
 
     def maintain(
@@ -145,7 +145,7 @@ class SparkTablesMixin:
         # data feed from one) older than delta.deletedFileRetentionDuration, which a consumer
         # that is behind does, so tables keep Delta's default.
         del tombstone_hours
-        self._require(table)
+        self._require_exists(table)
         ident = self._ident(table)
         removed = added = 0
         checkpoint_version: int | None = None
