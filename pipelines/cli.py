@@ -44,6 +44,7 @@ COMMANDS: tuple[str, ...] = (
     "gold",
     "streaming",
     "bootstrap",
+    "onboard",
     "resync",
     "reconcile",
     "formulas",

@@ -12,8 +12,11 @@ Delta, pinned with pyspark in sfcdc's ``spark`` extra), so the Python API and th
 match. From Delta 4.1 the artifact names carry the Spark line (``delta-spark_4.1_2.13``);
 before, only the Scala version (``delta-spark_2.13``).
 
-The folder holds the jars and a ``manifest.json`` naming them; the Scala library is left out
-(Spark ships its own, and two on one class path conflict)::
+Beside Delta, the folder holds Spark's own Avro module (``spark-avro``, the release of the
+installed pyspark): ``from_avro`` is what a Spark engineer would decode Avro payloads with, and
+``benchmarks/spark_native.py`` measures silver against it. The folder holds the jars and a
+``manifest.json`` naming them and the artifacts they were resolved from; the Scala library is
+left out (Spark ships its own, and two on one class path conflict)::
 
     sfcdc delta-jars              # -> build/delta-jars/delta-spark-4.1.0/*.jar
 """
@@ -35,6 +38,7 @@ from ingest.errors import ConfigError, LakeError
 __all__ = [
     "JARS_ENV",
     "DeltaJars",
+    "avro_artifact",
     "delta_artifact",
     "delta_version",
     "find_jars",
@@ -93,6 +97,23 @@ def delta_artifact(delta: str, spark: str) -> str:
     return f"io.delta:delta-spark_{SCALA_BINARY}:{delta}"
 
 
+# Spark releases whose spark-avro was never published to Maven Central, and the release of the
+# same line that stands in (it loads and decodes on the Spark it replaces: benchmarks/
+# spark_native.py runs it).
+_AVRO_STAND_INS = {"4.1.0": "4.1.1"}
+
+
+def avro_artifact(spark: str) -> str:
+    """Maven coordinates of Spark's Avro module for Spark ``spark``."""
+    return f"org.apache.spark:spark-avro_{SCALA_BINARY}:{_AVRO_STAND_INS.get(spark, spark)}"
+
+
+def _spark_version() -> str:
+    import pyspark
+
+    return str(pyspark.__version__)
+
+
 def _project_root() -> Path | None:
     """The checkout sfcdc runs from (it holds pyproject.toml), if any."""
     root = Path(__file__).resolve().parent.parent
@@ -125,12 +146,19 @@ def find_jars(base: Path | None = None, *, delta: str | None = None) -> DeltaJar
         listed = json.loads(manifest.read_text(encoding="utf-8"))
         jars = tuple(folder / name for name in listed["jars"])
         artifact = str(listed["artifact"])
+        artifacts = [str(a) for a in listed.get("artifacts", [artifact])]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(
             f"the Delta {version} jars are not resolved in {folder}: run `sfcdc delta-jars` "
             "once (it fetches them with Maven), or set "
             f"{JARS_ENV} to a folder where they were resolved"
         ) from exc
+    avro = avro_artifact(_spark_version())
+    if avro not in artifacts:
+        raise ConfigError(
+            f"{folder} was resolved without {avro}: run `sfcdc delta-jars --force` to resolve "
+            "the jars again"
+        )
     missing = [j.name for j in jars if not j.is_file()]
     if missing:
         raise ConfigError(
@@ -140,20 +168,36 @@ def find_jars(base: Path | None = None, *, delta: str | None = None) -> DeltaJar
     return DeltaJars(version, artifact, folder, jars)
 
 
-def _pom(artifact: str) -> str:
-    group, name, version = artifact.split(":")
+def _pom(artifacts: Sequence[str]) -> str:
     exclusions = "".join(
         f"<exclusion><groupId>{g}</groupId><artifactId>*</artifactId></exclusion>"
         for g in _PROVIDED_GROUPS
     )
+    dependencies = ""
+    for artifact in artifacts:
+        group, name, version = artifact.split(":")
+        dependencies += (
+            f"<dependency><groupId>{group}</groupId><artifactId>{name}</artifactId>"
+            f"<version>{version}</version><exclusions>{exclusions}</exclusions></dependency>"
+        )
     return (
         '<project xmlns="http://maven.apache.org/POM/4.0.0">'
         "<modelVersion>4.0.0</modelVersion>"
         "<groupId>sfcdc</groupId><artifactId>delta-jars</artifactId><version>1</version>"
-        f"<dependencies><dependency><groupId>{group}</groupId><artifactId>{name}</artifactId>"
-        f"<version>{version}</version><exclusions>{exclusions}</exclusions></dependency>"
-        "</dependencies></project>\n"
+        f"<dependencies>{dependencies}</dependencies></project>\n"
     )
+
+
+def _module(jar: str) -> str:
+    """A jar without its version: ``spark-tags_2.13-4.1.0.jar`` -> ``spark-tags_2.13``."""
+    return jar.removesuffix(".jar").rsplit("-", 1)[0]
+
+
+def _spark_modules() -> set[str]:
+    """The artifacts (any version) of the jars the installed pyspark ships."""
+    import pyspark
+
+    return {_module(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
 
 
 def resolve_jars(
@@ -174,10 +218,9 @@ def resolve_jars(
         except ConfigError:
             pass
     if spark is None:
-        import pyspark
-
-        spark = pyspark.__version__
+        spark = _spark_version()
     artifact = delta_artifact(version, spark)
+    artifacts = [artifact, avro_artifact(spark)]
     if shutil.which(maven[0]) is None:
         raise ConfigError(
             f"resolving {artifact} needs Maven ({maven[0]!r} is not on PATH): install Maven "
@@ -187,7 +230,7 @@ def resolve_jars(
     folder.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sfcdc-jars-", dir=folder.parent) as work:
         staging = Path(work)
-        (staging / "pom.xml").write_text(_pom(artifact), encoding="utf-8")
+        (staging / "pom.xml").write_text(_pom(artifacts), encoding="utf-8")
         out = staging / "jars"
         command = [
             *maven,
@@ -206,8 +249,16 @@ def resolve_jars(
         names = sorted(p.name for p in out.glob("*.jar"))
         if not any(n.startswith("delta-spark") for n in names):
             raise LakeError(f"Maven resolved {artifact} but no delta-spark jar came out: {names}")
+        # Spark's own jars hold what spark-avro depends on (Avro itself): a second copy of
+        # them on the class path would conflict with Spark's.
+        provided = _spark_modules()
+        names = [n for n in names if _module(n) not in provided]
+        for extra in {p.name for p in out.glob("*.jar")} - set(names):
+            (out / extra).unlink()
         (out / _MANIFEST).write_text(
-            json.dumps({"artifact": artifact, "jars": names}, indent=2) + "\n", encoding="utf-8"
+            json.dumps({"artifact": artifact, "artifacts": artifacts, "jars": names}, indent=2)
+            + "\n",
+            encoding="utf-8",
         )
         if folder.exists():
             shutil.rmtree(folder)

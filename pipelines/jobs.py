@@ -8,7 +8,8 @@ instead; the arguments are the same as ``sfcdc``'s.
 
 Secret references ``{secret: {scope, key}}`` are read with ``dbutils.secrets.get``. A notebook
 has ``dbutils`` as a global; a wheel task builds it from the cluster's Spark session
-(``pyspark.dbutils.DBUtils``, which exists only on Databricks). This entry point does that the
+(``pyspark.dbutils.DBUtils``, which exists only on Databricks) or, on serverless compute, takes
+the Databricks SDK's (``databricks.sdk.runtime.dbutils``). This entry point does that the
 first time a scope is read, so a command that reads none never starts a session for it.
 """
 
@@ -38,11 +39,20 @@ class RuntimeDbutils:
             try:
                 from pyspark.dbutils import DBUtils
             except ImportError:
+                DBUtils = None
+            if DBUtils is None:
+                try:  # serverless compute: no cluster session to build it from
+                    from databricks.sdk.runtime import dbutils as runtime_dbutils
+                except ImportError:
+                    runtime_dbutils = None
+                if runtime_dbutils is not None:
+                    self._dbutils = runtime_dbutils
+                    return self._dbutils.secrets  # type: ignore[no-any-return]
                 raise ConfigError(
                     "{secret: {scope, key}} references are read with Databricks' dbutils, "
                     "which exists only on a Databricks cluster (in a wheel task of sfcdc-job or "
                     "a notebook); elsewhere reference an environment variable with {env: NAME}"
-                ) from None
+                )
             from pyspark.sql import SparkSession
 
             self._dbutils = DBUtils(SparkSession.builder.getOrCreate())

@@ -8,7 +8,12 @@ partitions). Library code never creates a session itself: it receives one.
 cluster, a notebook, ``spark-submit``), else a local session; with ``lake.engine: spark`` that
 session loads Delta Lake from the jars :mod:`pipelines.delta_jars` resolved (no download at
 start). Each lake gets its own Spark warehouse and Derby home (under ``<location>/.spark``),
-so two pipelines, or two test runs, on one machine never share them.
+so two pipelines, or two test runs, on one machine never share them. With ``SPARK_REMOTE`` set
+(``sc://host:port``) and no active session, the commands run over Spark Connect instead.
+
+A local session can also serve Spark Connect clients from its own JVM
+(:func:`serve_connect`, when it was started with :data:`CONNECT_SERVICE_CONF`): the tests and
+benchmarks run the spark engine over Spark Connect that way, without a second driver.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import os
 import sys
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,12 +31,15 @@ if TYPE_CHECKING:
     from pipelines.spec import LakeSpec
 
 __all__ = [
+    "CONNECT_SERVICE_CONF",
     "DELTA_SESSION_CONF",
     "JAVA_OPTIONS_ENV",
     "LOCAL_SESSION_CONF",
     "PYTHON_ENV",
+    "connect_session",
     "engine_for",
     "local_session",
+    "serve_connect",
     "session_for",
     "spark_dirs",
     "use_this_python",
@@ -71,6 +79,13 @@ DELTA_SESSION_CONF: Mapping[str, str] = {
     # A local session's tables are read by one machine: Delta's default of 50 partitions to
     # rebuild a table's state from its log turns every snapshot into 50 tiny tasks.
     "spark.databricks.delta.snapshotPartitions": "2",
+}
+
+# Where a local session serves Spark Connect (serve_connect): loopback only, on a port the
+# system picks (several sessions on one machine, e.g. test workers, never collide).
+CONNECT_SERVICE_CONF: Mapping[str, str] = {
+    "spark.connect.grpc.binding.address": "127.0.0.1",
+    "spark.connect.grpc.binding.port": "0",
 }
 
 # Arrow's per-access bounds and null checks cost a tenth of the JVM's time when it turns wide
@@ -171,9 +186,34 @@ def local_session(
     return session
 
 
+def serve_connect(session: SparkSession) -> str:
+    """Start Spark Connect's service inside the JVM of the classic ``session`` (once; it serves
+    until the session stops) and return its ``sc://`` URL. Its clients' sessions share the
+    driver, its settings (Delta's extension and catalog included) and its catalog. The
+    session must have been started with :data:`CONNECT_SERVICE_CONF` (loopback, a free
+    port)."""
+    jvm: Any = session._jvm
+    package = jvm.org.apache.spark.sql.connect.service
+    service = getattr(getattr(package, "SparkConnectService$"), "MODULE$")
+    if not service.started():
+        service.start(session.sparkContext._jsc.sc())
+    return f"sc://127.0.0.1:{int(service.localPort())}"
+
+
+def connect_session(url: str) -> SparkSession:
+    """A new Spark Connect session with the server at ``url`` (``sc://host:port``). Unlike
+    ``SparkSession.builder.remote(url)``, it leaves the process's mode alone: a process that
+    also runs a classic session keeps building classic columns."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+    session: Any = RemoteSession.builder.remote(url).create()  # the same API as a classic one
+    return session  # type: ignore[no-any-return]
+
+
 def session_for(lake: LakeSpec, *, environ: Mapping[str, str] = os.environ) -> SparkSession:
     """The session a command runs ``lake`` with: the active one (Databricks, a notebook,
-    ``spark-submit``), else a local session, with Delta Lake for the spark engine."""
+    ``spark-submit``, a Spark Connect client), else a Spark Connect session with the server
+    ``SPARK_REMOTE`` names, else a local session, with Delta Lake for the spark engine."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -181,6 +221,9 @@ def session_for(lake: LakeSpec, *, environ: Mapping[str, str] = os.environ) -> S
         return active
     if "DATABRICKS_RUNTIME_VERSION" in environ:
         return SparkSession.builder.getOrCreate()
+    remote = environ.get("SPARK_REMOTE", "")
+    if remote.startswith("sc://"):
+        return SparkSession.builder.remote(remote).getOrCreate()
     return local_session(delta=lake.engine == "spark", workdir=lake.location)
 
 
@@ -210,7 +253,8 @@ def _engine_for(lake: LakeSpec, *, sql: bool, environ: Mapping[str, str]) -> Lak
         from pyspark.sql import SparkSession
 
         active = SparkSession.getActiveSession()
-        if "DATABRICKS_RUNTIME_VERSION" not in environ and active is None:
+        remote = environ.get("SPARK_REMOTE", "").startswith("sc://")
+        if "DATABRICKS_RUNTIME_VERSION" not in environ and active is None and not remote:
             choice = "local"
     if choice == "local":
         return local_engine(lake, session_for(lake, environ=environ) if sql else None)

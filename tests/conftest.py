@@ -2,7 +2,15 @@
 
 Tests that touch tables ask for ``lake_engine`` (or ``make_engine`` / ``engine_name``) and
 run once per lake engine: ``local`` (delta-rs) and ``spark`` (delta-spark), the latter
-marked ``spark_engine`` so ``python -m pytest -m spark_engine`` runs exactly those.
+marked ``spark_engine`` so ``python -m pytest -m spark_engine`` runs exactly those. Tests that
+make their engines with ``make_engine`` (and run no command through ``lake_kind``) run a third
+time, ``spark_connect``: the spark engine over Spark Connect (marked ``spark_connect``).
+
+Spark Connect's service runs inside the shared session's JVM (one server per worker, no second
+driver): the ``spark_connect`` fixture is a Connect session of that server, and a test that
+asks for it runs as a Spark Connect process does (``pyspark.sql.functions`` builds Connect
+columns, the active session is the Connect one, and ``SPARK_REMOTE`` points subprocesses at the
+same server).
 
 One local Spark session serves the whole run (starting one costs seconds); tests that need it
 ask for the ``spark`` fixture and are marked ``spark``. Unit tests never start a JVM. The
@@ -20,6 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from pipelines.session import CONNECT_SERVICE_CONF
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,12 +53,43 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session = local_session(
         "sfcdc-tests",
         cores=2,
-        conf={"spark.driver.memory": "2g"},
+        conf={"spark.driver.memory": "2g", **CONNECT_SERVICE_CONF},
         delta=True,
         workdir=tmp_path_factory.mktemp("spark"),
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect_url(spark: SparkSession) -> str:
+    """The ``sc://`` URL of the Spark Connect service this worker's session serves."""
+    from pipelines.session import serve_connect
+
+    return serve_connect(spark)
+
+
+@pytest.fixture(scope="session")
+def _connect_session(spark_connect_url: str) -> Iterator[SparkSession]:
+    from pipelines.session import connect_session
+
+    session = connect_session(spark_connect_url)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def spark_connect(
+    _connect_session: SparkSession, spark_connect_url: str, monkeypatch: pytest.MonkeyPatch
+) -> SparkSession:
+    """A Spark Connect session with Delta Lake, the active session of a test that runs as a
+    Spark Connect process does; the process's classic mode comes back after the test."""
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    monkeypatch.setenv("SPARK_REMOTE", spark_connect_url)
+    RemoteSession._set_default_and_active_session(_connect_session)  # type: ignore[arg-type]
+    return _connect_session
 
 
 @pytest.fixture(autouse=True)
@@ -93,26 +134,60 @@ def object_lake(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 ENGINE_NAMES = ("local", "spark")
 
 
-def engine_params() -> list[Any]:
+def engine_params(*, connect: bool = False) -> list[Any]:
     """The engine names tests run on; the spark one is marked ``spark_engine`` and
-    ``spark`` (it uses the shared session)."""
-    return [
+    ``spark`` (it uses the shared session). ``connect``: the spark engine over Spark Connect
+    too (``spark_connect``, marked ``spark_connect`` and ``spark``)."""
+    params = [
         pytest.param("local", id="local"),
         pytest.param("spark", id="spark", marks=[pytest.mark.spark_engine, pytest.mark.spark]),
     ]
+    if connect:
+        marks = [pytest.mark.spark_connect, pytest.mark.spark]
+        params.append(pytest.param("spark_connect", id="spark_connect", marks=marks))
+    return params
 
 
-@pytest.fixture(params=engine_params())
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``engine_name`` runs each test once per lake engine; tests that make their engines
+    with ``make_engine`` and run no command through ``lake_kind`` (whose subprocesses start
+    drivers of their own) also run over Spark Connect. Tests marked ``append_parts`` run the
+    classic session's spark engine once more, with its one-commit append of parts on."""
+    names = metafunc.fixturenames
+    if "engine_name" not in names:
+        return
+    connect = "make_engine" in names and "lake_kind" not in names
+    params = engine_params(connect=connect)
+    if metafunc.definition.get_closest_marker("append_parts") is None:
+        metafunc.parametrize("engine_name", params, indirect=True)
+        return
+    cases = [pytest.param(p.values[0], False, id=p.id, marks=p.marks) for p in params]
+    spark = next(p for p in params if p.id == "spark")
+    cases.insert(2, pytest.param("spark", True, id="spark-one-commit", marks=spark.marks))
+    metafunc.parametrize(("engine_name", "one_commit_appends"), cases, indirect=True)
+
+
+@pytest.fixture
 def engine_name(request: pytest.FixtureRequest) -> str:
-    """Each test that asks for it runs once per lake engine."""
+    """Each test that asks for it runs once per lake engine (see pytest_generate_tests)."""
     return str(request.param)
+
+
+@pytest.fixture
+def one_commit_appends(request: pytest.FixtureRequest) -> bool:
+    """Whether the classic session's spark engine commits several parts at once
+    (``SparkEngine(one_commit_appends=True)``); on for tests marked ``append_parts``' second
+    spark run."""
+    return bool(getattr(request, "param", False))
 
 
 EngineFactory = Callable[..., "LakeEngine"]
 
 
 @pytest.fixture
-def make_engine(engine_name: str, request: pytest.FixtureRequest) -> EngineFactory:
+def make_engine(
+    engine_name: str, one_commit_appends: bool, request: pytest.FixtureRequest
+) -> EngineFactory:
     """``make_engine(location, **options)``: an engine of this test's kind over the lake at
     ``location`` (the spark engine keeps its tables there as Delta directories, as the
     local engine does, so either reads the other's lake)."""
@@ -121,7 +196,12 @@ def make_engine(engine_name: str, request: pytest.FixtureRequest) -> EngineFacto
 
     def make(location: Path | str, **options: Any) -> LakeEngine:
         if engine_name == "spark":
-            return SparkEngine(request.getfixturevalue("spark"), location=location, **options)
+            session = request.getfixturevalue("spark")
+            options.setdefault("one_commit_appends", one_commit_appends)
+            return SparkEngine(session, location=location, **options)
+        if engine_name == "spark_connect":
+            session = request.getfixturevalue("spark_connect")
+            return SparkEngine(session, location=location, **options)
         return LocalEngine(location=location, **options)
 
     return make
@@ -150,8 +230,10 @@ def lake_kind(engine_name: str, request: pytest.FixtureRequest) -> str:
 # unit test takes milliseconds.
 _COST = (
     (("slow", "spark_engine"), 50.0),
+    (("slow", "spark_connect"), 50.0),
     (("slow",), 8.0),
     (("spark_engine",), 6.0),
+    (("spark_connect",), 6.0),
     (("spark",), 2.0),
     (("integration",), 0.5),
 )
@@ -176,21 +258,35 @@ DEFAULT_ON_SPARK = (
     "tests/integration/cli/test_first_run_tables.py",
     "tests/integration/cli/test_unactivated_venv.py",
 )
+# Over Spark Connect the default run keeps the engine's own contract (every table operation
+# over Connect, tests/spark/test_engines.py); the layer jobs, the oracle, the demo and the
+# GoldSink over Connect take about 70 worker-minutes on two cores, more than CI has to spare,
+# and run with ``-m spark_connect`` (or ``-m long``).
+DEFAULT_ON_CONNECT = ("tests/spark/test_engines.py",)
+# The gold fold's batch-size equivalence is the engine's fold, not its tables: its local case
+# stays in the default run, its spark cases (minutes of MERGEs each) are long.
+LONG_ON_SPARK_TESTS = ("tests/spark/gold/test_batch_sizes.py",)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Which tests are ``long``, left out of the default run (``python -m pytest -m long`` runs
     them): a ``slow`` test on the spark engine or of the Spark source (it starts a Spark driver
     in a subprocess again and again), and the spark-engine case of an integration test of a
-    layer or command (:data:`LONG_ON_SPARK`)."""
+    layer or command (:data:`LONG_ON_SPARK`, :data:`LONG_ON_SPARK_TESTS`), and a Spark
+    Connect case outside the engine's own tests (:data:`DEFAULT_ON_CONNECT`)."""
     spark_engine = item.get_closest_marker("spark_engine") is not None
+    connect = item.get_closest_marker("spark_connect") is not None
     if (
-        item.get_closest_marker("slow")
-        and (spark_engine or item.get_closest_marker("spark_source"))
-    ) or (
-        spark_engine
-        and item.nodeid.startswith(LONG_ON_SPARK)
-        and not item.nodeid.startswith(DEFAULT_ON_SPARK)
+        (
+            item.get_closest_marker("slow")
+            and (spark_engine or item.get_closest_marker("spark_source"))
+        )
+        or (
+            spark_engine
+            and item.nodeid.startswith(LONG_ON_SPARK + LONG_ON_SPARK_TESTS)
+            and not item.nodeid.startswith(DEFAULT_ON_SPARK)
+        )
+        or (connect and not item.nodeid.startswith(DEFAULT_ON_CONNECT))
     ):
         item.add_marker(pytest.mark.long)
 

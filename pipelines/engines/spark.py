@@ -16,11 +16,23 @@ partition's rows. Everything else is plain Delta Spark:
   idempotency uses Delta's own ``txnAppId`` / ``txnVersion`` writer options (and, for MERGE,
   the ``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` session settings), so Delta
   itself skips a write it has already committed;
-- merges are ``DeltaTable.forName(...).merge`` with schema evolution;
+- merges are ``MERGE [WITH SCHEMA EVOLUTION] INTO ... USING`` a temporary view;
+- Delta takes some settings of a MERGE from the session rather than the statement (its
+  application transaction, its commit's ``userMetadata``, schema evolution), and every write
+  without writer options of its own takes them from there too. A write that sets them, or
+  would take another thread's, holds the session's lock while it runs (:func:`session_lock`);
+  appends and overwrites with a transaction carry all of them as writer options and run
+  beside it;
 - ``read_appends`` reads the change data feed (inserts) of the version range, which is why
   every table has ``delta.enableChangeDataFeed`` on;
-- history, OPTIMIZE and VACUUM are SQL. Delta Spark writes log checkpoints by itself (every
-  ``delta.checkpointInterval`` commits) and cleans the log up after them.
+- history, table properties, OPTIMIZE and VACUUM are SQL. Delta Spark writes log checkpoints
+  by itself (every ``delta.checkpointInterval`` commits) and cleans the log up after them.
+
+SQL and the DataFrame API only, so the same engine runs on a classic session and over Spark
+Connect (Databricks serverless and standard access mode, where Python has no JVM gateway).
+The one exception is optional: ``one_commit_appends`` commits several parts with their
+transactions at once through Delta's classes over the py4j gateway of a classic session
+(:mod:`pipelines.engines.spark_write`).
 
 The writes (and their application transactions) are in :mod:`pipelines.engines.spark_write`,
 table creation, history and maintenance in :mod:`pipelines.engines.spark_tables`; the SQL text,
@@ -32,7 +44,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -53,12 +67,13 @@ from pipelines.engines.base import (
     TableRef,
     check_until,
 )
-from pipelines.engines.spark_sql import history_entry, select_sql
+from pipelines.engines.spark_sql import PRESERVE_NULL_STRUCTS, history_entry, select_sql
 from pipelines.engines.spark_tables import SparkTablesMixin
-from pipelines.engines.spark_write import SparkWriteMixin
+from pipelines.engines.spark_write import SparkWriteMixin, _TxnIndex
 from pipelines.engines.sql import (
     quote_identifier,
     quote_string,
+    spark_type_sql,
 )
 from pipelines.engines.writable import check_writable
 from pipelines.spec import LakeSpec, SchemasSpec
@@ -68,9 +83,22 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["SparkEngine"]
+__all__ = ["SparkEngine", "session_lock"]
 
 _log = logging.getLogger(__name__)
+
+_SESSION_LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
+_SESSION_LOCKS_GUARD = threading.Lock()
+
+
+def session_lock(spark: SparkSession) -> threading.RLock:
+    """The lock of this process's writes that depend on ``spark``'s settings: one per
+    session, whichever engines share it."""
+    with _SESSION_LOCKS_GUARD:
+        lock = _SESSION_LOCKS.get(spark)
+        if lock is None:
+            lock = _SESSION_LOCKS[spark] = threading.RLock()
+        return lock
 
 
 # ----------------------------------------------------------------------------- the engine
@@ -106,6 +134,7 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         schemas: SchemasSpec | None = None,
         table_prefix: str = "",
         default_properties: Mapping[str, str] = DEFAULT_PROPERTIES,
+        one_commit_appends: bool = False,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         if catalog is None and location is None:
@@ -116,9 +145,14 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         self.schemas = schemas or SchemasSpec()
         self.table_prefix = table_prefix
         self.default_properties = dict(default_properties)
+        self.one_commit_appends = one_commit_appends
         self._clock = clock
         self._writable = False
-        self._txns: dict[tuple[TableRef, str], int] = {}
+        self._txn_indexes: dict[TableRef, _TxnIndex] = {}
+        self._settings_lock = session_lock(spark)
+        # What every write of the engine wants, set once: no write changes them back.
+        for key, value in PRESERVE_NULL_STRUCTS.items():
+            spark.conf.set(key, value)
 
     @classmethod
     def from_spec(
@@ -176,19 +210,23 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         return self._spark.sql(text)
 
     @contextlib.contextmanager
-    def _session_conf(self, values: Mapping[str, str]) -> Iterator[None]:
-        conf = self._spark.conf
-        previous: dict[str, str | None] = {key: conf.get(key, None) for key in values}
-        for key, value in values.items():
-            conf.set(key, value)
-        try:
-            yield
-        finally:
-            for key, old in previous.items():
-                if old is None:
-                    conf.unset(key)
-                else:
-                    conf.set(key, old)
+    def _session_conf(self, values: Mapping[str, str] | None = None) -> Iterator[None]:
+        """Run the block with the session's lock held and ``values`` set in its settings
+        (restored after): no other write of this process runs with them, nor changes them
+        meanwhile."""
+        with self._settings_lock:
+            conf = self._spark.conf
+            previous = {key: conf.get(key, None) for key in values or {}}
+            for key, value in (values or {}).items():
+                conf.set(key, value)
+            try:
+                yield
+            finally:
+                for key, old in previous.items():
+                    if old is None:
+                        conf.unset(key)
+                    else:
+                        conf.set(key, old)
 
     @contextlib.contextmanager
     def _errors(self, action: str, table: TableRef) -> Iterator[None]:
@@ -207,10 +245,20 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
             return [row.asDict(recursive=True) for row in self._sql(text).collect()]
 
     def _require(self, table: TableRef) -> int:
+        """The table's version; a :class:`LakeError` when it does not exist."""
         version = self.version(table)
         if version is None:
-            raise LakeError(f"table {self.qualified_name(table)} ({table}) does not exist")
+            raise self._missing(table)
         return version
+
+    def _require_exists(self, table: TableRef) -> None:
+        """A :class:`LakeError` when the table does not exist (its version, which reading
+        takes a Spark job, is not read)."""
+        if not self.exists(table):
+            raise self._missing(table)
+
+    def _missing(self, table: TableRef) -> LakeError:
+        return LakeError(f"table {self.qualified_name(table)} ({table}) does not exist")
 
     def _dataframe(self, data: Any) -> DataFrame:
         if isinstance(data, pa.Table):
@@ -245,9 +293,11 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         path = self.path(table)
         if "://" not in path:
             return _has_commit(Path(path, "_delta_log"))
-        from delta.tables import DeltaTable
-
-        return bool(DeltaTable.isDeltaTable(self._spark, path))
+        try:
+            self._sql(f"DESCRIBE HISTORY {self._ident(table)} LIMIT 1").collect()
+        except Exception:  # not a Delta table (yet): Spark raises its analysis errors
+            return False
+        return True
 
     def version(self, table: TableRef) -> int | None:
         if not self.exists(table):
@@ -266,23 +316,28 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
     def read(
         self, table: TableRef, *, version: int | None = None, columns: Sequence[str] | None = None
     ) -> DataFrame:
-        self._require(table)
+        self._require_exists(table)
         reader = self._reader(table)
         if version is not None:
             reader = reader.option("versionAsOf", str(int(version)))
         with self._errors("read", table):
             df = self._load(reader, table)
+            if version is not None:
+                # Spark Connect analyses a plan when it is first used: a version the table
+                # does not have fails here, as on a classic session.
+                df.schema  # noqa: B018
         return df if columns is None else df.select(*[quote_identifier(c) for c in columns])
 
     def read_keyed(
         self, table: TableRef, *, key: str, keys: Any, columns: Sequence[str] | None = None
     ) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        wanted = self._dataframe(keys).select(F.col(quote_identifier(key)).alias(key))
+        # Columns come from their DataFrames, never from pyspark.sql.functions: those build
+        # classic or Spark Connect columns by the process's mode, not by this session's.
+        frame = self._dataframe(keys)
+        wanted = frame.select(frame[quote_identifier(key)].alias(key))
         # The batch's keys are few next to the table's rows: broadcast them, so the table's
         # rows are filtered where they are read instead of being shuffled for the join.
-        ids = F.broadcast(wanted.where(F.col(key).isNotNull()).distinct())
+        ids = wanted.where(wanted[quote_identifier(key)].isNotNull()).distinct().hint("broadcast")
         return self.read(table, columns=columns).join(ids, on=key, how="left_semi")
 
     def read_arrow(
@@ -292,7 +347,7 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         columns: Sequence[str] | None = None,
         where: Sequence[Condition] = (),
     ) -> pa.Table:
-        self._require(table)
+        self._require_exists(table)
         text = select_sql(self._ident(table), columns, where)
         with self._errors("read", table):
             return dataframe_to_arrow(self._sql(text))
@@ -391,29 +446,23 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         schema: StructType,
         partitions: int | None = None,
     ) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        column = F.col(quote_identifier(key))
         frame = self._dataframe(rows)
+        column = frame[quote_identifier(key)]
         grouped = frame.repartition(partitions, column) if partitions else frame.repartition(column)
         return grouped.mapInArrow(_PerPartition(function), schema)  # type: ignore[arg-type]
 
     def union(self, parts: Sequence[Any], schema: StructType) -> DataFrame:
-        from pyspark.sql import functions as F
-
         frames = [self.rows(p, schema) if isinstance(p, pa.Table) else p for p in parts] or [
             self._spark.createDataFrame([], schema)
         ]
         shaped = [
-            f.select(
+            f.selectExpr(
                 *[
-                    (
-                        F.col(quote_identifier(field.name))
-                        if field.name in f.columns
-                        else F.lit(None)
+                    "CAST({} AS {}) AS {}".format(
+                        quote_identifier(field.name) if field.name in f.columns else "NULL",
+                        spark_type_sql(field.dataType),
+                        quote_identifier(field.name),
                     )
-                    .cast(field.dataType)
-                    .alias(field.name)
                     for field in schema.fields
                 ]
             )

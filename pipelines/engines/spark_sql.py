@@ -34,6 +34,7 @@ __all__ = [
     "DELETION_VECTORS_PROPERTY",
     "PRESERVE_NULL_STRUCTS",
     "RETENTION_CHECK_CONF",
+    "SCHEMA_EVOLUTION_CONF",
     "TXN_APP_ID_CONF",
     "TXN_VERSION_CONF",
     "USER_METADATA_CONF",
@@ -43,6 +44,7 @@ __all__ = [
     "is_append_only",
     "merge_condition",
     "merge_counts",
+    "merge_sql",
     "metric_int",
     "select_sql",
     "set_properties_sql",
@@ -53,6 +55,7 @@ TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
+SCHEMA_EVOLUTION_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
 # Delta expands a NULL struct of the source into a struct of NULL fields when a MERGE
 # updates a subset of columns (UPDATE SET * with schema evolution) or casts a struct type; a
 # compound field Salesforce left empty must stay NULL in gold.
@@ -133,9 +136,53 @@ def write_options(
         options["userMetadata"] = user_metadata
     if overwrite_schema:
         options["overwriteSchema"] = "true"
-    elif merge_schema:
-        options["mergeSchema"] = "true"
+    else:
+        # Always given: the session's setting (a MERGE of another thread sets it) never decides.
+        options["mergeSchema"] = "true" if merge_schema else "false"
     return options
+
+
+def merge_sql(
+    target: str,
+    source_view: str,
+    *,
+    on: Sequence[str],
+    update_condition: str | None = None,
+    delete_condition: str | None = None,
+    insert: bool = True,
+    evolve_schema: bool = True,
+) -> str:
+    """``MERGE INTO`` of the temporary view ``source_view`` into ``target`` (aliases ``target``
+    and ``source``): matched rows are deleted where ``delete_condition`` holds, else updated
+    (``UPDATE SET *``) where ``update_condition`` does; unmatched rows inserted (``INSERT *``)
+    when ``insert``. ``evolve_schema``: ``MERGE WITH SCHEMA EVOLUTION`` adds the source's new
+    columns (nested fields too) to the table."""
+    evolution = " WITH SCHEMA EVOLUTION" if evolve_schema else ""
+    clauses = []
+    if delete_condition:
+        clauses.append(f"WHEN MATCHED AND ({delete_condition}) THEN DELETE")
+    update = f" AND ({update_condition})" if update_condition else ""
+    clauses.append(f"WHEN MATCHED{update} THEN UPDATE SET *")
+    if insert:
+        clauses.append("WHEN NOT MATCHED THEN INSERT *")
+    return (
+        f"MERGE{evolution} INTO {target} AS target USING {quote_identifier(source_view)} AS "
+        f"source ON {merge_condition(on)} " + " ".join(clauses)
+    )
+
+
+def update_columns_sql(
+    target: str, source_view: str, *, on: Sequence[str], columns: Sequence[str]
+) -> str:
+    """``MERGE INTO`` of the temporary view ``source_view`` into ``target`` that sets only
+    ``columns`` of the matched rows (aliases ``target`` and ``source``) and inserts nothing."""
+    assignments = ", ".join(
+        f"target.{quote_identifier(c)} = source.{quote_identifier(c)}" for c in columns
+    )
+    return (
+        f"MERGE INTO {target} AS target USING {quote_identifier(source_view)} AS source ON "
+        f"{merge_condition(on)} WHEN MATCHED THEN UPDATE SET {assignments}"
+    )
 
 
 def merge_condition(keys: Sequence[str]) -> str:

@@ -1,10 +1,11 @@
 """How the ``spark`` engine manages its tables: creating them and adding columns and
 properties, their history, and their upkeep -- OPTIMIZE, VACUUM, log checkpoints and log
-cleanup. Log checkpoints (and the application transactions the writes check) go through
-Delta's log classes on the JVM, where the session reaches them. Log cleanup is Delta's own:
-sfcdc sets the table's ``delta.logRetentionDuration`` to its retention, and Delta deletes the
-expired entries after each checkpoint (whole days: Delta keeps every entry of the day the
-retention ends in).
+cleanup, in SQL. Log cleanup is Delta's own: sfcdc sets the table's ``delta.logRetentionDuration``
+to its retention, and Delta deletes the expired entries after each checkpoint (whole days: Delta
+keeps every entry of the day the retention ends in). Delta writes a checkpoint by itself every
+``delta.checkpointInterval`` commits; no SQL statement writes one, so where the session reaches
+Delta's log classes on the JVM (a classic session) maintenance writes one there and then, and
+elsewhere (Spark Connect) reports the newest one Delta wrote.
 
 :class:`SparkTablesMixin` is part of :class:`~pipelines.engines.spark.SparkEngine`.
 """
@@ -51,19 +52,6 @@ __all__ = ["SparkTablesMixin"]
 # The engine's log lines stay under its module's logger, whichever module writes them.
 _log = logging.getLogger("pipelines.engines.spark")
 
-# Delta's log class in open-source Delta and in Databricks runtimes.
-_DELTA_LOG_CLASSES = (
-    "org.apache.spark.sql.delta.DeltaLog",
-    "com.databricks.sql.transaction.tahoe.DeltaLog",
-)
-
-
-def _jvm_class(jvm: Any, name: str) -> Any:
-    target = jvm
-    for part in name.split("."):
-        target = getattr(target, part)
-    return target
-
 
 class SparkTablesMixin:
     """Table creation, properties, history and maintenance of
@@ -80,12 +68,16 @@ class SparkTablesMixin:
         def qualified_name(self, table: TableRef) -> str: ...
         def schema_name(self, layer: str) -> str: ...
         def path(self, table: TableRef) -> str: ...
+        def _delta_log(self, table: TableRef) -> tuple[Any, Any] | None: ...
+        def _checkpoint_txns(self, table: TableRef) -> tuple[int, dict[str, int]]: ...
         def _ident(self, table: TableRef) -> str: ...
         def _sql(self, text: str) -> DataFrame: ...
-        def _require(self, table: TableRef) -> int: ...
+        def _require_exists(self, table: TableRef) -> None: ...
         def _history_rows(self, table: TableRef, limit: int | None) -> list[dict[str, Any]]: ...
         def _errors(self, action: str, table: TableRef) -> AbstractContextManager[None]: ...
-        def _session_conf(self, values: Mapping[str, str]) -> AbstractContextManager[None]: ...
+        def _session_conf(
+            self, values: Mapping[str, str] | None = None
+        ) -> AbstractContextManager[None]: ...
 
     def properties(self, table: TableRef) -> dict[str, str]:
         with self._errors("read the properties of", table):
@@ -105,7 +97,8 @@ class SparkTablesMixin:
             wanted[DELETION_VECTORS_PROPERTY] = "true"
         ident = self._ident(table)
         if not self.exists(table):
-            with self._errors("create", table):
+            # Its commit would take a MERGE's settings of another thread: see _session_conf.
+            with self._errors("create", table), self._session_conf():
                 if self.location is None:
                     self._sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_name(table.layer)}")
                 self._sql(create_table_sql(ident, schema, wanted))
@@ -125,7 +118,7 @@ class SparkTablesMixin:
                     f"{existing.dataType.simpleString()}, not {f.dataType.simpleString()}; "
                     "changing a column type needs a rewrite"
                 )
-        with self._errors("alter", table):
+        with self._errors("alter", table), self._session_conf():
             if missing:
                 self._sql(add_columns_sql(ident, missing))
             have = self.properties(table)
@@ -134,7 +127,7 @@ class SparkTablesMixin:
                 self._sql(set_properties_sql(ident, changed))
 
     def history(self, table: TableRef, *, limit: int = 20) -> list[HistoryEntry]:
-        self._require(table)
+        self._require_exists(table)
         return [history_entry(row) for row in self._history_rows(table, limit)]
 
     def maintain(
@@ -152,7 +145,7 @@ class SparkTablesMixin:
         # data feed from one) older than delta.deletedFileRetentionDuration, which a consumer
         # that is behind does, so tables keep Delta's default.
         del tombstone_hours
-        self._require(table)
+        self._require_exists(table)
         ident = self._ident(table)
         removed = added = 0
         checkpoint_version: int | None = None
@@ -160,7 +153,7 @@ class SparkTablesMixin:
         local_dir = self._local_dir(table)
         if log_hours is not None and log_hours < 0:
             raise LakeError(f"log_hours must be >= 0 (got {log_hours})")
-        with self._errors("maintain", table):
+        with self._errors("maintain", table), self._session_conf():
             if compact:
                 rows = self._sql(f"OPTIMIZE {ident}").collect()
                 report = rows[0].asDict(recursive=True).get("metrics") if rows else None
@@ -199,23 +192,14 @@ class SparkTablesMixin:
         if have.get(LOG_RETENTION_PROPERTY) != wanted:
             self._sql(set_properties_sql(self._ident(table), {LOG_RETENTION_PROPERTY: wanted}))
 
-    def _local_dir(self, table: TableRef) -> Path | None:
-        """The table's directory when it is on this machine's disk (location mode)."""
-        if self.location is None:
-            return None
-        path = self.path(table)
-        if path.startswith("file:"):
-            path = path.removeprefix("file:")
-        return None if has_scheme(path) else Path(path)
-
     def _checkpoint(self, table: TableRef) -> int | None:
-        """Write a log checkpoint of the latest version now (Delta Spark also writes one
-        every ``delta.checkpointInterval`` commits by itself, and cleans up expired log
-        entries after it); its version, ``None`` when the log is out of reach."""
+        """Write a log checkpoint of the latest version now where Delta's log classes are in
+        reach, and return its version; elsewhere the version of the newest checkpoint Delta
+        wrote by itself (``None``: none yet, or the log is out of reach)."""
         opened = self._delta_log(table)
         if opened is None:
             _log.debug("%s: Delta Spark writes log checkpoints itself", table)
-            return None
+            return self._newest_checkpoint(table)
         delta_log, snapshot = opened
         try:
             jvm: Any = self._spark._jvm
@@ -225,26 +209,20 @@ class SparkTablesMixin:
             return None
         return int(snapshot.version())
 
-    def _delta_log(self, table: TableRef) -> tuple[Any, Any] | None:
-        """``(DeltaLog, its latest snapshot)`` through the JVM gateway, or ``None`` where
-        Delta's classes cannot be reached that way (Spark Connect, another runtime)."""
-        jvm: Any = getattr(self._spark, "_jvm", None)
-        if jvm is None:
+    def _newest_checkpoint(self, table: TableRef) -> int | None:
+        if self.location is None:
+            return None  # a catalog table's log is not read with SQL
+        version, _txns = self._checkpoint_txns(table)
+        return None if version < 0 else version
+
+    def _local_dir(self, table: TableRef) -> Path | None:
+        """The table's directory when it is on this machine's disk (location mode)."""
+        if self.location is None:
             return None
-        if self.location is not None:
-            path = self.path(table)
-        else:
-            with self._errors("describe", table):
-                detail = self._sql(f"DESCRIBE DETAIL {self._ident(table)}").collect()[0]
-            path = str(detail["location"])
-        for name in _DELTA_LOG_CLASSES:
-            try:
-                delta_log = _jvm_class(jvm, name).forTable(self._spark._jsparkSession, path)
-                empty = jvm.scala.Option.empty()
-                return delta_log, delta_log.update(False, empty, empty)
-            except Exception as exc:  # a class or signature this runtime does not have
-                _log.debug("opening the Delta log of %s with %s failed: %s", table, name, exc)
-        return None
+        path = self.path(table)
+        if path.startswith("file:"):
+            path = path.removeprefix("file:")
+        return None if has_scheme(path) else Path(path)
 
 
 def _data_files(directory: Path) -> int:

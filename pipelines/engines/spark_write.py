@@ -1,22 +1,36 @@
 """How the ``spark`` engine writes: appends and overwrites through ``DataFrameWriter``, merges
-through ``DeltaTable.merge``, each reporting the version it committed and its row counts.
+as ``MERGE INTO`` a temporary view, each reporting the version it committed and its row counts.
+Only SQL and the DataFrame API, so the writes run on a classic session and on Spark Connect
+(Databricks serverless, standard access mode) alike.
 
-A write that carries a :class:`~pipelines.engines.base.Txn` is skipped when the table has
-recorded that transaction already. The table's own record is the snapshot's application
-transactions, read through Delta's JVM classes; where those cannot be reached (Spark Connect),
-this process's writes and the ``userMetadata`` of the table's history stand in. Delta itself
-also skips a write whose ``txnAppId`` / ``txnVersion`` it has committed, which the version
-left unchanged after the write shows. Several parts, each with its own transaction, go into
-one commit through Delta's ``OptimisticTransaction`` where its JVM classes are at hand (a
-lake of paths); a DataFrameWriter commits one part at a time otherwise.
+A write that carries a :class:`~pipelines.engines.base.Txn` is made idempotent by Delta itself:
+the ``txnAppId`` / ``txnVersion`` writer options (and, for MERGE, the
+``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` session settings) make Delta skip a
+transaction it has committed already, which the version left unchanged after the write shows.
+What a table under a location has recorded is read from its Delta log with the DataFrame API
+(the newest checkpoint's transactions and those of the commits after it); a catalog table's,
+from the ``userMetadata`` in which every commit sfcdc writes records its transaction
+(``DESCRIBE HISTORY``).
+
+Delta takes a MERGE's transaction, ``userMetadata`` and schema evolution from the session's
+settings (a commit without writer options of its own takes them from there too), so the
+writes that set them or would take them hold the session's lock
+(:func:`~pipelines.engines.spark.session_lock`) while they run.
+
+``one_commit_appends`` (off by default) turns on a fast path for a classic session on a lake of
+paths: several parts, each with its own transaction, go into one Delta commit through Delta's
+``OptimisticTransaction`` over the py4j gateway, instead of a commit per part.
 
 :class:`SparkWriteMixin` is part of :class:`~pipelines.engines.spark.SparkEngine`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -35,16 +49,16 @@ from pipelines.engines.base import (
     updated_columns,
 )
 from pipelines.engines.spark_sql import (
-    PRESERVE_NULL_STRUCTS,
+    SCHEMA_EVOLUTION_CONF,
     TXN_APP_ID_CONF,
     TXN_VERSION_CONF,
     USER_METADATA_CONF,
-    merge_condition,
     merge_counts,
+    merge_sql,
     metric_int,
+    update_columns_sql,
     write_options,
 )
-from pipelines.engines.spark_tables import _jvm_class
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -57,6 +71,61 @@ __all__ = ["SparkWriteMixin"]
 # The engine's log lines stay under its module's logger, whichever module writes them.
 _log = logging.getLogger("pipelines.engines.spark")
 
+# Delta's log class in open-source Delta and in Databricks runtimes (the one-commit append).
+_DELTA_LOG_CLASSES = (
+    "org.apache.spark.sql.delta.DeltaLog",
+    "com.databricks.sql.transaction.tahoe.DeltaLog",
+)
+# A catalog table's newest commits are read first when looking an app id up in its history:
+# most lookups find it there.
+_RECENT_COMMITS = 32
+# What a Delta log file (a commit, a checkpoint) holds of an application transaction.
+_TXN_ACTION = "txn STRUCT<appId: STRING, version: BIGINT>"
+
+
+def _jvm_class(jvm: Any, name: str) -> Any:
+    target = jvm
+    for part in name.split("."):
+        target = getattr(target, part)
+    return target
+
+
+@dataclass
+class _TxnIndex:
+    """The application transactions of a table (app id -> version) as of its commit
+    ``version``; ``complete``: every transaction the table records is in it (else only those
+    of its newest commits)."""
+
+    version: int
+    txns: dict[str, int] = field(default_factory=dict)
+    complete: bool = True
+
+
+def _history_txns(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The transactions the ``userMetadata`` of history rows records (any order of rows: a
+    newer commit's version of an app id wins)."""
+    found: dict[str, int] = {}
+    for row in sorted(rows, key=lambda r: int(r["version"])):
+        _metadata, txn = decode_user_metadata(row.get("userMetadata"))
+        if txn is not None:
+            found[txn.app_id] = txn.version
+    return found
+
+
+def _missing_path(exc: Exception) -> bool:
+    """Whether Spark refused a read because a path (or every file of a pattern) is missing."""
+    return "PATH_NOT_FOUND" in str(exc)
+
+
+def _txn_rows(frame: DataFrame) -> dict[str, int]:
+    """The transactions of Delta log files read into ``frame`` (columns ``file``, the file's
+    name, and ``txn``): a newer file's version of an app id wins."""
+    rows = frame.where("txn IS NOT NULL").selectExpr("file", "txn.appId", "txn.version")
+    found: dict[str, int] = {}
+    for row in sorted(rows.collect(), key=lambda r: str(r["file"])):
+        found[str(row["appId"])] = int(row["version"])
+    return found
+
 
 class SparkWriteMixin:
     """Appends, overwrites and merges of :class:`~pipelines.engines.spark.SparkEngine`, and
@@ -66,13 +135,15 @@ class SparkWriteMixin:
         # What the writes use of the rest of the engine.
         _spark: SparkSession
         location: str | None
+        one_commit_appends: bool
         _clock: Callable[[], float]
-        _txns: dict[tuple[TableRef, str], int]
+        _txn_indexes: dict[TableRef, _TxnIndex]
 
         def exists(self, table: TableRef) -> bool: ...
         def version(self, table: TableRef) -> int | None: ...
         def qualified_name(self, table: TableRef) -> str: ...
         def path(self, table: TableRef) -> str: ...
+        def schema(self, table: TableRef) -> StructType | None: ...
         def ensure_table(
             self,
             table: TableRef,
@@ -81,56 +152,102 @@ class SparkWriteMixin:
             properties: Mapping[str, str] | None = None,
             deletion_vectors: bool = False,
         ) -> None: ...
+        def _ident(self, table: TableRef) -> str: ...
+        def _sql(self, text: str) -> DataFrame: ...
         def _require(self, table: TableRef) -> int: ...
         def _dataframe(self, data: Any) -> DataFrame: ...
         def _history_rows(self, table: TableRef, limit: int | None) -> list[dict[str, Any]]: ...
         def _errors(self, action: str, table: TableRef) -> AbstractContextManager[None]: ...
-        def _session_conf(self, values: Mapping[str, str]) -> AbstractContextManager[None]: ...
-        def _delta_log(self, table: TableRef) -> tuple[Any, Any] | None: ...
+        def _session_conf(
+            self, values: Mapping[str, str] | None = None
+        ) -> AbstractContextManager[None]: ...
+
+    # ------------------------------------------------------------ application transactions
 
     def txn_version(self, table: TableRef, app_id: str) -> int | None:
-        """Latest txn version for ``app_id``: from the snapshot's transactions (read through
-        Delta's JVM classes), or -- where those cannot be reached (Spark Connect) -- from
-        this process's writes, else the ``userMetadata`` of the table's history."""
+        """Latest txn version for ``app_id``. A table under ``location``: from its Delta log,
+        read with the DataFrame API (the newest checkpoint's transactions, then those of the
+        commits after it), as Delta reads them. A catalog table, whose files SQL does not
+        reach (Unity Catalog): from the ``userMetadata`` that records the transaction of each
+        commit sfcdc writes (``DESCRIBE HISTORY``, newest commits first), as far back as the
+        table keeps its log. What was read is kept per table and brought up to date with the
+        commits since."""
         if not self.exists(table):
             return None
-        transactions = self._snapshot_transactions(table)
-        if transactions is not None:
-            return transactions.get(app_id)
-        known = self._txns.get((table, app_id))
-        if known is not None:
-            return known
-        for row in self._history_rows(table, None):
-            _metadata, txn = decode_user_metadata(row.get("userMetadata"))
-            if txn is not None and txn.app_id == app_id:
-                self._txns[(table, app_id)] = txn.version
-                return txn.version
-        return None
+        index = self._txn_index(table, complete=False)
+        if app_id not in index.txns and not index.complete:
+            index = self._txn_index(table, complete=True)
+        return index.txns.get(app_id)
 
-    def _snapshot_transactions(self, table: TableRef) -> dict[str, int] | None:
-        """The application transactions of the table's latest snapshot (``None``: unknown)."""
-        opened = self._delta_log(table)
-        if opened is None:
-            return None
-        try:
-            iterator = opened[1].transactions().iterator()
-            out: dict[str, int] = {}
-            while iterator.hasNext():
-                pair = iterator.next()
-                out[str(pair._1())] = int(pair._2())
-        except Exception as exc:
-            _log.debug("reading the transactions of %s failed: %s", table, exc)
-            return None
-        return out
+    def _txn_index(self, table: TableRef, *, complete: bool) -> _TxnIndex:
+        latest = self._require(table)
+        index = self._txn_indexes.get(table)
+        if index is None or index.version > latest or (complete and not index.complete):
+            index = self._read_txns(table, latest, complete=complete)
+        elif latest > index.version:
+            newer = self._txns_after(table, index.version, latest)
+            if newer is None:  # the log no longer has those commits: read it again
+                index = self._read_txns(table, latest, complete=complete)
+            else:
+                index.txns.update(newer)
+                index.version = latest
+        self._txn_indexes[table] = index
+        return index
+
+    def _read_txns(self, table: TableRef, latest: int, *, complete: bool) -> _TxnIndex:
+        if self.location is None:
+            rows = self._history_rows(table, None if complete else _RECENT_COMMITS)
+            reached_all = complete or len(rows) < _RECENT_COMMITS
+            return _TxnIndex(latest, _history_txns(rows), reached_all)
+        checkpoint, txns = self._checkpoint_txns(table)
+        newer = self._txns_after(table, checkpoint, latest) if latest > checkpoint else {}
+        if newer is None:
+            raise LakeError(
+                f"{table}: the Delta log at {self.path(table)} lacks commits after its newest "
+                f"checkpoint (version {checkpoint})"
+            )
+        return _TxnIndex(latest, {**txns, **newer})
+
+    def _txns_after(self, table: TableRef, version: int, latest: int) -> dict[str, int] | None:
+        """The transactions of the commits after ``version`` up to ``latest`` (``None``: some
+        of those commits are gone from the log)."""
+        if self.location is None:
+            rows = self._history_rows(table, latest - version)
+            return _history_txns([r for r in rows if int(r["version"]) > version])
+        log = f"{self.path(table)}/_delta_log"
+        commits = [f"{log}/{v:020d}.json" for v in range(version + 1, latest + 1)]
+        with self._errors("read the Delta log of", table):
+            try:
+                frame = self._spark.read.schema(_TXN_ACTION).json(commits)
+                return _txn_rows(frame.selectExpr("_metadata.file_name AS file", "txn"))
+            except Exception as exc:
+                if _missing_path(exc):
+                    return None  # Delta's log cleanup removed some of them
+                raise
+
+    def _checkpoint_txns(self, table: TableRef) -> tuple[int, dict[str, int]]:
+        """``(version, transactions)`` of the table's newest log checkpoint; ``(-1, {})``
+        when it has none (then its log holds every commit from version 0)."""
+        log = f"{self.path(table)}/_delta_log"
+        with self._errors("read the log checkpoints of", table):
+            try:
+                frame = self._spark.read.parquet(f"{log}/*.checkpoint*.parquet").selectExpr(
+                    "_metadata.file_name AS file", "txn"
+                )
+                (newest,) = frame.selectExpr("max(file)").collect()[0]
+            except Exception as exc:
+                if _missing_path(exc):
+                    return -1, {}
+                raise
+            version = int(newest[:20])
+            # Each part of a multi-part checkpoint is named after its version.
+            of_newest = frame.where(f"file LIKE '{version:020d}.%'")
+            return version, _txn_rows(of_newest)
 
     def _already_applied(self, table: TableRef, txn: Txn | None) -> bool:
         if txn is None:
             return False
         return txn_applied(table, txn, self.txn_version(table, txn.app_id), _log)
-
-    def _remember(self, table: TableRef, txn: Txn | None) -> None:
-        if txn is not None:
-            self._txns[(table, txn.app_id)] = txn.version
 
     # ------------------------------------------------------------------------- writing
 
@@ -152,14 +269,16 @@ class SparkWriteMixin:
         writer = df.write.format("delta").mode(mode)
         for key, value in options.items():
             writer = writer.option(key, value)
-        with self._errors(mode, table), self._session_conf(PRESERVE_NULL_STRUCTS):
+        # With a txn, the writer options carry everything Delta would otherwise take from the
+        # session's settings (the txn, userMetadata, mergeSchema): no lock needed.
+        exclusive = self._session_conf() if txn is None else contextlib.nullcontext()
+        with self._errors(mode, table), exclusive:
             if self.location is None:
                 writer.saveAsTable(self.qualified_name(table))
             else:
                 writer.save(self.path(table))
         (latest,) = self._history_rows(table, 1)
         after = int(latest["version"])
-        self._remember(table, txn)
         if after == before:
             # Delta skipped the write itself: the txn had been committed by another process.
             return CommitResult(table, after, skipped=True, rows=0)
@@ -192,12 +311,38 @@ class SparkWriteMixin:
         app_ids = [txn.app_id for _, txn in parts]
         if len(set(app_ids)) != len(app_ids):
             raise LakeError(f"{table}: one commit cannot record one app id twice ({app_ids})")
-        if len(parts) > 1 and self.location is not None and self.exists(table):
+        if (
+            self.one_commit_appends
+            and len(parts) > 1
+            and self.location is not None
+            and self.exists(table)
+        ):
             together = self._append_in_one_commit(table, parts, metadata)
             if together is not None:
                 return together
         # A DataFrameWriter records one application transaction: a commit per part.
         return [self.append(table, data, txn=txn, metadata=metadata) for data, txn in parts]
+
+    def _delta_log(self, table: TableRef) -> tuple[Any, Any] | None:
+        """``(DeltaLog, its latest snapshot)`` through the py4j gateway, or ``None`` where
+        Delta's classes cannot be reached that way (Spark Connect, another runtime)."""
+        jvm: Any = getattr(self._spark, "_jvm", None)
+        if jvm is None:
+            return None
+        if self.location is not None:
+            path = self.path(table)
+        else:
+            with self._errors("describe", table):
+                detail = self._sql(f"DESCRIBE DETAIL {self._ident(table)}").collect()[0]
+            path = str(detail["location"])
+        for name in _DELTA_LOG_CLASSES:
+            try:
+                delta_log = _jvm_class(jvm, name).forTable(self._spark._jsparkSession, path)
+                empty = jvm.scala.Option.empty()
+                return delta_log, delta_log.update(False, empty, empty)
+            except Exception as exc:  # a class or signature this runtime does not have
+                _log.debug("opening the Delta log of %s with %s failed: %s", table, name, exc)
+        return None
 
     def _append_in_one_commit(
         self,
@@ -206,11 +351,11 @@ class SparkWriteMixin:
         metadata: Mapping[str, str] | None,
     ) -> list[CommitResult] | None:
         """The parts appended in one Delta commit that records every part's transaction,
-        through Delta's own ``OptimisticTransaction`` (reached over the JVM gateway): the
+        through Delta's own ``OptimisticTransaction`` (reached over the py4j gateway): the
         transaction reads each app id's version (so a concurrent commit of one of them is a
         conflict, as it is for a DataFrameWriter's ``txnAppId``), writes the rows of the parts
         not applied yet, and commits their files with a ``SetTransaction`` each. ``None`` --
-        a commit per part instead -- where that is not possible here: no JVM gateway, a
+        a commit per part instead -- where that is not possible here: no py4j gateway, a
         runtime whose classes differ, or rows whose columns are not exactly the table's (a
         DataFrameWriter evolves the schema, this path does not)."""
         opened = self._delta_log(table)
@@ -245,8 +390,7 @@ class SparkWriteMixin:
             if not keep:
                 return results
             rows = pa.concat_tables([selected[i] for i in keep])
-            with self._session_conf(PRESERVE_NULL_STRUCTS):
-                files = transaction.writeFiles(self._dataframe(rows)._jdf)
+            files = transaction.writeFiles(self._dataframe(rows)._jdf)
             option = jvm.scala.Option
             now = option.apply(jvm.java.lang.Long.valueOf(int(self._clock() * 1000)))
             txns = [parts[i][1] for i in keep]
@@ -264,8 +408,6 @@ class SparkWriteMixin:
                 none,
             )
             committed = int(transaction.commit(files, operation))
-        for txn in txns:
-            self._remember(table, txn)
         for index in keep:
             results[index] = CommitResult(
                 table, committed, skipped=False, rows=parts[index][0].num_rows
@@ -300,15 +442,7 @@ class SparkWriteMixin:
         metadata: Mapping[str, str] | None = None,
         evolve_schema: bool = True,
     ) -> MergeMetrics:
-        try:
-            from delta.tables import DeltaTable
-        except ImportError as exc:
-            raise LakeError(
-                "the spark lake engine merges with delta-spark, which is not installed here; "
-                "install sfcdc[spark] (Databricks runtimes include it) or use engine: local"
-            ) from exc
-
-        condition = merge_condition(on)
+        merge_keys(on)  # a malformed key list fails before anything is read
         started = self._clock()
         if self._already_applied(table, txn):
             return MergeMetrics(table, 0, 0, 0, 0, self.version(table), True, 0.0)
@@ -323,30 +457,24 @@ class SparkWriteMixin:
         if not self.exists(table):
             self.ensure_table(table, df.schema)
         before = self._require(table)
-        with self._errors("merge into", table):
-            if self.location is None:
-                target = DeltaTable.forName(self._spark, self.qualified_name(table))
-            else:
-                target = DeltaTable.forPath(self._spark, self.path(table))
-            builder = target.alias("target").merge(df.alias("source"), condition)
-            if delete_condition:
-                builder = builder.whenMatchedDelete(condition=delete_condition)
-            builder = builder.whenMatchedUpdateAll(condition=update_condition)
-            if insert:
-                builder = builder.whenNotMatchedInsertAll()
-            conf: dict[str, str] = dict(PRESERVE_NULL_STRUCTS)
-            if evolve_schema:
-                builder = builder.withSchemaEvolution()
-            if txn is not None:
-                conf[TXN_APP_ID_CONF] = txn.app_id
-                conf[TXN_VERSION_CONF] = str(txn.version)
-            user_metadata = encode_user_metadata(metadata, txn)
-            if user_metadata:
-                conf[USER_METADATA_CONF] = user_metadata
-            with self._session_conf(conf):
-                builder.execute()
-        self._remember(table, txn)
-        (latest,) = self._history_rows(table, 1)
+        # MERGE takes these from the session's settings only (Delta 4.1 also ignores the
+        # statement's WITH SCHEMA EVOLUTION, which Databricks runtimes honour).
+        conf = self._merge_conf(txn, metadata, evolve_schema=evolve_schema)
+        target = self._ident(table)
+        latest = self._run_merge(
+            table,
+            df,
+            lambda view: merge_sql(
+                target,
+                view,
+                on=on,
+                update_condition=update_condition,
+                delete_condition=delete_condition,
+                insert=insert,
+                evolve_schema=evolve_schema,
+            ),
+            conf,
+        )
         after = int(latest["version"])
         inserted, updated, deleted, source_rows = (
             merge_counts(latest.get("operationMetrics") or {}) if after != before else (0, 0, 0, 0)
@@ -375,26 +503,13 @@ class SparkWriteMixin:
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
     ) -> MergeMetrics:
-        try:
-            from delta.tables import DeltaTable
-        except ImportError as exc:
-            raise LakeError(
-                "the spark lake engine merges with delta-spark, which is not installed here; "
-                "install sfcdc[spark] (Databricks runtimes include it) or use engine: local"
-            ) from exc
-
-        condition = merge_condition(on)
         names = updated_columns(table, columns, merge_keys(on))
         started = self._clock()
         if self._already_applied(table, txn):
             return MergeMetrics(table, 0, 0, 0, 0, self.version(table), True, 0.0)
         before = self._require(table)
-        with self._errors("update columns of", table):
-            if self.location is None:
-                target = DeltaTable.forName(self._spark, self.qualified_name(table))
-            else:
-                target = DeltaTable.forPath(self._spark, self.path(table))
-            known = {c.lower() for c in target.toDF().columns}
+        schema = self.schema(table)
+        known = {f.name.lower() for f in schema.fields} if schema is not None else set()
         missing = [c for c in (*on, *names) if c.lower() not in known]
         if missing:
             raise LakeError(
@@ -402,23 +517,13 @@ class SparkWriteMixin:
                 "(ensure_table adds them first)"
             )
         df = self._dataframe(source).select(*(f"`{c}`" for c in (*on, *names)))
-        with self._errors("update columns of", table):
-            builder = (
-                target.alias("target")
-                .merge(df.alias("source"), condition)
-                .whenMatchedUpdate(set={f"`{c}`": f"source.`{c}`" for c in names})
-            )
-            conf: dict[str, str] = dict(PRESERVE_NULL_STRUCTS)
-            if txn is not None:
-                conf[TXN_APP_ID_CONF] = txn.app_id
-                conf[TXN_VERSION_CONF] = str(txn.version)
-            user_metadata = encode_user_metadata(metadata, txn)
-            if user_metadata:
-                conf[USER_METADATA_CONF] = user_metadata
-            with self._session_conf(conf):
-                builder.execute()
-        self._remember(table, txn)
-        (latest,) = self._history_rows(table, 1)
+        target = self._ident(table)
+        latest = self._run_merge(
+            table,
+            df,
+            lambda view: update_columns_sql(target, view, on=on, columns=names),
+            self._merge_conf(txn, metadata, evolve_schema=False),
+        )
         after = int(latest["version"])
         _inserted, updated, _deleted, source_rows = (
             merge_counts(latest.get("operationMetrics") or {}) if after != before else (0, 0, 0, 0)
@@ -435,3 +540,41 @@ class SparkWriteMixin:
             after,
         )
         return metrics
+
+    @staticmethod
+    def _merge_conf(
+        txn: Txn | None, metadata: Mapping[str, str] | None, *, evolve_schema: bool
+    ) -> dict[str, str]:
+        """The session settings a MERGE takes its schema evolution, transaction and
+        ``userMetadata`` from (it has no writer options)."""
+        conf = {SCHEMA_EVOLUTION_CONF: "true" if evolve_schema else "false"}
+        if txn is not None:
+            conf[TXN_APP_ID_CONF] = txn.app_id
+            conf[TXN_VERSION_CONF] = str(txn.version)
+        user_metadata = encode_user_metadata(metadata, txn)
+        if user_metadata:
+            conf[USER_METADATA_CONF] = user_metadata
+        return conf
+
+    def _run_merge(
+        self,
+        table: TableRef,
+        source: DataFrame,
+        statement: Callable[[str], str],
+        conf: Mapping[str, str],
+    ) -> dict[str, Any]:
+        """Run the MERGE ``statement(view)`` makes of the temporary view that holds ``source``,
+        with the session settings ``conf``; returns the history row of the table's newest
+        commit after it."""
+        # A temporary view of this session names the source in the statement; a name of its
+        # own, so merges of several threads sharing the session never see each other's.
+        view = f"sfcdc_merge_source_{uuid.uuid4().hex}"
+        with self._errors("merge into", table):
+            source.createOrReplaceTempView(view)
+            try:
+                with self._session_conf(conf):
+                    self._sql(statement(view)).collect()
+            finally:
+                self._spark.catalog.dropTempView(view)
+        (latest,) = self._history_rows(table, 1)
+        return latest

@@ -132,7 +132,7 @@ class GoldSink:
         conf = load_conf(Path(conf_dir))
         self.conf: Conf = conf
         self.object: ObjectSpec = _object(conf, object)
-        self.engine = SparkEngine.from_spec(conf.pipeline.lake, spark)
+        self._engine: SparkEngine | None = SparkEngine.from_spec(conf.pipeline.lake, spark)
         self.silver_table = TableRef("silver", self.object.tables.silver)
         self.app_id = app_id
         self._secrets = secrets
@@ -143,7 +143,23 @@ class GoldSink:
         self._gaps: dict[str, dict[str, Any]] = {}
 
     def __repr__(self) -> str:
-        return f"GoldSink({self.object.api_name!r}, {self.engine!r})"
+        return f"GoldSink({self.object.api_name!r}, {self._engine!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark Connect pickles a foreachBatch function and runs it in a Python process of
+        # its server: the client's session stays behind, and the engine is made again there
+        # from the first micro-batch's session.
+        return {**self.__dict__, "_engine": None}
+
+    @property
+    def engine(self) -> SparkEngine:
+        """The spark lake engine the sink writes with."""
+        if self._engine is None:
+            raise ConfigError(
+                f"GoldSink({self.object.api_name}) has no session yet: it gets one with its "
+                "first micro-batch"
+            )
+        return self._engine
 
     def __call__(self, batch: DataFrame, batch_id: int) -> BatchResult:
         result = self.append_silver(batch, batch_id)
@@ -156,6 +172,8 @@ class GoldSink:
     def append_silver(self, batch: DataFrame, batch_id: int) -> BatchResult:
         """Append the micro-batch ``batch_id`` to the silver table (rows that decoded) and
         the quarantine (rows that did not), each once."""
+        if self._engine is None:
+            self._engine = SparkEngine.from_spec(self.conf.pipeline.lake, batch.sparkSession)
         engine = self.engine
         app = self._app_id(batch)
         layout = self._layout_for(batch.schema)

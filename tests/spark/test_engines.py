@@ -5,8 +5,11 @@ wrote."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from datetime import date, datetime, timezone
 from decimal import Decimal
@@ -93,16 +96,25 @@ def test_append_with_txn_is_idempotent_across_processes(
     assert ids(again, again.read(BRONZE)) == ["e0", "e1", "e2", "e3"]
 
 
-def test_append_parts_record_each_txn(lake_engine: LakeEngine) -> None:
-    lake_engine.append(BRONZE, events(0, 1))
+@pytest.mark.append_parts
+def test_append_parts_record_each_txn(lake_engine: LakeEngine, make_engine: Any) -> None:
+    before = lake_engine.append(BRONZE, events(0, 1)).version
+    assert before is not None
     results = lake_engine.append_parts(
         BRONZE, [(events(1, 1), Txn("a", 1)), (events(2, 2), Txn("b", 1))]
     )
     assert [(r.skipped, r.rows) for r in results] == [(False, 1), (False, 2)]
-    # Both engines record the parts' transactions in one commit.
-    assert results[0].version == results[1].version == lake_engine.version(BRONZE)
+    # The local engine, and the spark engine's one-commit append, record the parts'
+    # transactions in one commit; the spark engine's DataFrameWriter, a commit per part.
+    one_commit = not isinstance(lake_engine, SparkEngine) or lake_engine.one_commit_appends
+    expected = [before + 1] * 2 if one_commit else [before + 1, before + 2]
+    assert [r.version for r in results] == expected
+    assert lake_engine.version(BRONZE) == expected[-1]
     assert lake_engine.txn_version(BRONZE, "a") == 1
     assert lake_engine.txn_version(BRONZE, "b") == 1
+    # Another engine (another process) reads both from the table.
+    other = make_engine(lake_engine.location)  # type: ignore[attr-defined]
+    assert other.txn_version(BRONZE, "a") == other.txn_version(BRONZE, "b") == 1
     again = lake_engine.append_parts(
         BRONZE, [(events(1, 1), Txn("a", 1)), (events(4, 1), Txn("b", 2))]
     )
@@ -110,6 +122,30 @@ def test_append_parts_record_each_txn(lake_engine: LakeEngine) -> None:
     assert ids(lake_engine, lake_engine.read(BRONZE)) == ["e0", "e1", "e2", "e3", "e4"]
     with pytest.raises(LakeError, match="app id twice"):
         lake_engine.append_parts(BRONZE, [(events(5, 1), Txn("c", 1)), (events(6, 1), Txn("c", 2))])
+
+
+def test_a_txn_older_than_the_retained_log_is_read_from_the_checkpoint(
+    lake_engine: LakeEngine, make_engine: Any
+) -> None:
+    """Log cleanup removes the commits before a checkpoint: a txn written there is no longer in
+    the history (which the spark engine reads), yet the table still records it."""
+    lake_engine.append(BRONZE, events(0, 1), txn=Txn("old", 7))
+    for i in range(1, 12):
+        lake_engine.append(BRONZE, events(i, 1))
+    log = Path(lake_engine.location) / "bronze" / "account_change_event" / "_delta_log"  # type: ignore[attr-defined]
+    if not (log / "_last_checkpoint").exists():  # delta-rs checkpoints when asked
+        lake_engine.maintain(BRONZE, compact=False)
+    checkpoint = json.loads((log / "_last_checkpoint").read_text())["version"]
+    assert checkpoint >= 10
+    for commit in log.glob("*.json"):
+        if int(commit.name.split(".")[0]) < checkpoint:
+            commit.unlink()  # what Delta's log cleanup does after delta.logRetentionDuration
+    lake_engine.append(BRONZE, events(12, 1), txn=Txn("new", 1))
+    later = make_engine(lake_engine.location)  # type: ignore[attr-defined]
+    assert later.txn_version(BRONZE, "old") == 7
+    assert later.txn_version(BRONZE, "new") == 1
+    assert later.txn_version(BRONZE, "never") is None
+    assert later.append(BRONZE, events(0, 1), txn=Txn("old", 7)).skipped
 
 
 def test_empty_appends(lake_engine: LakeEngine) -> None:
@@ -431,6 +467,88 @@ def test_merge_evolves_the_schema(lake_engine: LakeEngine) -> None:
     lake_engine.merge(GOLD, pa.table({"Id": ["1"], "Name": ["a"]}), on=["Id"])
     lake_engine.merge(GOLD, pa.table({"Id": ["1"], "Rating": ["Hot"]}), on=["Id"])
     assert rows_of(lake_engine, GOLD) == [{"Id": "1", "Name": "a", "Rating": "Hot"}]
+
+
+class HeldUntil:
+    """Rows unchanged, once the file ``release`` exists (``started`` is created first): holds
+    a statement reading them mid-way, in the Python worker that runs it."""
+
+    def __init__(self, started: Path, release: Path) -> None:
+        self.started = str(started)
+        self.release = str(release)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        Path(self.started).touch()
+        deadline = time.monotonic() + 300
+        while not Path(self.release).exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.release} never appeared")
+            time.sleep(0.05)
+        yield from batches
+
+
+@pytest.mark.parametrize(
+    "session",
+    [
+        pytest.param("spark", marks=[pytest.mark.spark_engine, pytest.mark.spark]),
+        pytest.param("spark_connect", marks=[pytest.mark.spark_connect, pytest.mark.spark]),
+    ],
+)
+def test_a_write_beside_a_merge_of_another_thread_takes_none_of_its_settings(
+    session: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Delta takes a MERGE's txn and userMetadata from the session's settings, and so does
+    every commit without writer options of its own: one of another thread sharing the session
+    must not run while those are set (nor record that MERGE's txn as its own)."""
+    engine = SparkEngine(request.getfixturevalue(session), location=tmp_path / "lake")
+    schema = T.StructType([T.StructField("Id", T.StringType()), T.StructField("n", T.LongType())])
+    engine.merge(GOLD, pa.table({"Id": ["1"], "n": pa.array([1], pa.int64())}), on=["Id"])
+    engine.append(BRONZE, events(0, 1))
+    started, release = tmp_path / "started", tmp_path / "release"
+    held = engine.map_batches(
+        engine.rows(pa.table({"Id": ["2"], "n": pa.array([2], pa.int64())}), schema),
+        HeldUntil(started, release),
+        schema,
+    )
+    failures: list[BaseException] = []
+
+    def run(work: Any) -> threading.Thread:
+        def target() -> None:
+            try:
+                work()
+            except BaseException as exc:
+                failures.append(exc)
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        return thread
+
+    merging = run(
+        lambda: engine.merge(
+            GOLD, held, on=["Id"], txn=Txn("gold:held", 1), metadata={"run": "held"}
+        )
+    )
+    deadline = time.monotonic() + 300
+    while not started.exists():
+        assert not failures and time.monotonic() < deadline, failures
+        time.sleep(0.05)
+    # The MERGE is running (its settings are set): a write without a txn, and a CREATE TABLE.
+    appending = run(lambda: engine.append(BRONZE, events(1, 1)))
+    creating = run(lambda: engine.ensure_table(TableRef("silver", "other"), schema))
+    appending.join(timeout=3)
+    release.touch()
+    for thread in (merging, appending, creating):
+        thread.join(timeout=300)
+    assert not failures, failures
+
+    fresh = SparkEngine(engine.spark, location=tmp_path / "lake")  # reads the log anew
+    assert fresh.txn_version(GOLD, "gold:held") == 1
+    assert fresh.history(GOLD, limit=1)[0].metadata == {"run": "held"}
+    assert fresh.txn_version(BRONZE, "gold:held") is None
+    assert fresh.txn_version(TableRef("silver", "other"), "gold:held") is None
+    for table in (BRONZE, TableRef("silver", "other")):
+        assert [(h.txn, h.metadata) for h in fresh.history(table, limit=1)] == [(None, {})]
+    assert ids(engine, engine.read(BRONZE)) == ["e0", "e1"]
 
 
 # -------------------------------------------------------------------- history and maintain

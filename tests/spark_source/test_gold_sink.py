@@ -160,6 +160,25 @@ def wait(done: Any, check: Any, timeout: float = 240.0) -> None:
         time.sleep(1.0)
 
 
+@pytest.fixture(
+    params=[
+        pytest.param("spark", marks=pytest.mark.spark),
+        pytest.param("spark_connect", marks=[pytest.mark.spark, pytest.mark.spark_connect]),
+    ]
+)
+def session(request: pytest.FixtureRequest) -> SparkSession:
+    """The shared classic session, or a Spark Connect session of its own Connect service (the
+    test then runs as a Spark Connect process does)."""
+    found: SparkSession = request.getfixturevalue(request.param)
+    return found
+
+
+def is_remote(session: SparkSession) -> bool:
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+    return isinstance(session, RemoteSession)
+
+
 def docs_example() -> str:
     docs = (ROOT / "docs" / "spark-source.md").read_text()
     section = docs[docs.index("### Gold in a Structured Streaming job") :]
@@ -208,24 +227,27 @@ def test_the_docs_example_builds_gold_equal_to_the_ground_truth(
     assert len(org.workload.truth.records("Account")) >= 50
 
 
-@pytest.mark.spark
 @pytest.mark.timeout(600)
 def test_a_schema_change_mid_stream_reaches_gold_after_the_restart(
-    spark: SparkSession, org: Org, tmp_path: Path
+    session: SparkSession, org: Org, tmp_path: Path
 ) -> None:
     org.workload.mix = MIX
     org.publish(120)
     conf = write_conf(tmp_path, org)
     lake = tmp_path / "lake"
-    spark.dataSource.register(SalesforceSource)
+    session.dataSource.register(SalesforceSource)
     options = org.options(decode="silver", startingReplay="earliest")
+    # Over Spark Connect the sink runs in a Python process of the server (pickled, with no
+    # session of its own until its first micro-batch), where the query's id is not known.
+    app_id = "schema-change" if is_remote(session) else None
 
     def start() -> StreamingQuery:
+        sink = GoldSink(session, conf_dir=conf, object="Account", app_id=app_id)
         return (
-            spark.readStream.format("salesforce")
+            session.readStream.format("salesforce")
             .options(**options)
             .load()
-            .writeStream.foreachBatch(GoldSink(spark, conf_dir=conf, object="Account"))
+            .writeStream.foreachBatch(sink)
             .option("checkpointLocation", str(tmp_path / "checkpoint"))
             .trigger(processingTime="200 milliseconds")
             .start()
@@ -345,21 +367,20 @@ def test_a_batch_run_again_after_a_crash_between_silver_and_gold_is_appended_onc
     assert (DeltaTable(str(lake / "silver" / "account")).transaction_version(app) or 0) > killed
 
 
-@pytest.mark.spark
 @pytest.mark.timeout(600)
 def test_a_batch_handed_to_the_sink_twice_changes_nothing_the_second_time(
-    spark: SparkSession, org: Org, tmp_path: Path
+    session: SparkSession, org: Org, tmp_path: Path
 ) -> None:
     org.workload.mix = MIX
     org.publish(150)
     conf = write_conf(tmp_path, org)
     lake = tmp_path / "lake"
-    batch = silver_batch(spark, org)
-    outside = GoldSink(spark, conf_dir=conf, object="Account")
+    batch = silver_batch(session, org)
+    outside = GoldSink(session, conf_dir=conf, object="Account")
     with pytest.raises(ConfigError, match="app_id="):
         outside.append_silver(batch, 0)
 
-    sink = GoldSink(spark, conf_dir=conf, object="Account", app_id="handed-twice")
+    sink = GoldSink(session, conf_dir=conf, object="Account", app_id="handed-twice")
     first = sink(batch, 7)
     silver_version = DeltaTable(str(lake / "silver" / "account")).version()
     gold_version = DeltaTable(str(lake / "gold" / "account")).version()
@@ -378,10 +399,9 @@ def test_a_batch_handed_to_the_sink_twice_changes_nothing_the_second_time(
     assert {r["_cdc_bronze_batch_id"] for r in silver} == {7}
 
 
-@pytest.mark.spark
 @pytest.mark.timeout(600)
 def test_gap_and_overflow_events_flag_exactly_the_records_they_touch_for_resync(
-    spark: SparkSession, org: Org, tmp_path: Path
+    session: SparkSession, org: Org, tmp_path: Path
 ) -> None:
     # Gap events (a change Salesforce could not capture in full) and overflows (too many
     # changes in one transaction) often: gold cannot know those records' values.
@@ -392,8 +412,8 @@ def test_gap_and_overflow_events_flag_exactly_the_records_they_touch_for_resync(
     assert any(g.change_type == "GAP_OVERFLOW" for g in log)
     conf = write_conf(tmp_path, org)
     lake = tmp_path / "lake"
-    batch = silver_batch(spark, org)
-    result = GoldSink(spark, conf_dir=conf, object="Account", app_id="gaps")(batch, 0)
+    batch = silver_batch(session, org)
+    result = GoldSink(session, conf_dir=conf, object="Account", app_id="gaps")(batch, 0)
 
     assert result.gold is not None and result.gold.resync_rows > 0
     summary = check_gold(
@@ -407,11 +427,10 @@ def test_gap_and_overflow_events_flag_exactly_the_records_they_touch_for_resync(
     assert "flagged for re-sync by gaps" in summary
 
 
-@pytest.mark.spark
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("policy", ["earliest", "latest"])
 def test_a_replay_gap_becomes_one_whole_object_resync_row(
-    spark: SparkSession, org: Org, tmp_path: Path, policy: str
+    session: SparkSession, org: Org, tmp_path: Path, policy: str
 ) -> None:
     org.workload.mix = MIX
     org.publish(120)
@@ -422,9 +441,9 @@ def test_a_replay_gap_becomes_one_whole_object_resync_row(
     conf = write_conf(tmp_path, org)
     lake = tmp_path / "lake"
     batch = silver_batch(
-        spark, org, startingReplay=base64.b64encode(gone).decode(), onCorrupted=policy
+        session, org, startingReplay=base64.b64encode(gone).decode(), onCorrupted=policy
     )
-    sink = GoldSink(spark, conf_dir=conf, object="Account", app_id="gap")
+    sink = GoldSink(session, conf_dir=conf, object="Account", app_id="gap")
     first = sink(batch, 5)
     again = sink(batch, 5)
 
@@ -441,10 +460,9 @@ def test_a_replay_gap_becomes_one_whole_object_resync_row(
     assert landed == (retained if policy == "earliest" else set())
 
 
-@pytest.mark.spark
 @pytest.mark.timeout(600)
 def test_events_of_a_schema_the_server_refuses_are_quarantined_once_and_the_rest_go_on(
-    spark: SparkSession, org: Org, tmp_path: Path
+    session: SparkSession, org: Org, tmp_path: Path
 ) -> None:
     org.workload.mix = MIX
     org.publish(80)
@@ -457,8 +475,8 @@ def test_events_of_a_schema_the_server_refuses_are_quarantined_once_and_the_rest
     org.emulator.faults.refuse_schema(old.schema_id, "schema.meta.permission")
     conf = write_conf(tmp_path, org)
     lake = tmp_path / "lake"
-    batch = silver_batch(spark, org)
-    sink = GoldSink(spark, conf_dir=conf, object="Account", app_id="refused")
+    batch = silver_batch(session, org)
+    sink = GoldSink(session, conf_dir=conf, object="Account", app_id="refused")
     first = sink(batch, 3)
     again = sink(batch, 3)
 
@@ -483,7 +501,6 @@ def test_events_of_a_schema_the_server_refuses_are_quarantined_once_and_the_rest
     assert {r["Id"] for r in gold} == {r["Id"] for r in silver} - {"001*"}
 
 
-@pytest.mark.spark
 @pytest.mark.parametrize(
     ("name", "kind", "message"),
     [
@@ -492,9 +509,9 @@ def test_events_of_a_schema_the_server_refuses_are_quarantined_once_and_the_rest
     ],
 )
 def test_the_sink_names_a_configured_change_event_object(
-    spark: SparkSession, org: Org, tmp_path: Path, name: str, kind: str, message: str
+    session: SparkSession, org: Org, tmp_path: Path, name: str, kind: str, message: str
 ) -> None:
     conf = write_conf(tmp_path, org)
     (conf / "objects" / "order.yml").write_text("object: Order_Shipped__e\nkind: platform_event\n")
     with pytest.raises(ConfigError, match=message):
-        GoldSink(spark, conf_dir=conf, object=name)
+        GoldSink(session, conf_dir=conf, object=name)

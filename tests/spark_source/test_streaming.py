@@ -44,8 +44,16 @@ def uncommitted(checkpoint: Path) -> bool:
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.parametrize(
+    "connect",
+    [
+        pytest.param(False, id="classic"),
+        # The driver runs its query over Spark Connect, to the service of its own session.
+        pytest.param(True, id="connect", marks=pytest.mark.spark_connect),
+    ],
+)
 def test_a_query_killed_again_and_again_ends_with_every_event_exactly_once(
-    org: Org, driver_for: Any
+    org: Org, driver_for: Any, connect: bool
 ) -> None:
     rng = random.Random(18)
     org.publish(200)
@@ -55,7 +63,7 @@ def test_a_query_killed_again_and_again_ends_with_every_event_exactly_once(
     driver = driver_for(options)
     replays = 0
     for _ in range(KILLS):
-        proc = driver.start(timeout=300)
+        proc = driver.start(timeout=300, connect=connect)
         driver.wait_started(proc)
         # Events keep arriving while the query runs; it dies at a random moment of a
         # micro-batch, a Delta commit or a checkpoint write.
@@ -74,7 +82,7 @@ def test_a_query_killed_again_and_again_ends_with_every_event_exactly_once(
         return len({r["replay_id"] for r in table_rows(driver.table)}) >= len(published)
 
     # The last run catches up in larger micro-batches (options may change between runs).
-    final = driver.start({"maxEventsPerTrigger": "2000"}, timeout=300)
+    final = driver.start({"maxEventsPerTrigger": "2000"}, timeout=300, connect=connect)
     driver.wait_for(final, landed)
     driver.kill(final)
     rows = table_rows(driver.table)

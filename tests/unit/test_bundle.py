@@ -1,10 +1,12 @@
-"""The Databricks asset bundle, checked without the Databricks CLI.
+"""The Databricks asset bundle, checked without the Databricks CLI (which needs a workspace
+to validate a bundle).
 
-Every job of every target loads into Databricks' own typed models (``databricks-bundles``,
-which rejects unknown keys); every ``${var.*}`` is defined; every file a job names exists; the
-wheel's entry point is a script of this project; and every wheel task's parameters, with the
-target's variables substituted, are accepted by the ``sfcdc`` parser and give a ``conf/`` that
-loads.
+Every job and pipeline of every target loads into Databricks' own typed models
+(``databricks-bundles``, which rejects unknown keys); every ``${var.*}`` is defined; the
+variables a deployment must give have no default; every file a job names exists; the wheel's
+entry point is a script of this project; every wheel task's parameters, with the target's
+variables substituted, are accepted by the ``sfcdc`` parser and give a ``conf/`` that loads;
+dev and prod give every task a job cluster and the serverless target a serverless environment.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import re
 import shutil
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,8 +27,9 @@ import yaml
 from databricks.bundles.alerts import Alert
 from databricks.bundles.dashboards import Dashboard
 from databricks.bundles.jobs import Job
+from databricks.bundles.pipelines import Pipeline
 
-from ingest.auth import EnvRef
+from ingest.auth import EnvRef, parse_secret_ref
 from pipelines.cli import build_parser
 from pipelines.commands.conf_options import conf_from_args
 from pipelines.connect import secret_resolver
@@ -40,8 +44,10 @@ VAR_RE = re.compile(r"\$\{var\.([A-Za-z0-9_]+)\}")
 WORKSPACE = {
     "${workspace.file_path}": "/Workspace/Users/jane.doe@example.com/.bundle/sfcdc/dev/files",
     "${workspace.current_user.short_name}": "jane_doe",
+    "${workspace.current_user.userName}": "jane.doe@example.com",
     "${bundle.name}": "sfcdc",
 }
+CLASSIC = ("dev", "prod")
 
 
 def _load(path: Path) -> Any:
@@ -99,6 +105,35 @@ def _target_job(target: str, key: str) -> dict[str, Any]:
     return merged
 
 
+def _pipelines() -> dict[str, tuple[Path, dict[str, Any]]]:
+    found: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for path in _resource_files():
+        for key, pipeline in _load(path)["resources"].get("pipelines", {}).items():
+            found[key] = (path, pipeline)
+    return found
+
+
+PIPELINES = _pipelines()
+
+
+def _target_pipeline(target: str, key: str) -> dict[str, Any]:
+    _, pipeline = PIPELINES[key]
+    targeted = BUNDLE_DOC["targets"][target].get("resources", {})
+    merged: dict[str, Any] = _merge(pipeline, targeted.get("pipelines", {}).get(key, {}))
+    return merged
+
+
+# What a deployment passes for the variables that have no default (`--var` or BUNDLE_VAR_*).
+GIVEN = {
+    "node_type_id": "m6gd.xlarge",
+    "alert_email": "data-oncall@corp.test",
+    "service_principal": "6f0c1d2e-3a4b-4c5d-8e9f-a0b1c2d3e4f5",
+}
+REQUIRED = set(GIVEN)
+# The commands that read no lake table.
+NO_LAKE = {"onboard"}
+
+
 # What a `lookup` variable resolves to at deploy time (an id of the workspace).
 LOOKED_UP = "0123456789abcdef"
 # Resource sections of the bundle and the file suffix of each (resources/<key>.<kind>.yml).
@@ -107,11 +142,19 @@ KINDS = {"jobs": "job", "dashboards": "dashboard", "alerts": "alert", "pipelines
 
 def _variables(target: str) -> dict[str, str]:
     values = {
-        name: LOOKED_UP if "lookup" in spec else spec.get("default")
+        name: LOOKED_UP if "lookup" in spec else spec.get("default", GIVEN.get(name))
         for name, spec in BUNDLE_DOC["variables"].items()
     }
     values.update(BUNDLE_DOC["targets"][target].get("variables", {}))
     return {name: str(value) for name, value in values.items()}
+
+
+def _job_parameters(job: dict[str, Any], text: str) -> str:
+    """``{{job.parameters.NAME}}`` replaced as the run does, with the parameter's default."""
+    for parameter in job.get("parameters", []):
+        text = text.replace(f"{{{{job.parameters.{parameter['name']}}}}}", parameter["default"])
+    assert "{{" not in text, f"unknown dynamic value in {text!r}"
+    return text
 
 
 def _substitute(value: Any, variables: dict[str, str]) -> Any:
@@ -228,9 +271,47 @@ def test_every_job_of_every_target_loads_into_the_databricks_job_model(
     assert job.name
     assert job.tasks, f"{key} has no tasks"
     clusters = {c.job_cluster_key for c in job.job_clusters}
+    environments = {e.environment_key: e for e in job.environments}
     for task in job.tasks:
-        assert task.job_cluster_key in clusters, f"{key}.{task.task_key}: unknown job cluster"
-        assert [lib.whl for lib in task.libraries] == ["../dist/*.whl"]
+        name = f"{target}: {key}.{task.task_key}"
+        if target in CLASSIC:
+            # A job cluster with the wheel installed.
+            assert task.job_cluster_key in clusters, f"{name}: unknown job cluster"
+            assert [lib.whl for lib in task.libraries] == ["./dist/*.whl"], name
+            assert task.environment_key is None and not environments, name
+        else:
+            # Serverless: an environment whose dependency is the wheel, no cluster.
+            assert task.environment_key in environments, f"{name}: no serverless environment"
+            spec = environments[task.environment_key].spec
+            assert spec is not None and spec.dependencies == ["./dist/*.whl"], name
+            assert str(spec.environment_version) == "${var.serverless_environment_version}", name
+            assert task.job_cluster_key is None and not clusters and not task.libraries, name
+            assert task.new_cluster is None and task.existing_cluster_id is None, name
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_lakeflow_pipeline_loads_into_the_pipeline_model_on_its_compute(target: str) -> None:
+    assert set(PIPELINES) == {"sfcdc_lakeflow"}
+    for key, (path, _) in PIPELINES.items():
+        pipeline = Pipeline.from_dict(_target_pipeline(target, key))  # type: ignore[arg-type]
+        assert str(pipeline.catalog) == "${var.catalog}"
+        assert pipeline.environment is not None
+        assert pipeline.environment.dependencies == ["../dist/*.whl"]
+        for library in pipeline.libraries:
+            notebook = (path.parent / str(library.notebook.path)).resolve()  # type: ignore[union-attr]
+            assert notebook.is_file(), f"{key}: {notebook} does not exist"
+            compile(notebook.read_text(), str(notebook), "exec")
+        if target in CLASSIC:
+            assert not pipeline.serverless
+            assert [str(c.node_type_id) for c in pipeline.clusters] == ["${var.node_type_id}"]
+        else:
+            assert pipeline.serverless is True and not pipeline.clusters, key
+
+
+def test_the_pipeline_model_rejects_a_misspelt_key() -> None:
+    _, pipeline = PIPELINES["sfcdc_lakeflow"]
+    with pytest.raises(ValueError, match="serverles"):
+        Pipeline.from_dict({**pipeline, "serverles": True})
 
 
 def test_the_model_rejects_a_misspelt_key() -> None:
@@ -242,17 +323,52 @@ def test_the_model_rejects_a_misspelt_key() -> None:
         Job.from_dict(broken)
 
 
-def test_ingest_is_continuous_and_silver_gold_scheduled_with_gold_after_silver() -> None:
-    ingest = Job.from_dict(_target_job("prod", "sfcdc_ingest"))  # type: ignore[arg-type]
+def _commands(job: Job) -> dict[str, list[str]]:
+    return {
+        t.task_key: list(t.python_wheel_task.parameters)  # type: ignore[union-attr,arg-type]
+        for t in job.tasks
+    }
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_ingest_lands_both_apis_and_silver_gold_processes_both(target: str) -> None:
+    ingest = Job.from_dict(_target_job(target, "sfcdc_ingest"))  # type: ignore[arg-type]
     assert ingest.continuous is not None
     assert ingest.max_concurrent_runs == 1
-    assert [t.python_wheel_task.parameters[0] for t in ingest.tasks] == ["ingest"]  # type: ignore[union-attr]
-    transform = Job.from_dict(_target_job("prod", "sfcdc_silver_gold"))  # type: ignore[arg-type]
+    # One landing process for the Pub/Sub topics and the Streaming API channels.
+    assert [p[:2] for p in _commands(ingest).values()] == [["ingest", "--with-streams"]]
+    transform = Job.from_dict(_target_job(target, "sfcdc_silver_gold"))  # type: ignore[arg-type]
     assert transform.schedule is not None
-    tasks = {t.task_key: t for t in transform.tasks}
-    assert tasks["silver"].python_wheel_task.parameters[0] == "silver"  # type: ignore[union-attr]
-    assert tasks["gold"].python_wheel_task.parameters[0] == "gold"  # type: ignore[union-attr]
-    assert [d.task_key for d in tasks["gold"].depends_on] == ["silver"]
+    commands = {
+        key: p[: 2 if p[0] == "streaming" else 1] for key, p in _commands(transform).items()
+    }
+    assert commands == {
+        "silver": ["silver"],
+        "gold": ["gold"],
+        "streaming_silver": ["streaming", "silver"],
+        "streaming_gold": ["streaming", "gold"],
+    }
+    after = {t.task_key: sorted(d.task_key for d in t.depends_on) for t in transform.tasks}
+    assert after["gold"] == ["silver"]
+    # A channel's change events merge into the objects' gold tables: never at the same time.
+    assert after["streaming_gold"] == ["gold", "streaming_silver"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_maintenance_runs_on_a_schedule_and_bootstrap_and_onboard_on_demand(target: str) -> None:
+    maintenance = Job.from_dict(_target_job(target, "sfcdc_maintenance"))  # type: ignore[arg-type]
+    assert maintenance.schedule is not None and maintenance.max_concurrent_runs == 1
+    assert str(maintenance.schedule.quartz_cron_expression) == "${var.maintenance_schedule}"
+    assert [p[0] for p in _commands(maintenance).values()] == ["maintain"]
+    for key, command, parameter in (
+        ("sfcdc_bootstrap", "bootstrap", "object"),
+        ("sfcdc_onboard", "onboard", "topic"),
+    ):
+        job = Job.from_dict(_target_job(target, key))  # type: ignore[arg-type]
+        assert job.schedule is None and job.continuous is None and job.trigger is None, key
+        (params,) = _commands(job).values()
+        assert params[:2] == [command, f"{{{{job.parameters.{parameter}}}}}"], key
+        assert [p.name for p in job.parameters] == [parameter], key
 
 
 def test_poll_runs_one_at_a_time_and_refreshes_formulas_after_its_polls() -> None:
@@ -273,11 +389,29 @@ def test_the_wheel_artifact_builds_this_project_into_the_directory_jobs_install_
     assert artifact["type"] == "whl"
     assert (ROOT / artifact["path"] / "pyproject.toml").is_file()
     assert "--wheel-dir dist" in artifact["build"]
-    for path, job in JOBS.values():
-        for task in job["tasks"]:
-            for lib in task.get("libraries", []):
-                resolved = (path.parent / lib["whl"]).parent.resolve()
-                assert resolved == (ROOT / artifact["path"] / "dist").resolve()
+    dist = (ROOT / artifact["path"] / "dist").resolve()
+    # Target overrides live in databricks.yml: their paths are relative to it.
+    wheels = [
+        lib["whl"]
+        for target in TARGETS
+        for key in JOBS
+        for task in _target_job(target, key)["tasks"]
+        for lib in task.get("libraries", [])
+    ] + [
+        dep
+        for target in TARGETS
+        for key in JOBS
+        for env in _target_job(target, key).get("environments", [])
+        for dep in env["spec"]["dependencies"]
+    ]
+    assert wheels
+    for wheel in wheels:
+        assert (BUNDLE.parent / wheel).parent.resolve() == dist, wheel
+    for path, _ in PIPELINES.values():
+        for dep in _load(path)["resources"]["pipelines"]["sfcdc_lakeflow"]["environment"][
+            "dependencies"
+        ]:
+            assert (path.parent / dep).parent.resolve() == dist
 
 
 def test_the_entry_point_is_a_script_of_this_project() -> None:
@@ -324,6 +458,7 @@ def test_every_wheel_task_parses_and_loads_the_conf(
     target, key, task_key, task = case
     variables = _substitute(_variables(target), _variables(target))
     params = _substitute(task["python_wheel_task"]["parameters"], variables)
+    params = [_job_parameters(_target_job(target, key), p) for p in params]
     command = params[0]
     registered = _registered_commands()
     assert command in registered, (
@@ -338,6 +473,8 @@ def test_every_wheel_task_parses_and_loads_the_conf(
     assert args.command == command
     conf = conf_from_args(args)
     assert conf.conf_dir == conf_dir
+    if command in NO_LAKE:
+        return
     lake = conf.pipeline.lake
     assert lake.engine == "spark"
     assert lake.catalog == variables["catalog"]
@@ -352,9 +489,9 @@ def test_every_job_passes_the_same_lake_to_every_command() -> None:
     lakes = set()
     for _target, key, task_key, task in _wheel_tasks():
         params = task["python_wheel_task"]["parameters"]
-        sets = tuple(sorted(p for p in params if p.startswith("lake.")))
         assert params[params.index("--conf") + 1] == "${var.conf_dir}", f"{key}.{task_key}"
-        lakes.add(sets)
+        if params[0] not in NO_LAKE:
+            lakes.add(tuple(sorted(p for p in params if p.startswith("lake."))))
     assert len(lakes) == 1, f"jobs disagree on the lake: {lakes}"
 
 
@@ -367,7 +504,8 @@ def test_prod_jobs_that_reach_salesforce_get_the_credentials_the_conf_names() ->
     section = yaml.safe_load(textwrap.dedent(_salesforce_example()))
     refs = [EnvRef(v["env"]) for v in section["salesforce"]["auth"].values() if isinstance(v, dict)]
     assert refs, "the example names no secret"
-    for key in ("sfcdc_ingest", "sfcdc_resync", "sfcdc_reconcile", "sfcdc_poll", "sfcdc_onboard"):
+    jobs = ("sfcdc_ingest", "sfcdc_resync", "sfcdc_reconcile", "sfcdc_poll", "sfcdc_onboard")
+    for key in (*jobs, "sfcdc_bootstrap"):
         job = _target_job("prod", key)
         for cluster in job["job_clusters"]:
             env = cluster["new_cluster"].get("spark_env_vars", {})
@@ -380,6 +518,67 @@ def test_prod_jobs_that_reach_salesforce_get_the_credentials_the_conf_names() ->
     for key in JOBS:
         for cluster in _target_job("dev", key)["job_clusters"]:
             assert "spark_env_vars" not in cluster["new_cluster"]
+
+
+class FakeScopes:
+    """dbutils.secrets as a Databricks job has it: values by scope and key."""
+
+    def __init__(self, values: dict[tuple[str, str], str]) -> None:
+        self.values = values
+
+    def get(self, scope: str, key: str) -> str:
+        return self.values[(scope, key)]
+
+
+def test_serverless_jobs_read_the_credentials_from_the_scope_through_dbutils() -> None:
+    """Serverless compute has no cluster environment to fill from a scope: its conf names the
+    scope's keys ({secret: {scope, key}}), which sfcdc-job reads with dbutils."""
+    scope = _variables("serverless")["secret_scope"]
+    example = yaml.safe_load(textwrap.dedent(_salesforce_example()))["salesforce"]["auth"]
+    keys = {"SFCDC_CLIENT_ID": "client-id", "SFCDC_CLIENT_SECRET": "client-secret"}
+    refs = [
+        parse_secret_ref({"secret": {"scope": scope, "key": keys[v["env"]]}})
+        for v in example.values()
+        if isinstance(v, dict)
+    ]
+    assert refs
+    dbutils = SimpleNamespace(
+        secrets=FakeScopes({(scope, key): f"{key}-value" for key in keys.values()})
+    )
+    resolver = secret_resolver(environ={}, dbutils=dbutils)  # type: ignore[arg-type]
+    assert sorted(resolver.resolve(r).reveal() for r in refs) == [
+        "client-id-value",
+        "client-secret-value",
+    ]
+    for key in JOBS:
+        job = _target_job("serverless", key)
+        assert "job_clusters" not in job, key
+        for task in job["tasks"]:
+            assert task["python_wheel_task"]["entry_point"] == "sfcdc-job", key
+
+
+def test_variables_a_deployment_must_give_have_no_default_and_no_placeholder() -> None:
+    variables = BUNDLE_DOC["variables"]
+    for name in REQUIRED:
+        assert "default" not in variables[name] and "lookup" not in variables[name], name
+    # prod and serverless take them from the deployment; dev fills in the deploying user.
+    for target in ("prod", "serverless"):
+        given = set(BUNDLE_DOC["targets"][target].get("variables", {}))
+        assert {"alert_email", "service_principal"}.isdisjoint(given), target
+    assert BUNDLE_DOC["targets"]["prod"].get("variables", {}).get("node_type_id") is None
+    dev = BUNDLE_DOC["targets"]["dev"]["variables"]
+    assert dev["alert_email"] == "${workspace.current_user.userName}"
+    for target in ("prod", "serverless"):
+        run_as = BUNDLE_DOC["targets"][target]["run_as"]
+        assert run_as == {"service_principal_name": "${var.service_principal}"}, target
+    texts = [BUNDLE.read_text(), *(p.read_text() for p in _resource_files())]
+    for text in texts:
+        assert "example.com" not in text and "00000000-0000" not in text
+    # Node types exist on one cloud each: none is built in.
+    for target in TARGETS:
+        for key in JOBS:
+            for cluster in _target_job(target, key).get("job_clusters", []):
+                assert cluster["new_cluster"]["node_type_id"] == "${var.node_type_id}"
 
 
 def _runtime_order(key: str) -> tuple[int, int]:

@@ -30,6 +30,7 @@ from pipelines.engines.spark_sql import (
     is_append_only,
     merge_condition,
     merge_counts,
+    merge_sql,
     select_sql,
     set_properties_sql,
     write_options,
@@ -110,7 +111,8 @@ def test_alter_sql() -> None:
 
 
 def test_write_options() -> None:
-    assert write_options(None, None) == {}
+    # mergeSchema is always given: Delta falls back to the session's setting without it.
+    assert write_options(None, None) == {"mergeSchema": "false"}
     options = write_options(Txn("bronze", 5), {"batch": "5"}, merge_schema=True)
     assert options == {
         "txnAppId": "bronze",
@@ -128,6 +130,7 @@ def test_write_layout_turns_dictionaries_off_per_column() -> None:
     assert options == {
         "parquet.enable.dictionary#event_id": "false",
         "parquet.enable.dictionary#payload": "false",
+        "mergeSchema": "false",
     }
 
 
@@ -161,6 +164,30 @@ def test_merge_condition_quotes_keys() -> None:
     )
     with pytest.raises(LakeError):
         merge_condition("Id")
+
+
+def test_merge_sql_uses_a_view_and_every_clause_asked_for() -> None:
+    full = merge_sql(
+        "delta.`/lake/gold/account`",
+        "sfcdc_merge_source_1",
+        on=["Id"],
+        update_condition="source.ts > target.ts",
+        delete_condition="source.deleted",
+    )
+    assert full == (
+        "MERGE WITH SCHEMA EVOLUTION INTO delta.`/lake/gold/account` AS target USING "
+        "`sfcdc_merge_source_1` AS source ON target.`Id` = source.`Id` "
+        "WHEN MATCHED AND (source.deleted) THEN DELETE "
+        "WHEN MATCHED AND (source.ts > target.ts) THEN UPDATE SET * "
+        "WHEN NOT MATCHED THEN INSERT *"
+    )
+    plain = merge_sql("`t`", "v", on=["Id", "Ts"], insert=False, evolve_schema=False)
+    assert plain == (
+        "MERGE INTO `t` AS target USING `v` AS source ON target.`Id` = source.`Id` AND "
+        "target.`Ts` = source.`Ts` WHEN MATCHED THEN UPDATE SET *"
+    )
+    with pytest.raises(LakeError, match="got 'Id', a str"):
+        merge_sql("`t`", "v", on="Id")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

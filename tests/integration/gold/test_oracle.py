@@ -54,12 +54,17 @@ from tests.object_storage import ObjectLake
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parents[3]
-EVENTS = {"local": 30_000, "spark": 2_000, "object": 1_500}
+EVENTS = {"local": 30_000, "spark": 2_000, "spark_connect": 2_000, "object": 1_500}
 # Events appended per second (None: as fast as the emulator takes them). A spark-engine ingest
 # starts a JVM before it lands, so its producer is paced, and it goes on past its events until
 # the kills are over, however long the JVM starts take on a busy machine.
-RATES: dict[str, float | None] = {"local": None, "spark": 60.0, "object": 25.0}
-KILLS = {"local": 4, "spark": 4, "object": 2}
+RATES: dict[str, float | None] = {
+    "local": None,
+    "spark": 60.0,
+    "spark_connect": 60.0,
+    "object": 25.0,
+}
+KILLS = {"local": 4, "spark": 4, "spark_connect": 4, "object": 2}
 SEED = 20260611
 OBJECTS = {
     "account": ("Account", "account"),
@@ -101,7 +106,13 @@ def _conf(root: Path, emulator: Emulator, engine: str, lake: str | None = None) 
 
 
 def _ingest(conf: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    env = cli_env()
+    # The landings SIGKILLed here run in drivers of their own, whichever session silver and
+    # gold use (a Spark Connect client killed mid-commit leaves the commit to its server).
+    env = {
+        k: v
+        for k, v in cli_env().items()
+        if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")
+    }
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "pipelines.cli", "ingest", "--conf", str(conf), *extra],
@@ -245,7 +256,9 @@ def _oracle(
     workload = Workload(catalogue, seed=SEED, mix=WorkloadMix(platform_event=0.0, wildcard=0.03))
     producer = Producer(emulator, workload, events, RATES[kind])
     try:
-        conf_dir = _conf(tmp_path, emulator, engine_name, None if lake is None else lake.yaml())
+        # spark_connect: the spark engine, with silver and gold over Spark Connect.
+        engine = engine_name.removesuffix("_connect")
+        conf_dir = _conf(tmp_path, emulator, engine, None if lake is None else lake.yaml())
         conf = load_conf(conf_dir)
         engine = make_engine(conf)
         producer.start()

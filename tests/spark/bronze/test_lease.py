@@ -94,6 +94,7 @@ def _race(holders: list[LeaseHolder]) -> list[str]:
     return outcomes
 
 
+@pytest.mark.append_parts
 def test_two_landings_taking_the_same_leases_at_once_get_them_once(
     make_engine: Callable[..., LakeEngine], tmp_path: Path
 ) -> None:

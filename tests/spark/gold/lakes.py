@@ -78,7 +78,8 @@ class Lake:
     def __init__(
         self, make_engine: EngineFactory, engine_name: str, root: Path, gold: str = ""
     ) -> None:
-        self.conf = make_conf(root, gold, engine=engine_name)
+        # Over Spark Connect the lake is a spark lake: commands use the active (Connect) session.
+        self.conf = make_conf(root, gold, engine=engine_name.removesuffix("_connect"))
         lake = self.conf.pipeline.lake
         self.engine = make_engine(lake.location, schemas=lake.schemas)
         self.version = 0

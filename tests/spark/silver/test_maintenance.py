@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,24 @@ def _data_files(directory: Path) -> int:
     return sum(1 for p in directory.rglob("*.parquet") if "_delta_log" not in p.parts)
 
 
+@pytest.fixture
+def delta_checkpoints(engine_name: str, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Over Spark Connect nothing can write a log checkpoint on demand (no SQL statement
+    does), so the log is cleaned up only when Delta checkpoints by itself: there, tables
+    created during the test checkpoint every second commit."""
+    if engine_name != "spark_connect":
+        yield
+        return
+    session = request.getfixturevalue("spark_connect")
+    key = "spark.databricks.delta.properties.defaults.checkpointInterval"
+    session.conf.set(key, "2")
+    try:
+        yield
+    finally:
+        session.conf.unset(key)
+
+
+@pytest.mark.usefixtures("delta_checkpoints")
 def test_maintain_removes_old_files_and_log_entries_but_not_what_silver_has_yet_to_read(
     engine: LakeEngine, make_engine: EngineFactory, lake: Path
 ) -> None:
