@@ -300,6 +300,10 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         return True
 
     def version(self, table: TableRef) -> int | None:
+        if self.location is not None and "://" not in (path := self.path(table)):
+            # A table on this machine's disk: its newest commit file, as Delta finds it (a
+            # listing of the log). DESCRIBE HISTORY reads the same number in a Spark job.
+            return _newest_commit(Path(path, "_delta_log"))
         if not self.exists(table):
             return None
         rows = self._history_rows(table, 1)
@@ -617,14 +621,23 @@ def _tables_under(location: str, prefix: str) -> list[TableRef]:
     return found
 
 
+def _newest_commit(log: Path) -> int | None:
+    """The version of the newest commit (or checkpoint) in a local ``_delta_log``; ``None``
+    when it holds none (see :func:`_has_commit`)."""
+    try:
+        with os.scandir(log) as entries:
+            versions = [
+                int(e.name[:20])
+                for e in entries
+                if e.name[:20].isdigit() and e.name.endswith((".json", ".parquet"))
+            ]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return max(versions, default=None)
+
+
 def _has_commit(log: Path) -> bool:
     """Whether a local ``_delta_log`` holds a commit or checkpoint. Delta creates the folder
     before the first commit's data files, so a table being created by another process has an
     empty log for a moment; it exists once its version 0 (or a checkpoint) does."""
-    try:
-        with os.scandir(log) as entries:
-            return any(
-                e.name[:20].isdigit() and e.name.endswith((".json", ".parquet")) for e in entries
-            )
-    except (FileNotFoundError, NotADirectoryError):
-        return False
+    return _newest_commit(log) is not None
