@@ -244,6 +244,25 @@ class SparkWriteMixin:
             of_newest = frame.where(f"file LIKE '{version:020d}.%'")
             return version, _txn_rows(of_newest)
 
+    def _note_commit(
+        self, table: TableRef, before: int, latest: Mapping[str, Any], txn: Txn
+    ) -> None:
+        """Bring the table's transaction index up to the commit a write with ``txn`` just made
+        (``latest``, the history row of the table's newest commit; ``before``, its version
+        before the write), so the next write reads no log: only when that commit directly
+        follows the version the index is current at and records exactly ``txn``. Anything
+        else (another writer's commit in between, a write Delta skipped) leaves the index to
+        be brought up to date from the log."""
+        index = self._txn_indexes.get(table)
+        if (
+            index is not None
+            and index.version == before
+            and int(latest["version"]) == before + 1
+            and _history_txns([latest]) == {txn.app_id: txn.version}
+        ):
+            index.txns[txn.app_id] = txn.version
+            index.version = before + 1
+
     def _already_applied(self, table: TableRef, txn: Txn | None) -> bool:
         if txn is None:
             return False
@@ -282,6 +301,8 @@ class SparkWriteMixin:
         if after == before:
             # Delta skipped the write itself: the txn had been committed by another process.
             return CommitResult(table, after, skipped=True, rows=0)
+        if txn is not None:
+            self._note_commit(table, before, latest, txn)
         rows = metric_int(latest.get("operationMetrics") or {}, "numOutputRows")
         _log.debug("%s: %s of %d rows as version %d", table, mode, rows, after)
         return CommitResult(table, after, skipped=False, rows=rows)
@@ -476,6 +497,8 @@ class SparkWriteMixin:
             conf,
         )
         after = int(latest["version"])
+        if txn is not None:
+            self._note_commit(table, before, latest, txn)
         inserted, updated, deleted, source_rows = (
             merge_counts(latest.get("operationMetrics") or {}) if after != before else (0, 0, 0, 0)
         )
@@ -525,6 +548,8 @@ class SparkWriteMixin:
             self._merge_conf(txn, metadata, evolve_schema=False),
         )
         after = int(latest["version"])
+        if txn is not None:
+            self._note_commit(table, before, latest, txn)
         _inserted, updated, _deleted, source_rows = (
             merge_counts(latest.get("operationMetrics") or {}) if after != before else (0, 0, 0, 0)
         )

@@ -96,6 +96,27 @@ def test_append_with_txn_is_idempotent_across_processes(
     assert ids(again, again.read(BRONZE)) == ["e0", "e1", "e2", "e3"]
 
 
+def test_a_writer_keeps_up_with_its_own_commits_and_sees_another_writers(
+    lake_engine: LakeEngine, make_engine: Any
+) -> None:
+    """The transactions an engine knows of a table follow the commits it makes itself, and a
+    commit another process makes in between is read from the table before the next write."""
+    other = make_engine(lake_engine.location)  # type: ignore[attr-defined]
+    lake_engine.append(BRONZE, events(0, 1), txn=Txn("mine", 1))
+    assert lake_engine.txn_version(BRONZE, "mine") == 1
+    lake_engine.append(BRONZE, events(1, 1), txn=Txn("mine", 2))
+    assert lake_engine.txn_version(BRONZE, "mine") == 2
+    other.append(BRONZE, events(2, 1), txn=Txn("theirs", 1))
+    lake_engine.append(BRONZE, events(3, 1), txn=Txn("mine", 3))
+    assert lake_engine.txn_version(BRONZE, "theirs") == 1
+    assert lake_engine.append(BRONZE, events(2, 1), txn=Txn("theirs", 1)).skipped
+    other.append(BRONZE, events(4, 1), txn=Txn("theirs", 2))
+    assert lake_engine.txn_version(BRONZE, "theirs") == 2
+    assert ids(lake_engine, lake_engine.read(BRONZE)) == ["e0", "e1", "e2", "e3", "e4"]
+    (newest,) = lake_engine.history(BRONZE, limit=1)
+    assert lake_engine.version(BRONZE) == other.version(BRONZE) == newest.version
+
+
 @pytest.mark.append_parts
 def test_append_parts_record_each_txn(lake_engine: LakeEngine, make_engine: Any) -> None:
     before = lake_engine.append(BRONZE, events(0, 1)).version
