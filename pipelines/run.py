@@ -52,7 +52,14 @@ from ingest.bulk import BulkQueryClient
 from ingest.errors import LakeError, ReplayIdError, SfcdcError
 from pipelines.bootstrap import SnapshotResult, rebootstrap_due, resync_objects
 from pipelines.bronze import BronzeLanding, LandingResult
-from pipelines.bronze.streaming import StreamingLanding
+from pipelines.bronze.cometd import StreamingLanding
+from pipelines.cometd_pipeline import (
+    StreamingPassResult,
+    cometd_landing,
+    land_topics_and_streams,
+    push_topic_provisioner,
+    run_streaming_pass,
+)
 from pipelines.commands.bootstrap import open_rest
 from pipelines.commands.conf_options import METRICS_PORT_KEY
 from pipelines.connect import connect, secret_resolver
@@ -67,13 +74,6 @@ from pipelines.session import engine_for
 from pipelines.silver.job import SilverResult, run_silver
 from pipelines.snapshot_read import BulkRecords, SnapshotSource
 from pipelines.spec import Conf
-from pipelines.streaming_pipeline import (
-    StreamingPassResult,
-    land_topics_and_streams,
-    push_topic_provisioner,
-    run_streaming_pass,
-    streaming_landing,
-)
 
 if TYPE_CHECKING:
     from pipelines.engines import LakeEngine, TableRef
@@ -487,7 +487,7 @@ class Pipeline:
         # them after the Pub/Sub topics, on the same connection; a continuous run beside
         # them, in a thread of the landing).
         self._streams = bool(conf.enabled_streams()) and self.objects is None
-        self._streaming_landing: LandingResult | None = None
+        self._cometd_landing: LandingResult | None = None
         self._metrics = metrics
         self._pass_ops: OpsRecorder | None = None
         self._next_maintenance: float | None = None
@@ -557,7 +557,7 @@ class Pipeline:
             passes,
             self._monotonic() - started,
             landing.stopped,
-            streaming=self._streaming_landing,
+            streaming=self._cometd_landing,
         )
 
     def run_continuous(self, *, interval: float, duration: float | None = None) -> RunResult:
@@ -924,7 +924,7 @@ class Pipeline:
             conf.pipeline.connection, secrets=secrets, topics=self._topics, on_start=provision
         ) as source:
             if not self._topics:
-                alone = streaming_landing(
+                alone = cometd_landing(
                     conf, engine=engine, tokens=source.tokens, ca_file=source.ca_file, ops=ops
                 )
                 self._register(alone, ready)
@@ -953,7 +953,7 @@ class Pipeline:
                     streams_after=lambda: self._stop_reason is None,
                 )
                 if channels is not None:
-                    self._streaming_landing = channels
+                    self._cometd_landing = channels
                 return result
             except ReplayIdError as exc:
                 raise ReplayIdError(

@@ -43,7 +43,7 @@ from pipelines.spec_models import (
 from pipelines.spec_sections import DefaultsSpec
 
 if TYPE_CHECKING:
-    from pipelines.spec_streaming import StreamingObjectSpec
+    from pipelines.spec_cometd import StreamingObjectSpec
 
 __all__ = [
     "load_conf",
@@ -374,7 +374,7 @@ def _load_pipeline(
 def object_kinds() -> tuple[str, ...]:
     """Every value an object file's ``kind`` may take, from the models that read the files
     (:class:`ObjectSpec`'s kinds, then ``streaming_api``)."""
-    from pipelines.spec_streaming import StreamingObjectSpec
+    from pipelines.spec_cometd import StreamingObjectSpec
 
     kinds: list[str] = []
     for model in (ObjectSpec, StreamingObjectSpec):
@@ -422,7 +422,7 @@ def _load_object(
 
 
 def _load_stream(data: Any, defaults: DefaultsSpec, ctx: Problems) -> StreamingObjectSpec | None:
-    from pipelines.spec_streaming import StreamingGoldSpec, StreamingObjectSpec
+    from pipelines.spec_cometd import StreamingGoldSpec, StreamingObjectSpec
 
     inherited = {
         "replay": defaults.replay,
@@ -539,7 +539,7 @@ def load_conf(conf_dir: Path, *, overrides: Sequence[tuple[str, Any]] = ()) -> C
             object_files.setdefault(obj.key, path)
     _check_objects(loaded, lake)
     if streams:
-        from pipelines.spec_streaming import check_streams
+        from pipelines.spec_cometd import check_streams
 
         check_streams(streams, loaded, lake)
     for ctx in contexts:

@@ -30,7 +30,7 @@ from pipelines.spec_sections import (
 )
 
 if TYPE_CHECKING:
-    from pipelines.spec_streaming import StreamingObjectSpec
+    from pipelines.spec_cometd import StreamingObjectSpec
 
 __all__ = [
     "IDENTIFIER_PATTERN",
@@ -685,7 +685,7 @@ class Conf:
     objects: tuple[ObjectSpec, ...]
     conf_dir: Path
     object_files: Mapping[str, Path] = field(default_factory=dict)
-    # Object files of kind streaming_api: Streaming API channels (pipelines.spec_streaming).
+    # Object files of kind streaming_api: Streaming API channels (pipelines.spec_cometd).
     streams: tuple[StreamingObjectSpec, ...] = ()
 
     def object(self, api_name: str) -> ObjectSpec:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from pipelines.spec import ObjectSpec, PipelineSpec
+from pipelines.spec_cometd import StreamingObjectSpec
 from pipelines.spec_fields import (
     DURATION_PATTERN,
     SIZE_PATTERN,
@@ -30,7 +31,6 @@ from pipelines.spec_fields import (
     type_kind,
     yaml_fields,
 )
-from pipelines.spec_streaming import StreamingObjectSpec
 
 __all__ = [
     "JSON_SCHEMA_DIALECT",

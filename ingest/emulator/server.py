@@ -26,6 +26,7 @@ from types import TracebackType
 import grpc
 
 from ingest.emulator.bulk import BulkQueryApi
+from ingest.emulator.cometd import StreamingApi, StreamingSettings
 from ingest.emulator.eventlog import EventBus, LoggedEvent
 from ingest.emulator.faults import Faults, FaultSettings
 from ingest.emulator.managed import (
@@ -36,7 +37,6 @@ from ingest.emulator.managed import (
 from ingest.emulator.oauth import OAuthClient, OAuthServer, Token, TokenStore
 from ingest.emulator.rest import RestApi
 from ingest.emulator.service import PubSubService, ServiceSettings
-from ingest.emulator.streaming import StreamingApi, StreamingSettings
 from ingest.emulator.streams import ResponseEncoding
 from ingest.emulator.tls import CA_CERT, SERVER_CERT, SERVER_KEY, TlsMaterial, ensure_tls
 from ingest.emulator.topics import Catalogue, EmittedEvent

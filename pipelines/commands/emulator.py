@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ingest.emulator.catalogue import default_catalogue
+from ingest.emulator.cometd import StreamingSettings
 from ingest.emulator.faults import FaultSettings, StreamCut
 from ingest.emulator.managed import ManagedSubscriptionConfig
 from ingest.emulator.server import DEFAULT_CLIENT, Emulator, EmulatorConfig
-from ingest.emulator.streaming import StreamingSettings
 from ingest.emulator.workload import Workload
 from ingest.errors import ConfigError
 

@@ -38,7 +38,12 @@ from typing import Any
 from ingest.auth import SecretResolver
 from ingest.errors import ConfigError, ReplayIdError
 from pipelines.bronze import BronzeLanding, LandingResult, TopicResult
-from pipelines.bronze.streaming import StreamingLanding
+from pipelines.bronze.cometd import StreamingLanding
+from pipelines.cometd_pipeline import (
+    cometd_landing,
+    land_topics_and_streams,
+    push_topic_provisioner,
+)
 from pipelines.commands.conf_options import (
     add_conf_options,
     add_metrics_option,
@@ -50,11 +55,6 @@ from pipelines.ops.metrics import PipelineMetrics, serve_metrics
 from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
 from pipelines.spec import Conf, TopicSpec
-from pipelines.streaming_pipeline import (
-    land_topics_and_streams,
-    push_topic_provisioner,
-    streaming_landing,
-)
 
 __all__ = [
     "PROGRESS_PREFIX",
@@ -315,7 +315,7 @@ def land(
                 ops=ops,
             )
         else:
-            landing = streaming_landing(
+            landing = cometd_landing(
                 conf, engine=engine, tokens=source.tokens, ca_file=source.ca_file, ops=ops
             )
         finish = started(landing) if started is not None else None
