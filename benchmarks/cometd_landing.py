@@ -4,7 +4,7 @@ the Pub/Sub landing figure measured in the same run.
 Two emulators run in processes of their own, as remote servers would:
 
 - Streaming API: TLS on, a backlog of generic events (``/u/Bench``, payloads of random
-  printable text) delivered up to ``--batch`` per ``/meta/connect`` reply. ``StreamingLanding``
+  printable text) delivered up to ``--batch`` per ``/meta/connect`` reply. ``CometdLanding``
   with the local engine (delta-rs, no JVM) and the default batching subscribes with replay
   ``-2`` and lands the whole backlog into a fresh lake: bronze commit and checkpoint commit per
   batch. Timed from the subscription until the last notification is committed in Delta.
@@ -55,10 +55,10 @@ def _payloads(count: int, size: int) -> list[str]:
 
 def serve(events: int, size: int, batch: int) -> None:
     from ingest.emulator.catalogue import default_catalogue
-    from ingest.emulator.cometd import StreamingSettings
+    from ingest.emulator.cometd import CometdSettings
     from ingest.emulator.server import Emulator, EmulatorConfig
 
-    settings = StreamingSettings(poll_timeout=1.0, batch_size=batch)
+    settings = CometdSettings(poll_timeout=1.0, batch_size=batch)
     config = EmulatorConfig(tls=True, streaming=settings, idle_timeout=600.0)
     with Emulator(default_catalogue(), config) as emu:
         channel_id = emu.streaming.create_channel(CHANNEL)
@@ -96,7 +96,7 @@ def _conf(root: Path, info: dict[str, Any]) -> Path:
 
 
 def measure(info: dict[str, Any], events: int) -> dict[str, Any]:
-    from pipelines.bronze.cometd import StreamingLanding
+    from pipelines.bronze.cometd import CometdLanding
     from pipelines.connect import connect, secret_resolver
     from pipelines.session import engine_for
     from pipelines.spec import load_conf
@@ -105,7 +105,7 @@ def measure(info: dict[str, Any], events: int) -> dict[str, Any]:
         conf = load_conf(_conf(Path(tmp), info))
         with connect(conf.pipeline.connection, secrets=secret_resolver()) as source:
             source.tokens.current()
-            landing = StreamingLanding(
+            landing = CometdLanding(
                 engine_for(conf.pipeline.lake),
                 conf.enabled_streams(),
                 tokens=source.tokens,

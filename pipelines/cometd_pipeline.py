@@ -2,11 +2,11 @@
 ``conf/``, on a connection that is already open.
 
 - :func:`land_streams` lands the enabled channels (:class:`~pipelines.bronze.cometd.
-  StreamingLanding`) with the token manager and CA of an open
+  CometdLanding`) with the token manager and CA of an open
   :class:`~pipelines.connect.Source`;
 - :func:`landing_streams_beside` lands them in a thread while a continuous Pub/Sub landing
   runs (``sfcdc run --continuous``, ``sfcdc ingest --with-streams``);
-- :func:`run_streaming_pass` runs the channels' silver, then gold;
+- :func:`run_cometd_pass` runs the channels' silver, then gold;
 - :func:`push_topic_provisioner` makes the PushTopics an in-process emulator must know before
   it generates its workload (passed to :func:`~pipelines.connect.connect` as ``on_start``),
   so the workload's record changes produce notifications.
@@ -29,15 +29,15 @@ from ingest.auth import TokenManager
 from ingest.client import TlsSettings
 from ingest.cometd.setup import ensure_push_topic
 from ingest.rest import RestClient
-from pipelines.bronze.cometd import StreamingLanding
+from pipelines.bronze.cometd import CometdLanding
 from pipelines.bronze.cometd_setup import push_topic_settings
 from pipelines.bronze.landing import LandingResult
-from pipelines.gold.cometd import run_streaming_gold
+from pipelines.gold.cometd import run_cometd_gold
 from pipelines.gold.job import GoldResult
 from pipelines.ops.recorder import recorder_for
 from pipelines.silver.cometd_job import (
-    StreamingSilverResult,
-    run_streaming_silver,
+    CometdSilverResult,
+    run_cometd_silver,
     select_streams,
 )
 from pipelines.spec import Conf
@@ -48,23 +48,23 @@ if TYPE_CHECKING:
     from pipelines.ops.table import CommitRecord
 
 __all__ = [
-    "StreamingPassResult",
+    "CometdPassResult",
     "cometd_landing",
     "land_streams",
     "land_topics_and_streams",
     "landing_streams_beside",
     "push_topic_provisioner",
-    "run_streaming_pass",
+    "run_cometd_pass",
 ]
 
 _log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class StreamingPassResult:
+class CometdPassResult:
     """One silver pass and one gold pass over the Streaming API channels."""
 
-    silver: StreamingSilverResult
+    silver: CometdSilverResult
     gold: GoldResult
     seconds: float
 
@@ -77,9 +77,9 @@ def cometd_landing(
     ca_file: Path | str | None,
     streams: Sequence[str] | None = None,
     ops: OpsRecorder | None = None,
-) -> StreamingLanding:
+) -> CometdLanding:
     """The landing of the enabled channels (or the ``streams`` named) of ``conf``."""
-    return StreamingLanding(
+    return CometdLanding(
         engine,
         select_streams(conf, streams),
         tokens=tokens,
@@ -99,7 +99,7 @@ def land_streams(
     once: bool = False,
     duration: float | None = None,
     streams: Sequence[str] | None = None,
-    started: Callable[[StreamingLanding], Callable[[], None] | None] | None = None,
+    started: Callable[[CometdLanding], Callable[[], None] | None] | None = None,
     ops: OpsRecorder | None = None,
 ) -> LandingResult:
     """Land the enabled channels (or the ``streams`` named) of ``conf``; ``started`` is
@@ -137,10 +137,10 @@ def landing_streams_beside(
     ops = recorder_for(own, conf, logger=log)
     lock = threading.Lock()
     stopping = threading.Event()
-    running: list[StreamingLanding] = []
+    running: list[CometdLanding] = []
     failure: list[BaseException] = []
 
-    def started(landing: StreamingLanding) -> None:
+    def started(landing: CometdLanding) -> None:
         with lock:
             running.append(landing)
             if stopping.is_set():
@@ -207,20 +207,20 @@ def land_topics_and_streams(
     return result, channels
 
 
-def run_streaming_pass(
+def run_cometd_pass(
     engine: LakeEngine,
     conf: Conf,
     *,
     streams: Sequence[str] | None = None,
     clock: Callable[[], float] = time.monotonic,
     on_commit: Callable[[CommitRecord], object] | None = None,
-) -> StreamingPassResult:
+) -> CometdPassResult:
     """Silver, then gold, of the enabled channels (or the ``streams`` named); ``on_commit``
     receives their commit records."""
     started = clock()
-    silver = run_streaming_silver(engine, conf, streams=streams, on_commit=on_commit)
-    gold = run_streaming_gold(engine, conf, streams=streams, on_commit=on_commit)
-    return StreamingPassResult(silver, gold, clock() - started)
+    silver = run_cometd_silver(engine, conf, streams=streams, on_commit=on_commit)
+    gold = run_cometd_gold(engine, conf, streams=streams, on_commit=on_commit)
+    return CometdPassResult(silver, gold, clock() - started)
 
 
 def push_topic_provisioner(

@@ -52,13 +52,13 @@ from ingest.bulk import BulkQueryClient
 from ingest.errors import LakeError, ReplayIdError, SfcdcError
 from pipelines.bootstrap import SnapshotResult, rebootstrap_due, resync_objects
 from pipelines.bronze import BronzeLanding, LandingResult
-from pipelines.bronze.cometd import StreamingLanding
+from pipelines.bronze.cometd import CometdLanding
 from pipelines.cometd_pipeline import (
-    StreamingPassResult,
+    CometdPassResult,
     cometd_landing,
     land_topics_and_streams,
     push_topic_provisioner,
-    run_streaming_pass,
+    run_cometd_pass,
 )
 from pipelines.commands.bootstrap import open_rest
 from pipelines.commands.conf_options import METRICS_PORT_KEY
@@ -105,7 +105,7 @@ class PassResult:
     gold: GoldResult
     seconds: float
     # The Streaming API channels' silver and gold (None without any).
-    streaming: StreamingPassResult | None = None
+    streaming: CometdPassResult | None = None
     # Objects whose stored position had expired, read again whole (replay.on_expired).
     rebootstrapped: tuple[SnapshotResult, ...] = ()
     # The polls of objects without change events that were due (before silver).
@@ -479,7 +479,7 @@ class Pipeline:
         self._monotonic = monotonic
         self._stop = threading.Event()
         self._stop_reason: str | None = None
-        self._landing: BronzeLanding | StreamingLanding | None = None
+        self._landing: BronzeLanding | CometdLanding | None = None
         self._landing_process = landing_process
         self._child: _ChildLanding | None = None
         self._lock = threading.Lock()
@@ -705,7 +705,7 @@ class Pipeline:
             formulas = self._refresh_formulas(engine, names, ops)
         streaming = None
         if self._streams:
-            streaming = run_streaming_pass(engine, self.conf, on_commit=ops.record)
+            streaming = run_cometd_pass(engine, self.conf, on_commit=ops.record)
         ops.flush_if_due()
         # What the pass allocated is free again: give it back rather than keep the largest
         # pass's worth for the rest of the run.
@@ -889,7 +889,7 @@ class Pipeline:
             return self._land_with(engine, ops, once=once, duration=duration, ready=ready)
 
     def _register(
-        self, landing: BronzeLanding | StreamingLanding, ready: threading.Event | None
+        self, landing: BronzeLanding | CometdLanding, ready: threading.Event | None
     ) -> None:
         """Make ``landing`` the one :meth:`stop` stops (at once when a stop came first)."""
         with self._lock:

@@ -15,7 +15,7 @@ channel instead of a Pub/Sub topic::
       deletes: soft
 
 :mod:`pipelines.spec_load` parses the files (YAML is read there only) into
-:class:`StreamingObjectSpec` and keeps them in ``Conf.streams``, apart from the Pub/Sub objects:
+:class:`CometdObjectSpec` and keeps them in ``Conf.streams``, apart from the Pub/Sub objects:
 the two sources land into tables of their own. The channel decides the rest:
 
 ========================  ============  ===========================================  ========
@@ -54,12 +54,12 @@ __all__ = [
     "CHANNEL_PATTERN",
     "STREAM_KEY_PREFIX",
     "ChannelKind",
+    "CometdGoldSpec",
+    "CometdObjectSpec",
+    "CometdTablesSpec",
     "NotifyForFields",
     "PushTopicManage",
     "PushTopicSpec",
-    "StreamingGoldSpec",
-    "StreamingObjectSpec",
-    "StreamingTablesSpec",
     "channel_kind",
     "check_streams",
     "query_parts",
@@ -248,7 +248,7 @@ class PushTopicSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StreamingGoldSpec:
+class CometdGoldSpec:
     """How a Streaming API object's gold table is merged (PushTopic and change event
     channels). Records are ordered by replay id on a PushTopic channel and by the change
     event header (commit time and number) on a change event channel."""
@@ -271,7 +271,7 @@ class StreamingGoldSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StreamingTablesSpec:
+class CometdTablesSpec:
     """Table names of one Streaming API object; each defaults to a name derived from the
     channel."""
 
@@ -341,7 +341,7 @@ def _derived_object(channel: str, kind: ChannelKind, pushtopic: PushTopicSpec | 
 
 
 @dataclass(frozen=True, kw_only=True)
-class StreamingObjectSpec:
+class CometdObjectSpec:
     """``conf/objects/<name>.yml`` with ``kind: streaming_api``: one Streaming API (CometD)
     channel landed exactly once, decoded into silver and, for PushTopic and change event
     channels, merged into a current-state gold table."""
@@ -402,15 +402,15 @@ class StreamingObjectSpec:
         default_factory=SilverSpec,
         metadata=meta("Overrides of defaults.silver.", inherits="defaults.silver"),
     )
-    gold: StreamingGoldSpec = field(
-        default_factory=StreamingGoldSpec,
+    gold: CometdGoldSpec = field(
+        default_factory=CometdGoldSpec,
         metadata=meta(
             "Overrides of defaults.gold (deletes, scd2, max_rows_per_commit).",
             inherits="defaults.gold",
         ),
     )
-    tables: StreamingTablesSpec = field(
-        default_factory=StreamingTablesSpec, metadata=meta("Table names.")
+    tables: CometdTablesSpec = field(
+        default_factory=CometdTablesSpec, metadata=meta("Table names.")
     )
 
     def __post_init__(self) -> None:
@@ -424,7 +424,7 @@ class StreamingObjectSpec:
         base = _base_name(self.channel)
         last = self.channel.rsplit("/", 1)[-1]
         t = self.tables
-        tables = StreamingTablesSpec(
+        tables = CometdTablesSpec(
             bronze=t.bronze if t.bronze is not None else f"streaming_{snake_case(last)}",
             silver=t.silver if t.silver is not None else base,
             gold=t.gold if t.gold is not None else base,
@@ -530,7 +530,7 @@ class StreamingObjectSpec:
 
 
 def check_streams(
-    streams: Sequence[tuple[StreamingObjectSpec, Problems]],
+    streams: Sequence[tuple[CometdObjectSpec, Problems]],
     objects: Sequence[tuple[ObjectSpec, Problems]],
     lake: LakeSpec,
 ) -> None:

@@ -18,14 +18,14 @@ import pytest
 from ingest.auth import ClientCredentials, Secret, TokenManager
 from ingest.emulator.bitmaps import encode_field_names
 from ingest.emulator.catalogue import default_catalogue
-from ingest.emulator.cometd import StreamingSettings
+from ingest.emulator.cometd import CometdSettings
 from ingest.emulator.server import DEFAULT_CLIENT, Emulator, EmulatorConfig
 from ingest.emulator.topics import EmittedEvent
 from ingest.schema import EventSchema
 from tests.emulator_helpers import FakeClock
 
 ACCOUNT_TOPIC = "/data/AccountChangeEvent"
-FAST = StreamingSettings(poll_timeout=0.3)
+FAST = CometdSettings(poll_timeout=0.3)
 _HEADER_DEFAULTS: dict[str, Any] = {
     "changeOrigin": "",
     "sequenceNumber": 1,
@@ -35,7 +35,7 @@ _HEADER_DEFAULTS: dict[str, Any] = {
 
 
 def start_emulator(clock: FakeClock, **settings: Any) -> Emulator:
-    streaming = StreamingSettings(**{"poll_timeout": 0.3, **settings})
+    streaming = CometdSettings(**{"poll_timeout": 0.3, **settings})
     return Emulator(default_catalogue(), EmulatorConfig(streaming=streaming), clock=clock).start()
 
 

@@ -3,7 +3,7 @@
 Typical use::
 
     tokens = TokenManager(ClientCredentials("https://acme.my.salesforce.com", ...))
-    with StreamingSubscription(
+    with CometdSubscription(
         tokens,
         {"/topic/InvoiceUpdates": REPLAY_ALL, "/data/AccountChangeEvent": REPLAY_NEW},
         durable_position=store.replay_id,  # channel -> last stored replay id
@@ -29,7 +29,7 @@ from ingest.cometd.messages import (
     split_messages,
 )
 from ingest.cometd.protocol import MAX_REQUEST_BYTES, Advice, classify, pack
-from ingest.cometd.subscriber import CorruptedReplayPolicy, StreamingSubscription
+from ingest.cometd.subscriber import CometdSubscription, CorruptedReplayPolicy
 
 __all__ = [
     "MAX_REQUEST_BYTES",
@@ -37,6 +37,7 @@ __all__ = [
     "REPLAY_NEW",
     "Advice",
     "ChannelKind",
+    "CometdSubscription",
     "CorruptedReplayPolicy",
     "IdleConnect",
     "MalformedMessage",
@@ -45,7 +46,6 @@ __all__ = [
     "Reconnected",
     "ReplayGap",
     "StreamItem",
-    "StreamingSubscription",
     "channel_kind",
     "classify",
     "pack",

@@ -1,6 +1,6 @@
 """What a Streaming API subscription yields, and how received messages become those items.
 
-Iterating a :class:`~ingest.cometd.subscriber.StreamingSubscription` yields:
+Iterating a :class:`~ingest.cometd.subscriber.CometdSubscription` yields:
 
 - :class:`NotificationBatch`: the event messages of one ``/meta/connect`` reply, in the order
   the server sent them, each a :class:`Notification` keeping the raw JSON text;

@@ -1,6 +1,6 @@
 """A resilient Streaming API subscription: handshake, subscribe, then long-poll connects.
 
-:class:`StreamingSubscription` is an iterator of the items of :mod:`ingest.cometd.messages`.
+:class:`CometdSubscription` is an iterator of the items of :mod:`ingest.cometd.messages`.
 The session follows the server's ``advice``: after each connect reply the next connect is sent
 after ``interval``, never later than the guide's deadlines allow (40 s after a reply with
 events, 110 s after an idle one, less a safety margin), and each long poll waits ``timeout``
@@ -76,7 +76,7 @@ from ingest.errors import (
     UnknownClientError,
 )
 
-__all__ = ["CorruptedReplayPolicy", "StreamingSubscription"]
+__all__ = ["CometdSubscription", "CorruptedReplayPolicy"]
 
 CorruptedReplayPolicy = Literal["fail", "earliest", "latest"]
 
@@ -101,7 +101,7 @@ class _MalformedBody(StreamingProtocolError):
         self.raw = raw
 
 
-class StreamingSubscription:
+class CometdSubscription:
     """Subscribes to Streaming API channels and yields :data:`StreamItem` values.
 
     ``channels`` maps each channel (``/topic/<Name>``, ``/u/<name>``, ``/event/<Name>__e``,
@@ -178,7 +178,7 @@ class StreamingSubscription:
                 f"max_request_bytes must be 256..{MAX_REQUEST_BYTES} (got {max_request_bytes})"
             )
         if problems:
-            raise ValueError("invalid StreamingSubscription: " + "; ".join(problems))
+            raise ValueError("invalid CometdSubscription: " + "; ".join(problems))
         self._tokens = tokens
         self._initial = initial
         self._durable = durable_position
@@ -215,7 +215,7 @@ class StreamingSubscription:
         self._closed.wait(seconds)
 
     def __repr__(self) -> str:
-        return f"StreamingSubscription({sorted(self._initial)}, api={self._transport.api_version})"
+        return f"CometdSubscription({sorted(self._initial)}, api={self._transport.api_version})"
 
     @property
     def channels(self) -> tuple[str, ...]:
@@ -262,7 +262,7 @@ class StreamingSubscription:
     def closed(self) -> bool:
         return self._closed.is_set()
 
-    def __enter__(self) -> StreamingSubscription:
+    def __enter__(self) -> CometdSubscription:
         return self
 
     def __exit__(self, *exc: object) -> None:

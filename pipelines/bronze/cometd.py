@@ -1,9 +1,9 @@
 """Streaming API landing: every notification of every channel into its bronze table, exactly
 once.
 
-:class:`StreamingLanding` makes or checks the PushTopics and stores the describes
+:class:`CometdLanding` makes or checks the PushTopics and stores the describes
 (:mod:`pipelines.bronze.cometd_setup`), then subscribes to every channel in one CometD
-session (:class:`~ingest.cometd.StreamingSubscription`) and lands what it yields:
+session (:class:`~ingest.cometd.CometdSubscription`) and lands what it yields:
 
 - a :class:`~ingest.cometd.NotificationBatch`: each notification joins its channel's open
   batch (raw JSON, replay id, ``createdDate``, event type, ``EventUuid``, receive time);
@@ -42,30 +42,30 @@ from typing import TYPE_CHECKING, Any
 from ingest.auth import TokenManager
 from ingest.client import RetryPolicy, TlsSettings
 from ingest.cometd import (
+    CometdSubscription,
     IdleConnect,
     MalformedMessage,
     NotificationBatch,
     Reconnected,
     ReplayGap,
-    StreamingSubscription,
 )
 from ingest.rest import RestClient
 from pipelines.bookkeeping import ensure_bookkeeping
 from pipelines.bronze.bookkeeping import BOOKKEEPING
 from pipelines.bronze.cometd_batches import (
-    StreamingOpenBatch,
-    StreamingSealedBatch,
+    CometdOpenBatch,
+    CometdSealedBatch,
+    cometd_rows,
     newest_created,
     shown_position,
-    streaming_rows,
 )
-from pipelines.bronze.cometd_checkpoints import REPLAY_ALL, REPLAY_NEW, StreamingCheckpoints
-from pipelines.bronze.cometd_commit import StreamingCommitter, StreamingCommitThread
+from pipelines.bronze.cometd_checkpoints import REPLAY_ALL, REPLAY_NEW, CometdCheckpoints
+from pipelines.bronze.cometd_commit import CometdCommitter, CometdCommitThread
 from pipelines.bronze.cometd_setup import StreamSetup, prepare_streams
 from pipelines.bronze.cometd_state import StreamState
-from pipelines.bronze.cometd_tables import cometd_tables, ensure_streaming_tables
+from pipelines.bronze.cometd_tables import cometd_tables, ensure_cometd_tables
 from pipelines.bronze.landing import LandingResult
-from pipelines.spec import IngestSpec, StreamingApiSpec
+from pipelines.spec import CometdApiSpec, IngestSpec
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -75,18 +75,18 @@ if TYPE_CHECKING:
     from ingest.cometd.setup import RestApi
     from pipelines.engines.base import LakeEngine
     from pipelines.ops.recorder import OpsRecorder
-    from pipelines.spec_cometd import StreamingObjectSpec
+    from pipelines.spec_cometd import CometdObjectSpec
 
 __all__ = [
+    "CometdCommitThread",
+    "CometdCommitter",
+    "CometdLanding",
+    "CometdOpenBatch",
+    "CometdSealedBatch",
     "StreamState",
-    "StreamingCommitThread",
-    "StreamingCommitter",
-    "StreamingLanding",
-    "StreamingOpenBatch",
-    "StreamingSealedBatch",
+    "cometd_rows",
     "newest_created",
     "shown_position",
-    "streaming_rows",
 ]
 
 _log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ _TICK = 0.05
 _MICROS = 1_000_000
 
 
-class StreamingLanding:
+class CometdLanding:
     """Lands the notifications of ``streams`` (Streaming API object files) through
     ``engine``; see the module docstring.
 
@@ -110,11 +110,11 @@ class StreamingLanding:
     def __init__(
         self,
         engine: LakeEngine,
-        streams: Sequence[StreamingObjectSpec],
+        streams: Sequence[CometdObjectSpec],
         *,
         tokens: TokenManager,
         ca_file: Path | str | None = None,
-        streaming: StreamingApiSpec | None = None,
+        streaming: CometdApiSpec | None = None,
         ingest: IngestSpec | None = None,
         rest: RestApi | None = None,
         http: httpx.Client | None = None,
@@ -136,7 +136,7 @@ class StreamingLanding:
         self._specs = specs
         self._tokens = tokens
         self._ca_file = str(ca_file) if ca_file is not None else None
-        self._streaming = streaming or StreamingApiSpec()
+        self._streaming = streaming or CometdApiSpec()
         self._ingest = ingest or IngestSpec()
         self._rest = rest
         self._http = http
@@ -145,17 +145,17 @@ class StreamingLanding:
         self._monotonic = monotonic
         self._log = logger or _log
         self.tables = cometd_tables(specs)
-        self._checkpoints = StreamingCheckpoints(engine, self.tables, clock=clock, logger=self._log)
+        self._checkpoints = CometdCheckpoints(engine, self.tables, clock=clock, logger=self._log)
         self._open_lock = threading.RLock()
         self._state_lock = threading.Lock()
         self._streams: dict[str, StreamState] = {}
         self._by_channel: dict[str, StreamState] = {}
-        self._sub: StreamingSubscription | None = None
+        self._sub: CometdSubscription | None = None
         self._stop_reason: str | None = None
         self._stopped = ""
         # The commit side (pipelines.bronze.cometd_commit): its thread logs a failed round
         # with this module's logger, its commits with the landing's.
-        self._batch_committer = StreamingCommitter(
+        self._batch_committer = CometdCommitter(
             engine,
             self._checkpoints.store,
             streams=self._streams,
@@ -166,7 +166,7 @@ class StreamingLanding:
             clock=clock,
             monotonic=monotonic,
         )
-        self._committer = StreamingCommitThread(
+        self._committer = CometdCommitThread(
             self._batch_committer.commit, limit=len(specs), logger=_log
         )
         self._done = threading.Event()
@@ -190,7 +190,7 @@ class StreamingLanding:
         """Land until stopped, for ``duration`` seconds, or with ``once`` until a connect
         comes back empty (nothing pending on any channel)."""
         if self._ran:
-            raise RuntimeError("a StreamingLanding runs once; create a new one to resume")
+            raise RuntimeError("a CometdLanding runs once; create a new one to resume")
         self._ran = True
         if duration is not None and duration <= 0:
             raise ValueError(f"duration must be > 0 seconds (got {duration})")
@@ -200,7 +200,7 @@ class StreamingLanding:
         positions = self._prepare()
         policy = self._specs[0].replay.on_corrupted
         retry = self._ingest.retry
-        sub = StreamingSubscription(
+        sub = CometdSubscription(
             self._tokens,
             positions,
             api_version=self._streaming.api_version,
@@ -248,7 +248,7 @@ class StreamingLanding:
 
     def _prepare(self) -> dict[str, int]:
         ensure_bookkeeping(self._engine, BOOKKEEPING, logger=self._log)
-        ensure_streaming_tables(self._engine, self.tables)
+        ensure_cometd_tables(self._engine, self.tables)
         positions: dict[str, int] = {}
         for spec in self._specs:
             default = REPLAY_ALL if spec.replay.start == "earliest" else REPLAY_NEW
@@ -383,7 +383,7 @@ class StreamingLanding:
                 self._batch_committer.record_caught_up(stream, now)
 
     @staticmethod
-    def _stamp(ob: StreamingOpenBatch, stamp: int) -> None:
+    def _stamp(ob: CometdOpenBatch, stamp: int) -> None:
         # Receive times are kept run-length: the messages added since the last stamp.
         pending = len(ob) - ob.stamped
         if pending > 0:
@@ -451,12 +451,12 @@ class StreamingLanding:
         )
         with self._open_lock:
             self._seal(stream)
-            sealed = StreamingSealedBatch(
+            sealed = CometdSealedBatch(
                 stream.spec.key,
                 stream.next_batch,
                 "replay_gap",
                 gap.resumed,
-                StreamingOpenBatch(),
+                CometdOpenBatch(),
                 gap,
             )
             stream.next_batch += 1
@@ -470,9 +470,9 @@ class StreamingLanding:
             ob.opened_at = None
             return
         position = ob.position if ob.position is not None else stream.sealed_position
-        stream.open = StreamingOpenBatch()
+        stream.open = CometdOpenBatch()
         stream.sealed_position = position
-        sealed = StreamingSealedBatch(stream.spec.key, stream.next_batch, "events", position, ob)
+        sealed = CometdSealedBatch(stream.spec.key, stream.next_batch, "events", position, ob)
         stream.next_batch += 1
         self._committer.submit(sealed)
 

@@ -1,11 +1,11 @@
 """A Streaming API channel's batches on their way to bronze: the open batch the consuming thread
-appends received messages to (:class:`~pipelines.bronze.cometd.StreamingLanding`), the sealed
+appends received messages to (:class:`~pipelines.bronze.cometd.CometdLanding`), the sealed
 batch handed to the committer (:mod:`pipelines.bronze.cometd_commit`), and the bronze rows
 (Arrow columns) the committer builds from it.
 
 An open batch holds plain lists, one per column (replay id, channel, event type,
 ``createdDate``, ``EventUuid``, raw JSON, ``malformed`` reason) and run-length receive times;
-:func:`streaming_rows` turns them into Arrow columns. :func:`shown_position` and
+:func:`cometd_rows` turns them into Arrow columns. :func:`shown_position` and
 :func:`newest_created` describe a position and a batch's newest ``createdDate`` for the log and
 the commit records.
 """
@@ -21,18 +21,18 @@ import pyarrow as pa
 
 from ingest.cometd import ReplayGap
 from pipelines.bronze.cometd_checkpoints import REPLAY_ALL, REPLAY_NEW
-from pipelines.bronze.cometd_tables import STREAMING_BRONZE_SCHEMA
+from pipelines.bronze.cometd_tables import COMETD_BRONZE_SCHEMA
 
 __all__ = [
-    "StreamingOpenBatch",
-    "StreamingSealedBatch",
+    "CometdOpenBatch",
+    "CometdSealedBatch",
+    "cometd_rows",
     "newest_created",
     "shown_position",
-    "streaming_rows",
 ]
 
 
-class StreamingOpenBatch:
+class CometdOpenBatch:
     """Messages received for a channel and not yet handed to the committer."""
 
     __slots__ = (
@@ -73,7 +73,7 @@ class StreamingOpenBatch:
 
 
 @dataclass
-class StreamingSealedBatch:
+class CometdSealedBatch:
     """A batch handed to the committer: a channel's messages (``kind`` ``events``) or a replay
     gap (``replay_gap``, with an empty batch), and the position to resume from after it."""
 
@@ -81,7 +81,7 @@ class StreamingSealedBatch:
     batch_id: int
     kind: str  # events | replay_gap
     position: int
-    batch: StreamingOpenBatch
+    batch: CometdOpenBatch
     gap: ReplayGap | None = None
 
 
@@ -111,14 +111,14 @@ def newest_created(created: Sequence[str | None]) -> datetime | None:
     return newest
 
 
-def streaming_rows(sealed: StreamingSealedBatch) -> pa.Table:
+def cometd_rows(sealed: CometdSealedBatch) -> pa.Table:
     """The bronze rows of a batch, built column by column."""
     batch = sealed.batch
     n = len(batch)
     received = np.repeat(
         np.asarray(batch.times, dtype=np.int64), np.asarray(batch.counts, dtype=np.int64)
     )
-    schema = STREAMING_BRONZE_SCHEMA
+    schema = COMETD_BRONZE_SCHEMA
     columns = [
         pa.array(batch.replay_ids, pa.int64()),
         pa.array(batch.channels, pa.string()),

@@ -7,7 +7,7 @@ Delta application transaction ``(sfcdc.bronze:<key>, N)``, then the checkpoint r
 ``bronze.sfcdc_checkpoints`` with ``(sfcdc.checkpoint:<key>, N)``; batch ``N + 1`` starts only
 after row ``N``. The argument that a kill at any instant neither loses nor duplicates a
 notification is the same; so is the recovery of a kill between the two commits
-(:meth:`StreamingCheckpoints.recover` rebuilds row ``N`` from bronze).
+(:meth:`CometdCheckpoints.recover` rebuilds row ``N`` from bronze).
 
 What differs is the position. A Streaming API subscription resumes from an integer: a replay
 id (notifications after it), ``-1`` (new ones only) or ``-2`` (every retained one). A row stores
@@ -30,13 +30,13 @@ import pyarrow.compute as pc
 from ingest.errors import CheckpointError
 from ingest.replay import ReplayId
 from pipelines.bronze.checkpoint import Checkpoint, CheckpointRow, CheckpointStore
-from pipelines.bronze.cometd_tables import StreamingTables, replay_bytes, replay_number
+from pipelines.bronze.cometd_tables import CometdTables, replay_bytes, replay_number
 from pipelines.bronze.tables import bronze_app_id
 
 if TYPE_CHECKING:
     from pipelines.engines.base import LakeEngine
 
-__all__ = ["REPLAY_ALL", "REPLAY_NEW", "StreamRecovery", "StreamingCheckpoints", "position_of"]
+__all__ = ["REPLAY_ALL", "REPLAY_NEW", "CometdCheckpoints", "StreamRecovery", "position_of"]
 
 _log = logging.getLogger(__name__)
 
@@ -70,13 +70,13 @@ class StreamRecovery:
     recovered_batch: int | None = None
 
 
-class StreamingCheckpoints:
+class CometdCheckpoints:
     """Reads, recovers and writes the checkpoint rows of Streaming API channels."""
 
     def __init__(
         self,
         engine: LakeEngine,
-        tables: StreamingTables,
+        tables: CometdTables,
         *,
         clock: Callable[[], float],
         logger: logging.Logger | None = None,

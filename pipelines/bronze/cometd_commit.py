@@ -1,8 +1,8 @@
 """The commit side of the Streaming API landing: the committer thread, which lands the batches
-the consuming thread seals (:class:`~pipelines.bronze.cometd.StreamingLanding`).
+the consuming thread seals (:class:`~pipelines.bronze.cometd.CometdLanding`).
 
-:class:`StreamingCommitThread` takes sealed batches in rounds (at most one batch per channel, so
-each channel's batches stay in order) and :class:`StreamingCommitter` lands each round with the
+:class:`CometdCommitThread` takes sealed batches in rounds (at most one batch per channel, so
+each channel's batches stay in order) and :class:`CometdCommitter` lands each round with the
 protocol of :mod:`pipelines.bronze.cometd_checkpoints`: each batch's rows into its channel's
 bronze table, then every batch's checkpoint row in one commit. It then updates the channel's
 committed state (under the landing's state lock), logs one INFO line per batch, records each
@@ -23,14 +23,14 @@ from ingest.errors import CheckpointError
 from ingest.replay import ReplayId
 from pipelines.bronze.checkpoint import CheckpointRow, CheckpointStore
 from pipelines.bronze.cometd_batches import (
-    StreamingSealedBatch,
+    CometdSealedBatch,
+    cometd_rows,
     newest_created,
     shown_position,
-    streaming_rows,
 )
 from pipelines.bronze.cometd_checkpoints import REPLAY_ALL
 from pipelines.bronze.cometd_state import StreamState
-from pipelines.bronze.cometd_tables import STREAMING_BRONZE_LAYOUT, replay_bytes
+from pipelines.bronze.cometd_tables import COMETD_BRONZE_LAYOUT, replay_bytes
 from pipelines.bronze.tables import bronze_app_id
 from pipelines.engines.base import Txn
 from pipelines.ops.table import CommitRecord
@@ -39,12 +39,12 @@ if TYPE_CHECKING:
     from pipelines.engines.base import LakeEngine
     from pipelines.ops.recorder import OpsRecorder
 
-__all__ = ["StreamingCommitThread", "StreamingCommitter"]
+__all__ = ["CometdCommitThread", "CometdCommitter"]
 
 _WAIT = 0.1
 
 
-class StreamingCommitThread:
+class CometdCommitThread:
     """The one thread that writes Delta: rounds of at most one batch per channel (so each
     channel's batches stay in order), their checkpoint rows in one commit. :meth:`submit`
     waits while a batch of every channel is already waiting, which bounds memory.
@@ -54,7 +54,7 @@ class StreamingCommitThread:
 
     def __init__(
         self,
-        commit: Callable[[list[StreamingSealedBatch]], None],
+        commit: Callable[[list[CometdSealedBatch]], None],
         *,
         limit: int,
         logger: logging.Logger,
@@ -63,7 +63,7 @@ class StreamingCommitThread:
         self._limit = max(1, limit)
         self._log = logger
         self._cond = threading.Condition()
-        self._pending: deque[StreamingSealedBatch] = deque()
+        self._pending: deque[CometdSealedBatch] = deque()
         self._busy = False
         self._closing = False
         self._error: BaseException | None = None
@@ -78,7 +78,7 @@ class StreamingCommitThread:
         if self._error is not None:
             raise self._error
 
-    def submit(self, sealed: StreamingSealedBatch) -> None:
+    def submit(self, sealed: CometdSealedBatch) -> None:
         with self._cond:
             while len(self._pending) >= self._limit:
                 self.check()
@@ -101,10 +101,10 @@ class StreamingCommitThread:
         if self._thread.is_alive():
             self._thread.join()
 
-    def _take_round(self) -> list[StreamingSealedBatch]:
-        taken: list[StreamingSealedBatch] = []
+    def _take_round(self) -> list[CometdSealedBatch]:
+        taken: list[CometdSealedBatch] = []
         keys: set[str] = set()
-        rest: deque[StreamingSealedBatch] = deque()
+        rest: deque[CometdSealedBatch] = deque()
         for sealed in self._pending:
             if sealed.key in keys:
                 rest.append(sealed)
@@ -137,8 +137,8 @@ class StreamingCommitThread:
                 self._cond.notify_all()
 
 
-class StreamingCommitter:
-    """Lands the rounds :class:`StreamingCommitThread` takes (:meth:`commit`, in the committer
+class CometdCommitter:
+    """Lands the rounds :class:`CometdCommitThread` takes (:meth:`commit`, in the committer
     thread) through ``engine`` and ``store`` (the checkpoint table): bronze rows, then the
     checkpoint rows; then it updates the channel's committed state in ``streams`` (keyed by
     channel key) under ``lock`` (both shared with the consuming thread), logs the commit with
@@ -170,7 +170,7 @@ class StreamingCommitter:
         self._clock = clock
         self._monotonic = monotonic
 
-    def commit(self, round_: list[StreamingSealedBatch]) -> None:
+    def commit(self, round_: list[CometdSealedBatch]) -> None:
         """Land a round (at most one batch per channel): each batch's rows, then every batch's
         checkpoint row in one commit."""
         started = self._monotonic()
@@ -197,7 +197,7 @@ class StreamingCommitter:
                 )
             )
 
-    def _record(self, sealed: StreamingSealedBatch, version: int | None, seconds: float) -> None:
+    def _record(self, sealed: CometdSealedBatch, version: int | None, seconds: float) -> None:
         stream = self._streams[sealed.key]
         with self._state_lock:
             mark = stream.idle_mark
@@ -231,17 +231,17 @@ class StreamingCommitter:
         if mark is not None:
             self.record_caught_up(stream, mark[0])
 
-    def _land(self, sealed: StreamingSealedBatch) -> int | None:
+    def _land(self, sealed: CometdSealedBatch) -> int | None:
         if sealed.kind != "events":
             return None
         stream = self._streams[sealed.key]
         result = self._engine.append(
             stream.table,
-            streaming_rows(sealed),
+            cometd_rows(sealed),
             txn=Txn(bronze_app_id(sealed.key), sealed.batch_id),
             metadata={"sfcdc.topic": sealed.key, "sfcdc.kind": "events"},
             evolve_schema=False,
-            layout=STREAMING_BRONZE_LAYOUT,
+            layout=COMETD_BRONZE_LAYOUT,
         )
         if result.skipped:
             raise CheckpointError(
@@ -251,7 +251,7 @@ class StreamingCommitter:
         return result.version
 
     @staticmethod
-    def _row(sealed: StreamingSealedBatch, version: int | None) -> CheckpointRow:
+    def _row(sealed: CometdSealedBatch, version: int | None) -> CheckpointRow:
         gap = sealed.gap
         if gap is not None:
             return CheckpointRow(
@@ -273,7 +273,7 @@ class StreamingCommitter:
             bronze_version=version,
         )
 
-    def _committed(self, sealed: StreamingSealedBatch, seconds: float) -> None:
+    def _committed(self, sealed: CometdSealedBatch, seconds: float) -> None:
         stream = self._streams[sealed.key]
         batch = sealed.batch
         with self._state_lock:

@@ -37,12 +37,12 @@ from ingest.cometd.setup import (
     ensure_push_topic,
 )
 from ingest.errors import ConfigError
-from pipelines.bronze.cometd_tables import DESCRIBES_SCHEMA, DESCRIBES_TABLE, StreamingTables
+from pipelines.bronze.cometd_tables import DESCRIBES_SCHEMA, DESCRIBES_TABLE, CometdTables
 from pipelines.engines.base import TableRef
 
 if TYPE_CHECKING:
     from pipelines.engines.base import LakeEngine
-    from pipelines.spec_cometd import StreamingObjectSpec
+    from pipelines.spec_cometd import CometdObjectSpec
 
 __all__ = [
     "DESCRIBES",
@@ -92,7 +92,7 @@ class StreamSetup:
     registered: bool
 
 
-def push_topic_settings(spec: StreamingObjectSpec) -> dict[str, Any]:
+def push_topic_settings(spec: CometdObjectSpec) -> dict[str, Any]:
     """The PushTopic fields ``spec`` sets (``create_or_update``: defaults filled in) or
     checks (``existing``: only those the file states)."""
     assert spec.pushtopic is not None
@@ -136,7 +136,7 @@ def read_describes(
     return out
 
 
-def _push_topic(rest: RestApi, spec: StreamingObjectSpec, log: logging.Logger) -> PushTopicOutcome:
+def _push_topic(rest: RestApi, spec: CometdObjectSpec, log: logging.Logger) -> PushTopicOutcome:
     assert spec.pushtopic is not None and spec.push_topic_name is not None
     settings = push_topic_settings(spec)
     if spec.pushtopic.manage == "existing":
@@ -146,8 +146,8 @@ def _push_topic(rest: RestApi, spec: StreamingObjectSpec, log: logging.Logger) -
 
 def prepare_streams(
     engine: LakeEngine,
-    tables: StreamingTables,
-    streams: Sequence[StreamingObjectSpec],
+    tables: CometdTables,
+    streams: Sequence[CometdObjectSpec],
     rest: RestApi,
     *,
     clock: Callable[[], float] = time.time,
@@ -203,9 +203,7 @@ def prepare_streams(
     return out
 
 
-def _check_selected(
-    spec: StreamingObjectSpec, query: str | None, answer: Mapping[str, Any]
-) -> None:
+def _check_selected(spec: CometdObjectSpec, query: str | None, answer: Mapping[str, Any]) -> None:
     """A query naming a field the describe lacks would quarantine every notification: say so
     before subscribing."""
     if query is None:

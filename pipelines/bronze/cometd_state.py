@@ -1,6 +1,6 @@
 """What the Streaming API landing knows about a channel while it runs: :class:`StreamState`,
-shared by the consuming thread (:class:`~pipelines.bronze.cometd.StreamingLanding`, and its
-ticker) and the committer (:class:`~pipelines.bronze.cometd_commit.StreamingCommitter`). The
+shared by the consuming thread (:class:`~pipelines.bronze.cometd.CometdLanding`, and its
+ticker) and the committer (:class:`~pipelines.bronze.cometd_commit.CometdCommitter`). The
 consumer's side is the consuming thread's (and the ticker's, under the open-batch lock); what
 the committer has committed is read and written under the landing's state lock.
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pipelines.bronze.cometd_batches import StreamingOpenBatch
+from pipelines.bronze.cometd_batches import CometdOpenBatch
 from pipelines.bronze.landing_state import TopicResult
 from pipelines.engines.base import TableRef
 
 if TYPE_CHECKING:
-    from pipelines.spec_cometd import StreamingObjectSpec
+    from pipelines.spec_cometd import CometdObjectSpec
 
 __all__ = ["StreamState"]
 
@@ -25,11 +25,11 @@ class StreamState:
     """A channel's state: the consumer's side (open batch, counters) and, under the landing's
     state lock, what the committer has committed."""
 
-    spec: StreamingObjectSpec
+    spec: CometdObjectSpec
     table: TableRef
     next_batch: int
     position: int  # durable: where a new session resumes
-    open: StreamingOpenBatch = field(default_factory=StreamingOpenBatch)
+    open: CometdOpenBatch = field(default_factory=CometdOpenBatch)
     sealed_position: int = 0
     received: int = 0
     progress_mark: tuple[float, int] = (0.0, 0)

@@ -23,7 +23,7 @@ column            type        meaning
 
 Checkpoints are rows of the same ``bronze.sfcdc_checkpoints`` table the Pub/Sub landing
 writes, under the key ``streaming:<channel>`` (see
-:attr:`~pipelines.spec_cometd.StreamingObjectSpec.key`), with the replay id stored as its
+:attr:`~pipelines.spec_cometd.CometdObjectSpec.key`), with the replay id stored as its
 decimal digits (``b"1042"``), so ``CAST(replay_id AS STRING)`` reads it back.
 
 The describe registry ``bronze.sfcdc_describes`` keeps, per channel, the object's describe
@@ -51,16 +51,16 @@ from pipelines.engines.base import TableRef, WriteLayout
 
 if TYPE_CHECKING:
     from pipelines.engines.base import LakeEngine
-    from pipelines.spec_cometd import StreamingObjectSpec
+    from pipelines.spec_cometd import CometdObjectSpec
 
 __all__ = [
+    "COMETD_BRONZE_LAYOUT",
+    "COMETD_BRONZE_SCHEMA",
     "DESCRIBES_SCHEMA",
     "DESCRIBES_TABLE",
-    "STREAMING_BRONZE_LAYOUT",
-    "STREAMING_BRONZE_SCHEMA",
-    "StreamingTables",
+    "CometdTables",
     "cometd_tables",
-    "ensure_streaming_tables",
+    "ensure_cometd_tables",
     "replay_bytes",
     "replay_number",
 ]
@@ -69,7 +69,7 @@ DESCRIBES_TABLE = "sfcdc_describes"
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 
-STREAMING_BRONZE_SCHEMA = pa.schema(
+COMETD_BRONZE_SCHEMA = pa.schema(
     [
         pa.field("replay_id", pa.int64(), nullable=True),
         pa.field("channel", pa.string(), nullable=True),
@@ -85,7 +85,7 @@ STREAMING_BRONZE_SCHEMA = pa.schema(
 )
 
 # Raw messages are unique and only read whole; readers filter on batch ids and replay ids.
-STREAMING_BRONZE_LAYOUT = WriteLayout(
+COMETD_BRONZE_LAYOUT = WriteLayout(
     distinct=("replay_id", "created_date", "event_uuid", "raw", "batch_seq"),
     unindexed=("raw", "malformed", "event_uuid", "created_date"),
 )
@@ -123,7 +123,7 @@ def replay_number(value: bytes) -> int:
 
 
 @dataclass(frozen=True)
-class StreamingTables:
+class CometdTables:
     """The tables of a Streaming API landing: one bronze table per stream key, the shared
     checkpoint table and the describe registry."""
 
@@ -149,7 +149,7 @@ class StreamingTables:
         )
 
 
-def cometd_tables(streams: Sequence[StreamingObjectSpec]) -> StreamingTables:
+def cometd_tables(streams: Sequence[CometdObjectSpec]) -> CometdTables:
     """The tables of ``streams``; two channels on one bronze table is a
     :class:`~ingest.errors.ConfigError` (load_conf refuses it already)."""
     owners: dict[str, str] = {}
@@ -162,16 +162,16 @@ def cometd_tables(streams: Sequence[StreamingObjectSpec]) -> StreamingTables:
             )
     if problems:
         raise ConfigError("Streaming API bronze tables cannot be laid out", problems)
-    return StreamingTables(
+    return CometdTables(
         streams={spec.key: TableRef("bronze", spec.tables.bronze) for spec in streams},
         checkpoints=TableRef("bronze", CHECKPOINT_TABLE),
         describes=TableRef("bronze", DESCRIBES_TABLE),
     )
 
 
-def ensure_streaming_tables(engine: LakeEngine, tables: StreamingTables) -> None:
+def ensure_cometd_tables(engine: LakeEngine, tables: CometdTables) -> None:
     """Create every table that is missing."""
     for table in tables.streams.values():
-        engine.ensure_table(table, arrow_schema_to_spark(STREAMING_BRONZE_SCHEMA))
+        engine.ensure_table(table, arrow_schema_to_spark(COMETD_BRONZE_SCHEMA))
     engine.ensure_table(tables.checkpoints, arrow_schema_to_spark(CHECKPOINT_SCHEMA))
     engine.ensure_table(tables.describes, arrow_schema_to_spark(DESCRIBES_SCHEMA))

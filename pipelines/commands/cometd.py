@@ -24,17 +24,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from ingest.errors import ConfigError
-from pipelines.bronze.cometd import StreamingLanding
+from pipelines.bronze.cometd import CometdLanding
 from pipelines.bronze.landing import LandingResult
 from pipelines.cometd_pipeline import land_streams, push_topic_provisioner
 from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
 from pipelines.commands.run import stop_on_signals
 from pipelines.connect import connect
-from pipelines.gold.cometd import run_streaming_gold
+from pipelines.gold.cometd import run_cometd_gold
 from pipelines.gold.job import GoldResult
 from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
-from pipelines.silver.cometd_job import StreamingSilverResult, run_streaming_silver
+from pipelines.silver.cometd_job import CometdSilverResult, run_cometd_silver
 from pipelines.spec import Conf
 
 __all__ = ["gold_lines", "ingest_lines", "register", "silver_lines"]
@@ -120,7 +120,7 @@ def ingest_lines(result: LandingResult) -> list[str]:
     return lines
 
 
-def silver_lines(result: StreamingSilverResult) -> list[str]:
+def silver_lines(result: CometdSilverResult) -> list[str]:
     """What the silver pass did, one line per channel."""
     lines = []
     for s in result.streams:
@@ -156,9 +156,9 @@ def _land(args: argparse.Namespace, conf: Conf) -> LandingResult:
     engine = engine_for(conf.pipeline.lake, write=True, environ=os.environ)
     ops = recorder_for(engine, conf)
     provision = push_topic_provisioner(conf)
-    running: list[StreamingLanding] = []
+    running: list[CometdLanding] = []
 
-    def started(landing: StreamingLanding) -> None:
+    def started(landing: CometdLanding) -> None:
         running.append(landing)
 
     def stop(reason: str) -> None:
@@ -197,7 +197,7 @@ def _silver(args: argparse.Namespace) -> int:
     engine = engine_for(conf.pipeline.lake, write=True)
     ops = recorder_for(engine, conf)
     with ops.watching("silver"):
-        result = run_streaming_silver(engine, conf, streams=args.channels, on_commit=ops.record)
+        result = run_cometd_silver(engine, conf, streams=args.channels, on_commit=ops.record)
     print("\n".join(["sfcdc streaming silver:", *silver_lines(result)]))
     return 0
 
@@ -207,7 +207,7 @@ def _gold(args: argparse.Namespace) -> int:
     engine = engine_for(conf.pipeline.lake, write=True)
     ops = recorder_for(engine, conf)
     with ops.watching("gold"):
-        result = run_streaming_gold(engine, conf, streams=args.channels, on_commit=ops.record)
+        result = run_cometd_gold(engine, conf, streams=args.channels, on_commit=ops.record)
     print("\n".join(["sfcdc streaming gold:", *gold_lines(result)]))
     return 0
 
@@ -218,9 +218,9 @@ def _run(args: argparse.Namespace) -> int:
     engine = engine_for(conf.pipeline.lake, write=True)
     ops = recorder_for(engine, conf)
     with ops.watching("silver"):
-        silver = run_streaming_silver(engine, conf, streams=args.channels, on_commit=ops.record)
+        silver = run_cometd_silver(engine, conf, streams=args.channels, on_commit=ops.record)
     with ops.watching("gold"):
-        gold = run_streaming_gold(engine, conf, streams=args.channels, on_commit=ops.record)
+        gold = run_cometd_gold(engine, conf, streams=args.channels, on_commit=ops.record)
     lines: Sequence[str] = [
         "sfcdc streaming run: " + ingest_lines(landing)[0],
         *ingest_lines(landing)[1:],

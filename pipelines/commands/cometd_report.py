@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from pipelines.engines import TableRef
 from pipelines.spec import Conf
-from pipelines.spec_cometd import StreamingObjectSpec
+from pipelines.spec_cometd import CometdObjectSpec
 
 if TYPE_CHECKING:
     from pipelines.commands.status import ObjectStatus, TopicStatus
@@ -29,7 +29,7 @@ _KINDS = {
 }
 
 
-def _source(spec: StreamingObjectSpec) -> str:
+def _source(spec: CometdObjectSpec) -> str:
     kind = _KINDS[spec.channel_kind]
     topic = spec.pushtopic
     if topic is None:

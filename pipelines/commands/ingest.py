@@ -38,7 +38,7 @@ from typing import Any
 from ingest.auth import SecretResolver
 from ingest.errors import ConfigError, ReplayIdError
 from pipelines.bronze import BronzeLanding, LandingResult, TopicResult
-from pipelines.bronze.cometd import StreamingLanding
+from pipelines.bronze.cometd import CometdLanding
 from pipelines.cometd_pipeline import (
     cometd_landing,
     land_topics_and_streams,
@@ -71,7 +71,7 @@ _log = logging.getLogger(__name__)
 
 # What `sfcdc ingest` runs: the Pub/Sub landing, or the Streaming API channels' alone when a
 # conf/ has no Pub/Sub object (`sfcdc run` of channels only).
-Landing = BronzeLanding | StreamingLanding
+Landing = BronzeLanding | CometdLanding
 
 # Marks the stdout lines that carry a landing snapshot, so a parent can tell them from the
 # human-readable summary.
@@ -321,7 +321,7 @@ def land(
         finish = started(landing) if started is not None else None
         with _stop_on_signals(landing), _serving_metrics(conf, landing):
             try:
-                if isinstance(landing, StreamingLanding):
+                if isinstance(landing, CometdLanding):
                     return landing.run(once=once, duration=seconds)
                 pubsub = landing
                 result, _channels = land_topics_and_streams(

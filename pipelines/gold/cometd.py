@@ -36,11 +36,11 @@ from pipelines.gold.job import CHECKPOINT_TABLE, GoldResult, ObjectResult, run_g
 from pipelines.gold.resync import RESYNC_TABLE, replay_gap_rows
 from pipelines.gold.tables import BOOKKEEPING
 from pipelines.ops.table import CommitRecord
-from pipelines.silver.cometd_job import select_streams, streaming_plan
+from pipelines.silver.cometd_job import cometd_plan, select_streams
 from pipelines.spec import DEFAULT_SEQUENCE_BY, Conf, GoldSpec, ObjectSpec, TablesSpec
-from pipelines.spec_cometd import StreamingObjectSpec
+from pipelines.spec_cometd import CometdObjectSpec
 
-__all__ = ["PUSHTOPIC_SEQUENCE_BY", "gold_object", "run_streaming_gold", "stream_replay_gaps"]
+__all__ = ["PUSHTOPIC_SEQUENCE_BY", "gold_object", "run_cometd_gold", "stream_replay_gaps"]
 
 _log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ _log = logging.getLogger(__name__)
 PUSHTOPIC_SEQUENCE_BY: tuple[str, ...] = ("_cdc_replay_number",)
 
 
-def gold_object(spec: StreamingObjectSpec) -> ObjectSpec:
+def gold_object(spec: CometdObjectSpec) -> ObjectSpec:
     """The gold job's view of a channel: an object named ``streaming:<channel>`` (the name
     of its app transactions and re-sync rows) with the channel's tables and gold settings."""
     sequence = PUSHTOPIC_SEQUENCE_BY if spec.channel_kind == "pushtopic" else DEFAULT_SEQUENCE_BY
@@ -73,7 +73,7 @@ def gold_object(spec: StreamingObjectSpec) -> ObjectSpec:
 
 def stream_replay_gaps(
     engine: LakeEngine,
-    specs: Sequence[StreamingObjectSpec],
+    specs: Sequence[CometdObjectSpec],
     at: datetime,
     *,
     checkpoint_table: TableRef = CHECKPOINT_TABLE,
@@ -98,7 +98,7 @@ def stream_replay_gaps(
     return [r for r in rows if r["resync_id"] not in known]
 
 
-def run_streaming_gold(
+def run_cometd_gold(
     engine: LakeEngine,
     conf: Conf,
     *,
@@ -120,7 +120,7 @@ def run_streaming_gold(
     registry = read_describes(engine) if records else {}
     results: list[ObjectResult] = []
     for spec in records:
-        plan = streaming_plan(spec, registry.get(spec.key, []))
+        plan = cometd_plan(spec, registry.get(spec.key, []))
         if plan.layout is None:
             _log.info("gold: %s has no stored describe yet; nothing to do", spec.channel)
             continue

@@ -3,7 +3,7 @@ bronze rows (in this process, or on Spark executors).
 
 :func:`stream_plan` builds a channel's :class:`StreamPlan` from the object's describes and the
 PushTopic's queries (``bronze.sfcdc_describes``, stored by landing, so silver never calls
-Salesforce); :class:`StreamingRows` turns bronze rows into silver rows of that plan, plus the
+Salesforce); :class:`CometdRows` turns bronze rows into silver rows of that plan, plus the
 error columns the quarantine split reads (:class:`~pipelines.silver.quarantine.SilverPart`,
 :class:`~pipelines.silver.quarantine.QuarantinePart`).
 
@@ -60,9 +60,9 @@ from pipelines.spec_cometd import ChannelKind, query_parts
 __all__ = [
     "STREAM_BRONZE_COLUMNS",
     "STREAM_COLUMNS",
+    "CometdRows",
     "StreamErrorKind",
     "StreamPlan",
-    "StreamingRows",
     "describe_layout",
     "stream_plan",
 ]
@@ -442,7 +442,7 @@ def _nulled(changed: Sequence[str], payload: Mapping[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------------- decoder
 
 
-class StreamingRows:
+class CometdRows:
     """Bronze rows of one channel (:data:`STREAM_BRONZE_COLUMNS`) -> rows of
     ``plan.decoded_schema()``: silver columns, with ``_cdc_error`` / ``_cdc_error_kind`` /
     ``_cdc_payload`` set (and the rest null) on the rows to quarantine."""

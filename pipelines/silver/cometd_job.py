@@ -1,13 +1,13 @@
 """The silver job of the Streaming API source: new bronze messages of each channel -> the
 channel's silver table and the quarantine, exactly once.
 
-For every enabled Streaming API channel, :func:`run_streaming_silver`
+For every enabled Streaming API channel, :func:`run_cometd_silver`
 
 1. finds how far the silver table got: the version of its Delta app transaction
    ``sfcdc.silver:streaming:<channel>`` is the last bronze version it processed;
 2. reads only the bronze rows appended after it (``engine.read_appends``), as many bronze
    versions at a time as ``silver.max_rows_per_commit`` and ``max_bytes_per_commit`` allow;
-3. runs :class:`~pipelines.silver.cometd.StreamingRows` over them (the channel's plan is
+3. runs :class:`~pipelines.silver.cometd.CometdRows` over them (the channel's plan is
    built from ``bronze.sfcdc_describes``: no call to Salesforce) and takes its output apart
    into silver rows and quarantine rows;
 4. appends the quarantine rows to ``silver.sfcdc_quarantine`` with the txn
@@ -41,21 +41,21 @@ from pipelines.engines import LakeEngine, TableRef, Txn
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.ops.newest import newest_time
 from pipelines.ops.table import CommitRecord
-from pipelines.silver.cometd import STREAM_BRONZE_COLUMNS, StreamingRows, StreamPlan, stream_plan
+from pipelines.silver.cometd import STREAM_BRONZE_COLUMNS, CometdRows, StreamPlan, stream_plan
 from pipelines.silver.job import QUARANTINE_TABLE, maintain_on_schedule
 from pipelines.silver.quarantine import QUARANTINE_SCHEMA, AfterBatch, QuarantinePart, SilverPart
 from pipelines.silver.tables import BOOKKEEPING
 from pipelines.spec import Conf
-from pipelines.spec_cometd import StreamingObjectSpec
+from pipelines.spec_cometd import CometdObjectSpec
 
 __all__ = [
+    "CometdSilverResult",
     "StreamResult",
-    "StreamingSilverResult",
+    "cometd_plan",
     "quarantine_app_id",
-    "run_streaming_silver",
+    "run_cometd_silver",
     "select_streams",
     "silver_app_id",
-    "streaming_plan",
 ]
 
 _log = logging.getLogger(__name__)
@@ -67,12 +67,12 @@ _BRONZE_FIELDS = STREAM_BRONZE_COLUMNS
 _CREATED = "_cdc_created_date"
 
 
-def silver_app_id(spec: StreamingObjectSpec) -> str:
+def silver_app_id(spec: CometdObjectSpec) -> str:
     """The app id under which a channel's silver table records the bronze version."""
     return f"sfcdc.silver:{spec.key}"
 
 
-def quarantine_app_id(spec: StreamingObjectSpec) -> str:
+def quarantine_app_id(spec: CometdObjectSpec) -> str:
     """The app id of a channel's quarantine writes."""
     return f"sfcdc.silver.quarantine:{spec.key}"
 
@@ -95,8 +95,8 @@ class StreamResult:
 
 
 @dataclass(frozen=True)
-class StreamingSilverResult:
-    """What :func:`run_streaming_silver` did, per channel."""
+class CometdSilverResult:
+    """What :func:`run_cometd_silver` did, per channel."""
 
     streams: tuple[StreamResult, ...]
 
@@ -109,7 +109,7 @@ class StreamingSilverResult:
         return sum(s.quarantined for s in self.streams)
 
 
-def select_streams(conf: Conf, names: Sequence[str] | None) -> tuple[StreamingObjectSpec, ...]:
+def select_streams(conf: Conf, names: Sequence[str] | None) -> tuple[CometdObjectSpec, ...]:
     """The enabled channels, or those whose channel (``/topic/X``) or key is in ``names``."""
     enabled = conf.enabled_streams()
     if not names:
@@ -125,7 +125,7 @@ def select_streams(conf: Conf, names: Sequence[str] | None) -> tuple[StreamingOb
     return tuple(s for s in enabled if s.key in wanted)
 
 
-def streaming_plan(spec: StreamingObjectSpec, entries: Sequence[DescribeEntry]) -> StreamPlan:
+def cometd_plan(spec: CometdObjectSpec, entries: Sequence[DescribeEntry]) -> StreamPlan:
     """The decoding plan of ``spec``'s channel from its registry rows."""
     return stream_plan(
         key=spec.key,
@@ -137,7 +137,7 @@ def streaming_plan(spec: StreamingObjectSpec, entries: Sequence[DescribeEntry]) 
     )
 
 
-def run_streaming_silver(
+def run_cometd_silver(
     engine: LakeEngine,
     conf: Conf,
     *,
@@ -145,7 +145,7 @@ def run_streaming_silver(
     clock: Callable[[], float] = time.perf_counter,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     on_commit: Callable[[CommitRecord], object] | None = None,
-) -> StreamingSilverResult:
+) -> CometdSilverResult:
     """Bring the silver tables of the Streaming API channels up to date with bronze (see the
     module docstring); ``streams`` selects channels by name (default: every enabled one).
     ``on_commit`` receives a commit record per silver commit (the commits table)."""
@@ -161,7 +161,7 @@ def run_streaming_silver(
             continue
         if registry is None:
             registry = read_describes(engine)
-        plan = streaming_plan(spec, registry.get(spec.key, []))
+        plan = cometd_plan(spec, registry.get(spec.key, []))
         run = _Run(
             engine,
             spec,
@@ -173,14 +173,14 @@ def run_streaming_silver(
             maintain_every=conf.pipeline.ingest.maintain_every_commits,
         )
         results.append(run.run())
-    return StreamingSilverResult(tuple(results))
+    return CometdSilverResult(tuple(results))
 
 
 class _Run:
     def __init__(
         self,
         engine: LakeEngine,
-        spec: StreamingObjectSpec,
+        spec: CometdObjectSpec,
         bronze: TableRef,
         plan: StreamPlan,
         *,
@@ -276,7 +276,7 @@ class _Run:
                 return
             self.bronze_rows += count
             decoded = engine.persist(
-                engine.map_batches(rows, StreamingRows(plan), plan.decoded_schema())
+                engine.map_batches(rows, CometdRows(plan), plan.decoded_schema())
             )
             held.append(decoded)
             bad = engine.persist(

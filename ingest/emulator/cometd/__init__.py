@@ -6,7 +6,7 @@ Streaming Channel Push resource) and the platform event and change event channel
 (``/event/...``, ``/data/...``: the gRPC side's events as JSON). See ``docs/streaming-api.md``.
 """
 
-from ingest.emulator.cometd.bayeux import BROWSER_COOKIE, ERRORS, StreamingSettings
-from ingest.emulator.cometd.server import StreamingApi
+from ingest.emulator.cometd.bayeux import BROWSER_COOKIE, ERRORS, CometdSettings
+from ingest.emulator.cometd.server import CometdApi
 
-__all__ = ["BROWSER_COOKIE", "ERRORS", "StreamingApi", "StreamingSettings"]
+__all__ = ["BROWSER_COOKIE", "ERRORS", "CometdApi", "CometdSettings"]

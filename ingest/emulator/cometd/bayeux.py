@@ -42,7 +42,7 @@ from ingest.emulator.faults import Faults
 from ingest.emulator.oauth import GrantInfo, TokenStore
 from ingest.emulator.routes import HttpAnswer, HttpRequest
 
-__all__ = ["BROWSER_COOKIE", "ERRORS", "BayeuxServer", "StreamingSettings"]
+__all__ = ["BROWSER_COOKIE", "ERRORS", "BayeuxServer", "CometdSettings"]
 
 BROWSER_COOKIE = "BAYEUX_BROWSER"
 _MIN_VERSION = 23.0
@@ -73,7 +73,7 @@ ERRORS = {
 
 
 @dataclass(frozen=True)
-class StreamingSettings:
+class CometdSettings:
     """The Streaming API side of an emulator (see :mod:`ingest.emulator.cometd`).
 
     ``poll_timeout`` is real seconds a connect is held (Salesforce: 110); the two deadlines are
@@ -161,7 +161,7 @@ class BayeuxServer:
         *,
         tokens: TokenStore,
         faults: Faults,
-        settings: StreamingSettings,
+        settings: CometdSettings,
         clock: Callable[[], float],
         channel_error: Callable[[str], str | None],
         secure_cookies: bool,

@@ -1,7 +1,7 @@
 """The Streaming API of one emulated org: channels, PushTopics, generic channels, the Bayeux
 endpoint and the REST resources, wired to the event bus the gRPC side serves.
 
-:class:`StreamingApi` is what :class:`~ingest.emulator.server.Emulator` exposes as
+:class:`CometdApi` is what :class:`~ingest.emulator.server.Emulator` exposes as
 ``emu.streaming``. Change events appended to the bus are decoded into record changes
 (:mod:`ingest.emulator.cometd.records`) and evaluated against every PushTopic; platform
 and change events are served on their own channels from the bus itself.
@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ingest.emulator.cometd.bayeux import ERRORS, BayeuxServer, StreamingSettings
+from ingest.emulator.cometd.bayeux import ERRORS, BayeuxServer, CometdSettings
 from ingest.emulator.cometd.busjson import BusJson
 from ingest.emulator.cometd.channels import Hub, channel_kind
 from ingest.emulator.cometd.fields import ObjectFields
@@ -28,12 +28,12 @@ from ingest.emulator.oauth import TokenStore
 from ingest.emulator.routes import Route
 from ingest.emulator.topics import Catalogue
 
-__all__ = ["StreamingApi"]
+__all__ = ["CometdApi"]
 
 logger = logging.getLogger(__name__)
 
 
-class StreamingApi:
+class CometdApi:
     """See the module docstring. Tests reach the stores (``push_topics``, ``channels``), the
     sessions (``bayeux``) and the knobs (:attr:`batch_size`, :attr:`poll_timeout`)."""
 
@@ -43,7 +43,7 @@ class StreamingApi:
         *,
         tokens: TokenStore,
         faults: Faults,
-        settings: StreamingSettings,
+        settings: CometdSettings,
         clock: Callable[[], float],
         bus: Callable[[], EventBus],
         secure_cookies: bool,

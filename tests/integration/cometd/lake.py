@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ingest.emulator.catalogue import default_catalogue
-from ingest.emulator.cometd import StreamingSettings
+from ingest.emulator.cometd import CometdSettings
 from ingest.emulator.server import Emulator, EmulatorConfig
 from pipelines.engines import LakeEngine, TableRef
 from tests.cometd_helpers import assert_sessions_closed, change_event
@@ -48,7 +48,7 @@ def tls_emulator(request: pytest.FixtureRequest) -> Iterator[Emulator]:
     test must leave no CometD session open: :func:`assert_sessions_closed`)."""
     emulator = Emulator(
         default_catalogue(),
-        EmulatorConfig(tls=True, streaming=StreamingSettings(poll_timeout=0.3)),
+        EmulatorConfig(tls=True, streaming=CometdSettings(poll_timeout=0.3)),
     ).start()
     try:
         yield emulator

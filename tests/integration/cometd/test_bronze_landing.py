@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from ingest.emulator.server import Emulator
-from pipelines.bronze.cometd_tables import STREAMING_BRONZE_SCHEMA, replay_number
+from pipelines.bronze.cometd_tables import COMETD_BRONZE_SCHEMA, replay_number
 from pipelines.bronze.tables import bronze_app_id
 from pipelines.cometd_pipeline import land_streams
 from pipelines.engines import LakeEngine, TableRef
@@ -98,7 +98,7 @@ def test_exactly_once_with_the_checkpoint_rebuilt_after_a_stop_between_commits(
     }
     lake_engine.append(
         bronze,
-        pa.Table.from_pylist([row], schema=STREAMING_BRONZE_SCHEMA),
+        pa.Table.from_pylist([row], schema=COMETD_BRONZE_SCHEMA),
         txn=Txn(bronze_app_id(spec.key), 2),
     )
 

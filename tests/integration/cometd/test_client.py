@@ -13,11 +13,11 @@ import pytest
 from ingest.client.retry import RetryPolicy
 from ingest.cometd import (
     REPLAY_ALL,
+    CometdSubscription,
     IdleConnect,
     NotificationBatch,
     Reconnected,
     ReplayGap,
-    StreamingSubscription,
 )
 from ingest.emulator.server import Emulator
 from ingest.errors import (
@@ -61,10 +61,10 @@ def accounts(emu: Emulator, *names: str, start: int = 1) -> None:
     )
 
 
-def subscription(emu: Emulator, channels: Any = None, **options: Any) -> StreamingSubscription:
+def subscription(emu: Emulator, channels: Any = None, **options: Any) -> CometdSubscription:
     options.setdefault("sleep", Sleeps())
     options.setdefault("retry", RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.01))
-    return StreamingSubscription(token_manager(emu), channels or {TOPIC: REPLAY_ALL}, **options)
+    return CometdSubscription(token_manager(emu), channels or {TOPIC: REPLAY_ALL}, **options)
 
 
 def take(items: Iterator[Any], n: int) -> list[Any]:
@@ -145,7 +145,7 @@ def test_a_dropped_long_poll_reconnects_after_a_backoff(emu: Emulator, topic: st
 
 def test_revoked_token_logs_in_again(emu: Emulator, topic: str) -> None:
     tokens = token_manager(emu)
-    with StreamingSubscription(tokens, {TOPIC: REPLAY_ALL}, sleep=Sleeps()) as sub:
+    with CometdSubscription(tokens, {TOPIC: REPLAY_ALL}, sleep=Sleeps()) as sub:
         items = iter(sub)
         assert isinstance(next(items), IdleConnect)
         emu.faults.expire_tokens()

@@ -24,8 +24,8 @@ import pytest
 
 from ingest.emulator.server import Emulator
 from ingest.emulator.topics import EmittedEvent
-from pipelines.bronze.cometd import StreamingLanding
-from pipelines.cometd_pipeline import run_streaming_pass
+from pipelines.bronze.cometd import CometdLanding
+from pipelines.cometd_pipeline import run_cometd_pass
 from pipelines.engines import TableRef
 from pipelines.engines.local import LocalEngine
 from pipelines.spec import load_conf
@@ -310,7 +310,7 @@ def test_documented_messages_reach_bronze_silver_and_gold(
     engine = LocalEngine(location=tmp_path / "lake")
     transport = DeliverDocumented(emu.ca_cert_path)
     with httpx.Client(transport=transport, timeout=30) as http:
-        landing = StreamingLanding(
+        landing = CometdLanding(
             engine,
             conf.enabled_streams(),
             tokens=token_manager(emu),
@@ -328,7 +328,7 @@ def test_documented_messages_reach_bronze_silver_and_gold(
         "streaming:/data/AccountChangeEvent": 3,
     }
 
-    passed = run_streaming_pass(engine, conf)
+    passed = run_cometd_pass(engine, conf)
     assert {s.stream: s.quarantined for s in passed.silver.streams} == {
         "streaming:/topic/InvoiceUpdates": 0,
         "streaming:/u/Alerts": 0,

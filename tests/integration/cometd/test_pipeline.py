@@ -20,11 +20,11 @@ import pyarrow as pa
 import pytest
 
 from ingest.emulator.server import Emulator
-from pipelines.bronze.cometd import StreamingLanding
-from pipelines.bronze.cometd_tables import STREAMING_BRONZE_SCHEMA, replay_number
+from pipelines.bronze.cometd import CometdLanding
+from pipelines.bronze.cometd_tables import COMETD_BRONZE_SCHEMA, replay_number
 from pipelines.bronze.landing import LandingResult
 from pipelines.bronze.tables import bronze_app_id
-from pipelines.cometd_pipeline import land_streams, run_streaming_pass
+from pipelines.cometd_pipeline import land_streams, run_cometd_pass
 from pipelines.commands.status import format_status, read_status
 from pipelines.commands.validate import describe
 from pipelines.engines import LakeEngine, TableRef
@@ -74,7 +74,7 @@ class CorruptOneConnect(httpx.BaseTransport):
 
 
 def _land(conf: Conf, engine: LakeEngine, emulator: Emulator, **options: Any) -> LandingResult:
-    landing = StreamingLanding(
+    landing = CometdLanding(
         engine,
         conf.enabled_streams(),
         tokens=token_manager(emulator),
@@ -151,7 +151,7 @@ def test_channels_land_once_decode_merge_and_quarantine(
     assert sum(t.events for t in third.topics) == 0
     assert engine.read_arrow(TableRef("bronze", "streaming_accts")).num_rows == len(accts)
 
-    passed = run_streaming_pass(engine, conf)
+    passed = run_cometd_pass(engine, conf)
     quarantined = {s.stream: s.quarantined for s in passed.silver.streams}
     assert quarantined == {
         "streaming:/topic/Accts": 3,
@@ -290,15 +290,15 @@ def test_gold_applies_notifications_in_replay_id_order_whatever_their_arrival(
 
     # Two notifications of one record arriving newest first, in one batch ...
     rows = [_late(21, "Newest", 90, 0), _late(20, "Older", 90, 1)]
-    engine.append(bronze, pa.Table.from_pylist(rows, schema=STREAMING_BRONZE_SCHEMA))
-    run_streaming_pass(engine, conf)
+    engine.append(bronze, pa.Table.from_pylist(rows, schema=COMETD_BRONZE_SCHEMA))
+    run_cometd_pass(engine, conf)
     (gold,) = engine.read_arrow(TableRef("gold", "accts")).to_pylist()
     assert (gold["Industry"], gold["_cdc_last_replay_id"]) == ("Newest", b"21")
 
     # ... and an older one arriving in a later pass: neither overwrites the newest.
     late = [_late(19, "Oldest", 91, 0)]
-    engine.append(bronze, pa.Table.from_pylist(late, schema=STREAMING_BRONZE_SCHEMA))
-    run_streaming_pass(engine, conf)
+    engine.append(bronze, pa.Table.from_pylist(late, schema=COMETD_BRONZE_SCHEMA))
+    run_cometd_pass(engine, conf)
     (gold,) = engine.read_arrow(TableRef("gold", "accts")).to_pylist()
     assert (gold["Industry"], gold["_cdc_last_replay_id"]) == ("Newest", b"21")
 
@@ -317,7 +317,7 @@ def test_commits_table_gives_the_channels_lag_rate_and_health(
     account(emu, "UPDATE", A, {"Industry": "Banking"})
     emu.streaming.push(channel_id, "hello")
     land_streams(conf, engine=engine, tokens=tokens, ca_file=emu.ca_cert_path, once=True, ops=ops)
-    run_streaming_pass(engine, conf, on_commit=ops.record)
+    run_cometd_pass(engine, conf, on_commit=ops.record)
     ops.flush()
 
     commits = engine.read_arrow(OPS_TABLE).to_pylist()
@@ -375,7 +375,7 @@ def test_a_channel_drained_with_its_batch_open_is_caught_up(
     account(emu, "UPDATE", A, {"Industry": "Banking"})
     started = datetime.now(timezone.utc)
     land_streams(conf, engine=engine, tokens=tokens, ca_file=emu.ca_cert_path, once=True, ops=ops)
-    run_streaming_pass(engine, conf, on_commit=ops.record)
+    run_cometd_pass(engine, conf, on_commit=ops.record)
     ops.flush()
 
     commits = engine.read_arrow(OPS_TABLE).to_pylist()

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ingest.emulator.catalogue import default_catalogue
-from ingest.emulator.cometd import StreamingSettings
+from ingest.emulator.cometd import CometdSettings
 from ingest.emulator.server import DEFAULT_CLIENT, Emulator, EmulatorConfig
 from tests.cometd_helpers import change_event
 from tests.emulator_helpers import FakeClock
@@ -32,9 +32,7 @@ pytestmark = [pytest.mark.streaming_api, pytest.mark.integration]
 
 @pytest.fixture
 def tls_emulator() -> Iterator[Emulator]:
-    config = EmulatorConfig(
-        host="localhost", tls=True, streaming=StreamingSettings(poll_timeout=1.0)
-    )
+    config = EmulatorConfig(host="localhost", tls=True, streaming=CometdSettings(poll_timeout=1.0))
     emu = Emulator(default_catalogue(), config, clock=FakeClock(1_735_689_600.0)).start()
     yield emu
     emu.close()

@@ -13,11 +13,11 @@ import pytest
 from ingest.auth import Secret, StaticToken, TokenManager
 from ingest.client.retry import RetryPolicy
 from ingest.cometd import (
+    CometdSubscription,
     IdleConnect,
     MalformedMessage,
     NotificationBatch,
     Reconnected,
-    StreamingSubscription,
     classify,
     pack,
     split_messages,
@@ -182,7 +182,7 @@ def test_malformed_messages_are_handed_out_with_what_could_be_read() -> None:
     connects = [f"[{good},{no_id},{no_data},7,{reply}]", "this is not json", f"[{reply}]"]
     disconnects: list[str] = []
     http = httpx.Client(transport=httpx.MockTransport(_scripted(connects, disconnects)))
-    sub = StreamingSubscription(
+    sub = CometdSubscription(
         _tokens(),
         ["/u/A"],
         http=http,
@@ -212,7 +212,7 @@ def test_network_failures_are_bounded() -> None:
         raise httpx.ConnectError("refused", request=request)
 
     waits: list[float] = []
-    sub = StreamingSubscription(
+    sub = CometdSubscription(
         _tokens(),
         ["/u/A"],
         http=httpx.Client(transport=httpx.MockTransport(down)),
@@ -229,7 +229,7 @@ def test_token_never_in_errors() -> None:
     def down(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)
 
-    sub = StreamingSubscription(
+    sub = CometdSubscription(
         _tokens(),
         ["/u/A"],
         http=httpx.Client(transport=httpx.MockTransport(down)),
@@ -243,6 +243,6 @@ def test_token_never_in_errors() -> None:
 
 def test_options_are_checked() -> None:
     with pytest.raises(ValueError, match=r"leading '/'.*replay must be"):
-        StreamingSubscription(_tokens(), {"topic/x": -3})
+        CometdSubscription(_tokens(), {"topic/x": -3})
     with pytest.raises(ValueError, match=r"37\.0 or later"):
-        StreamingSubscription(_tokens(), ["/u/A"], api_version="36.0")
+        CometdSubscription(_tokens(), ["/u/A"], api_version="36.0")

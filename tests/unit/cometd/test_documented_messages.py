@@ -15,7 +15,7 @@ import pytest
 from ingest.cometd import Notification, parse_notification, split_messages
 from ingest.emulator.catalogue import default_catalogue
 from ingest.emulator.cometd.fields import ObjectFields
-from pipelines.silver.cometd import STREAM_BRONZE_COLUMNS, StreamingRows, StreamPlan, stream_plan
+from pipelines.silver.cometd import STREAM_BRONZE_COLUMNS, CometdRows, StreamPlan, stream_plan
 from pipelines.spec_cometd import ChannelKind
 from tests.cometd_helpers import DOCUMENTED_KINDS, documented_messages, documented_text
 
@@ -80,7 +80,7 @@ def _silver(kind: str) -> list[dict[str, Any]]:
         for i, n in enumerate(_notifications(kind))
     ]
     batch = pa.RecordBatch.from_pylist([{c: r[c] for c in STREAM_BRONZE_COLUMNS} for r in rows])
-    decoded = pa.Table.from_batches(list(StreamingRows(_plan(kind))(iter([batch])))).to_pylist()
+    decoded = pa.Table.from_batches(list(CometdRows(_plan(kind))(iter([batch])))).to_pylist()
     errors = [(r["_cdc_replay_number"], r["_cdc_error"]) for r in decoded if r["_cdc_error"]]
     assert errors == []
     return decoded

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from pipelines.silver.cometd import STREAM_BRONZE_COLUMNS, StreamingRows, stream_plan
+from pipelines.silver.cometd import STREAM_BRONZE_COLUMNS, CometdRows, stream_plan
 
 pytestmark = pytest.mark.streaming_api
 
@@ -66,7 +66,7 @@ def _bronze(*rows: dict[str, Any]) -> pa.RecordBatch:
 
 
 def _decode(plan: Any, batch: pa.RecordBatch) -> list[dict[str, Any]]:
-    out = list(StreamingRows(plan)(iter([batch])))
+    out = list(CometdRows(plan)(iter([batch])))
     return pa.Table.from_batches(out).to_pylist()
 
 
