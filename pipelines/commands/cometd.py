@@ -1,4 +1,4 @@
-"""``sfcdc streaming``: the Streaming API (CometD) source of ``conf/``, layer by layer.
+"""``sfcdc streaming``: the Salesforce Streaming API (CometD) source of ``conf/``, layer by layer.
 
 ::
 
@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
     """Add ``streaming`` and its subcommands to the ``sfcdc`` command."""
     parser = subparsers.add_parser(
         "streaming",
-        help="the Streaming API (CometD) channels: ingest, silver, gold, run",
+        help="the Salesforce Streaming API (CometD) channels: ingest, silver, gold, run",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     sub = parser.add_subparsers(dest="streaming_command", metavar="STEP", required=True)
