@@ -75,20 +75,20 @@ from pyspark.sql import types as T
 from ingest.errors import CheckpointError, ConfigError
 from ingest.schema import EventSchema, FieldInfo
 from pipelines.bronze.checkpoint import Checkpoint, CheckpointStore
-from pipelines.bronze.streaming_setup import read_describes
+from pipelines.bronze.cometd_setup import read_describes
 from pipelines.bronze.tables import bronze_tables
 from pipelines.engines import LakeEngine, MergeMetrics, TableRef
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.formulas import formula_columns
 from pipelines.gold.columns import DELETED, FORMULAS_REFRESHED_AT, ID, body_fields, gold_schema
+from pipelines.gold.cometd import gold_object, run_cometd_gold
 from pipelines.gold.job import gold_table, run_gold
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE
-from pipelines.gold.streaming import gold_object, run_streaming_gold
 from pipelines.polled.layout import polled_layout
 from pipelines.progress import progress
 from pipelines.silver.columns import LeafKind, SilverLayout, leaf_kind_of
+from pipelines.silver.cometd_job import cometd_plan, run_cometd_silver
 from pipelines.silver.job import REGISTRY_TABLE, read_registry, run_silver, silver_layout
-from pipelines.silver.streaming_job import run_streaming_silver, streaming_plan
 from pipelines.snapshot_read import RecordReader, SnapshotSource
 from pipelines.snapshot_rows import record_infos, rest_row, rest_value, snapshot_soql
 from pipelines.snapshot_write import (
@@ -99,7 +99,7 @@ from pipelines.snapshot_write import (
     snapshot_key,
 )
 from pipelines.spec import Conf, ObjectSpec
-from pipelines.spec_streaming import StreamingObjectSpec
+from pipelines.spec_cometd import CometdObjectSpec
 
 __all__ = [
     "CHUNK_ROWS",
@@ -520,7 +520,7 @@ def bootstrap_object(
     )
 
 
-def _stream(conf: Conf, name: str) -> StreamingObjectSpec | None:
+def _stream(conf: Conf, name: str) -> CometdObjectSpec | None:
     """The Streaming API channel ``name`` names (its key ``streaming:/topic/X`` or its
     channel ``/topic/X``), or ``None`` when it names an object."""
     if not name.startswith(("streaming:", "/")):
@@ -599,7 +599,7 @@ def resync_objects(
     else those records. A channel's records are read with its gold's fields (a PushTopic's:
     its query's, over every record of the object: the query's WHERE clause is not applied).
     Objects with nothing open are skipped."""
-    targets: list[tuple[ObjectSpec, StreamingObjectSpec | None]] = []
+    targets: list[tuple[ObjectSpec, CometdObjectSpec | None]] = []
     if names:
         for name in names:
             stream = _stream(conf, name)
@@ -618,9 +618,9 @@ def resync_objects(
         if stream is None:
             _catch_up(engine, conf, obj)
         else:
-            run_streaming_silver(engine, conf, streams=[stream.key])
-            run_streaming_gold(engine, conf, streams=[stream.key])
-            plan = streaming_plan(stream, read_describes(engine).get(stream.key, []))
+            run_cometd_silver(engine, conf, streams=[stream.key])
+            run_cometd_gold(engine, conf, streams=[stream.key])
+            plan = cometd_plan(stream, read_describes(engine).get(stream.key, []))
             if plan.layout is None or stream.api_name is None:
                 _log.info("resync: %s has no stored describe yet; skipped", stream.key)
                 continue

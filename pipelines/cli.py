@@ -31,7 +31,8 @@ EXTRAS: dict[str, str] = {
     "delta": "spark",
 }
 
-# Module names under pipelines.commands, in the order `sfcdc --help` lists them.
+# The commands, in the order `sfcdc --help` lists them; each is the module of its name under
+# pipelines.commands (dashes as underscores) unless _MODULES names another.
 COMMANDS: tuple[str, ...] = (
     "demo",
     "run",
@@ -53,6 +54,8 @@ COMMANDS: tuple[str, ...] = (
     "emulator",
     "delta-jars",
 )
+# `sfcdc streaming` is the Salesforce Streaming API's (CometD) command: pipelines.commands.cometd.
+_MODULES: dict[str, str] = {"streaming": "cometd"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"pipelines.commands.{name.replace('-', '_')}")
+            module = importlib.import_module(
+                f"pipelines.commands.{_MODULES.get(name, name.replace('-', '_'))}"
+            )
         except ModuleNotFoundError as exc:
             if missing_extra(exc) is None:
                 raise

@@ -352,9 +352,9 @@ def _in_process_emulator(spec: EmulatorSpec, topics: Sequence[TopicSpec], ctx: _
     # The emulator is only loaded when it runs here: a landing process that reaches Salesforce
     # or an external emulator starts faster without it.
     from ingest.emulator.catalogue import default_catalogue
+    from ingest.emulator.cometd import CometdSettings
     from ingest.emulator.managed import ManagedSubscriptionConfig
     from ingest.emulator.server import Emulator, EmulatorConfig
-    from ingest.emulator.streaming import StreamingSettings
 
     catalogue = default_catalogue()
     state = Path(spec.state_dir) if spec.state_dir else None
@@ -375,7 +375,7 @@ def _in_process_emulator(spec: EmulatorSpec, topics: Sequence[TopicSpec], ctx: _
             keepalive_interval=spec.keepalive_seconds,
             managed_subscriptions=managed,
             # A Streaming API long poll is the CometD counterpart of a keepalive.
-            streaming=StreamingSettings(poll_timeout=spec.keepalive_seconds),
+            streaming=CometdSettings(poll_timeout=spec.keepalive_seconds),
         ),
         clock=ctx.clock,
     )

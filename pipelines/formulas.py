@@ -50,7 +50,7 @@ from pipelines.gold.tables import FORMULA_SCHEMA, FORMULA_TABLE, gold_table
 from pipelines.ops.table import CommitRecord
 from pipelines.polled.layout import calculated_fields
 from pipelines.silver.columns import LeafKind, spark_type
-from pipelines.silver.streaming import describe_layout
+from pipelines.silver.cometd import describe_layout
 from pipelines.snapshot_read import RecordReader, SnapshotSource
 from pipelines.snapshot_rows import rest_value
 from pipelines.spec import Conf, ObjectSpec

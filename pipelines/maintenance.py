@@ -35,7 +35,7 @@ from ingest.errors import ConfigError
 from pipelines.engines import LakeEngine, MaintenanceResult, TableRef
 from pipelines.gold import job as gold_job
 from pipelines.silver import job as silver_job
-from pipelines.silver.streaming_job import silver_app_id
+from pipelines.silver.cometd_job import silver_app_id
 from pipelines.spec import Conf, MaintenanceSpec
 
 __all__ = [

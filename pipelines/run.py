@@ -52,7 +52,14 @@ from ingest.bulk import BulkQueryClient
 from ingest.errors import LakeError, ReplayIdError, SfcdcError
 from pipelines.bootstrap import SnapshotResult, rebootstrap_due, resync_objects
 from pipelines.bronze import BronzeLanding, LandingResult
-from pipelines.bronze.streaming import StreamingLanding
+from pipelines.bronze.cometd import CometdLanding
+from pipelines.cometd_pipeline import (
+    CometdPassResult,
+    cometd_landing,
+    land_topics_and_streams,
+    push_topic_provisioner,
+    run_cometd_pass,
+)
 from pipelines.commands.bootstrap import open_rest
 from pipelines.commands.conf_options import METRICS_PORT_KEY
 from pipelines.connect import connect, secret_resolver
@@ -67,13 +74,6 @@ from pipelines.session import engine_for
 from pipelines.silver.job import SilverResult, run_silver
 from pipelines.snapshot_read import BulkRecords, SnapshotSource
 from pipelines.spec import Conf
-from pipelines.streaming_pipeline import (
-    StreamingPassResult,
-    land_topics_and_streams,
-    push_topic_provisioner,
-    run_streaming_pass,
-    streaming_landing,
-)
 
 if TYPE_CHECKING:
     from pipelines.engines import LakeEngine, TableRef
@@ -105,7 +105,7 @@ class PassResult:
     gold: GoldResult
     seconds: float
     # The Streaming API channels' silver and gold (None without any).
-    streaming: StreamingPassResult | None = None
+    streaming: CometdPassResult | None = None
     # Objects whose stored position had expired, read again whole (replay.on_expired).
     rebootstrapped: tuple[SnapshotResult, ...] = ()
     # The polls of objects without change events that were due (before silver).
@@ -479,7 +479,7 @@ class Pipeline:
         self._monotonic = monotonic
         self._stop = threading.Event()
         self._stop_reason: str | None = None
-        self._landing: BronzeLanding | StreamingLanding | None = None
+        self._landing: BronzeLanding | CometdLanding | None = None
         self._landing_process = landing_process
         self._child: _ChildLanding | None = None
         self._lock = threading.Lock()
@@ -487,7 +487,7 @@ class Pipeline:
         # them after the Pub/Sub topics, on the same connection; a continuous run beside
         # them, in a thread of the landing).
         self._streams = bool(conf.enabled_streams()) and self.objects is None
-        self._streaming_landing: LandingResult | None = None
+        self._cometd_landing: LandingResult | None = None
         self._metrics = metrics
         self._pass_ops: OpsRecorder | None = None
         self._next_maintenance: float | None = None
@@ -557,7 +557,7 @@ class Pipeline:
             passes,
             self._monotonic() - started,
             landing.stopped,
-            streaming=self._streaming_landing,
+            streaming=self._cometd_landing,
         )
 
     def run_continuous(self, *, interval: float, duration: float | None = None) -> RunResult:
@@ -705,7 +705,7 @@ class Pipeline:
             formulas = self._refresh_formulas(engine, names, ops)
         streaming = None
         if self._streams:
-            streaming = run_streaming_pass(engine, self.conf, on_commit=ops.record)
+            streaming = run_cometd_pass(engine, self.conf, on_commit=ops.record)
         ops.flush_if_due()
         # What the pass allocated is free again: give it back rather than keep the largest
         # pass's worth for the rest of the run.
@@ -889,7 +889,7 @@ class Pipeline:
             return self._land_with(engine, ops, once=once, duration=duration, ready=ready)
 
     def _register(
-        self, landing: BronzeLanding | StreamingLanding, ready: threading.Event | None
+        self, landing: BronzeLanding | CometdLanding, ready: threading.Event | None
     ) -> None:
         """Make ``landing`` the one :meth:`stop` stops (at once when a stop came first)."""
         with self._lock:
@@ -924,7 +924,7 @@ class Pipeline:
             conf.pipeline.connection, secrets=secrets, topics=self._topics, on_start=provision
         ) as source:
             if not self._topics:
-                alone = streaming_landing(
+                alone = cometd_landing(
                     conf, engine=engine, tokens=source.tokens, ca_file=source.ca_file, ops=ops
                 )
                 self._register(alone, ready)
@@ -953,7 +953,7 @@ class Pipeline:
                     streams_after=lambda: self._stop_reason is None,
                 )
                 if channels is not None:
-                    self._streaming_landing = channels
+                    self._cometd_landing = channels
                 return result
             except ReplayIdError as exc:
                 raise ReplayIdError(

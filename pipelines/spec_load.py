@@ -43,7 +43,7 @@ from pipelines.spec_models import (
 from pipelines.spec_sections import DefaultsSpec
 
 if TYPE_CHECKING:
-    from pipelines.spec_streaming import StreamingObjectSpec
+    from pipelines.spec_cometd import CometdObjectSpec
 
 __all__ = [
     "load_conf",
@@ -374,10 +374,10 @@ def _load_pipeline(
 def object_kinds() -> tuple[str, ...]:
     """Every value an object file's ``kind`` may take, from the models that read the files
     (:class:`ObjectSpec`'s kinds, then ``streaming_api``)."""
-    from pipelines.spec_streaming import StreamingObjectSpec
+    from pipelines.spec_cometd import CometdObjectSpec
 
     kinds: list[str] = []
-    for model in (ObjectSpec, StreamingObjectSpec):
+    for model in (ObjectSpec, CometdObjectSpec):
         for key, _field, tp in yaml_fields(model):
             if key == "kind":
                 kinds.extend(str(k) for k in typing.get_args(tp))
@@ -386,7 +386,7 @@ def object_kinds() -> tuple[str, ...]:
 
 def _load_object(
     path: Path, defaults: DefaultsSpec, lake: LakeSpec, ctx: Problems
-) -> ObjectSpec | StreamingObjectSpec | None:
+) -> ObjectSpec | CometdObjectSpec | None:
     data = _read_yaml(path, ctx)
     if data is INVALID:
         return None
@@ -421,21 +421,21 @@ def _load_object(
     return spec  # type: ignore[no-any-return]
 
 
-def _load_stream(data: Any, defaults: DefaultsSpec, ctx: Problems) -> StreamingObjectSpec | None:
-    from pipelines.spec_streaming import StreamingGoldSpec, StreamingObjectSpec
+def _load_stream(data: Any, defaults: DefaultsSpec, ctx: Problems) -> CometdObjectSpec | None:
+    from pipelines.spec_cometd import CometdGoldSpec, CometdObjectSpec
 
     inherited = {
         "replay": defaults.replay,
         "batching": defaults.batching,
         "silver": defaults.silver,
-        # The order of a channel's changes is the channel's own (see StreamingGoldSpec).
-        "gold": StreamingGoldSpec(
+        # The order of a channel's changes is the channel's own (see CometdGoldSpec).
+        "gold": CometdGoldSpec(
             deletes=defaults.gold.deletes,
             scd2=defaults.gold.scd2,
             max_rows_per_commit=defaults.gold.max_rows_per_commit,
         ),
     }
-    spec = parse_model(StreamingObjectSpec, data, "", ctx, inherited)
+    spec = parse_model(CometdObjectSpec, data, "", ctx, inherited)
     return None if spec is INVALID else spec
 
 
@@ -524,7 +524,7 @@ def load_conf(conf_dir: Path, *, overrides: Sequence[tuple[str, Any]] = ()) -> C
             "Salesforce object or platform event"
         )
     loaded: list[tuple[ObjectSpec, Problems]] = []
-    streams: list[tuple[StreamingObjectSpec, Problems]] = []
+    streams: list[tuple[CometdObjectSpec, Problems]] = []
     contexts: list[Problems] = []
     object_files: dict[str, Path] = {}
     for path in files:
@@ -539,7 +539,7 @@ def load_conf(conf_dir: Path, *, overrides: Sequence[tuple[str, Any]] = ()) -> C
             object_files.setdefault(obj.key, path)
     _check_objects(loaded, lake)
     if streams:
-        from pipelines.spec_streaming import check_streams
+        from pipelines.spec_cometd import check_streams
 
         check_streams(streams, loaded, lake)
     for ctx in contexts:

@@ -30,13 +30,14 @@ from pipelines.spec_sections import (
 )
 
 if TYPE_CHECKING:
-    from pipelines.spec_streaming import StreamingObjectSpec
+    from pipelines.spec_cometd import CometdObjectSpec
 
 __all__ = [
     "IDENTIFIER_PATTERN",
     "POLLED_PREFIX",
     "TOPIC_FORMATS",
     "TOPIC_PATTERN",
+    "CometdApiSpec",
     "Conf",
     "EngineName",
     "IngestSpec",
@@ -52,7 +53,6 @@ __all__ = [
     "RetrySpec",
     "SchemasSpec",
     "StorageSpec",
-    "StreamingApiSpec",
     "TablesSpec",
     "TopicInfo",
     "TopicKind",
@@ -463,7 +463,7 @@ class ReconcileSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StreamingApiSpec:
+class CometdApiSpec:
     """The Streaming API (CometD) source, for object files of ``kind: streaming_api``."""
 
     api_version: str = field(
@@ -503,8 +503,8 @@ class PipelineSpec:
     ops: OpsSpec = field(
         default_factory=OpsSpec, metadata=meta("Commit records, status window and metrics.")
     )
-    streaming_api: StreamingApiSpec = field(
-        default_factory=StreamingApiSpec,
+    streaming_api: CometdApiSpec = field(
+        default_factory=CometdApiSpec,
         metadata=meta("The Streaming API source (object files of kind streaming_api)."),
     )
     maintenance: MaintenanceSpec = field(
@@ -685,8 +685,8 @@ class Conf:
     objects: tuple[ObjectSpec, ...]
     conf_dir: Path
     object_files: Mapping[str, Path] = field(default_factory=dict)
-    # Object files of kind streaming_api: Streaming API channels (pipelines.spec_streaming).
-    streams: tuple[StreamingObjectSpec, ...] = ()
+    # Object files of kind streaming_api: Streaming API channels (pipelines.spec_cometd).
+    streams: tuple[CometdObjectSpec, ...] = ()
 
     def object(self, api_name: str) -> ObjectSpec:
         """The object called ``api_name`` (case-sensitive, as in Salesforce)."""
@@ -699,7 +699,7 @@ class Conf:
     def enabled_objects(self) -> tuple[ObjectSpec, ...]:
         return tuple(o for o in self.objects if o.enabled)
 
-    def enabled_streams(self) -> tuple[StreamingObjectSpec, ...]:
+    def enabled_streams(self) -> tuple[CometdObjectSpec, ...]:
         """The Streaming API channels to land (object files of kind streaming_api)."""
         return tuple(s for s in self.streams if s.enabled)
 

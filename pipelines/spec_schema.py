@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from pipelines.spec import ObjectSpec, PipelineSpec
+from pipelines.spec_cometd import CometdObjectSpec
 from pipelines.spec_fields import (
     DURATION_PATTERN,
     SIZE_PATTERN,
@@ -30,7 +31,6 @@ from pipelines.spec_fields import (
     type_kind,
     yaml_fields,
 )
-from pipelines.spec_streaming import StreamingObjectSpec
 
 __all__ = [
     "JSON_SCHEMA_DIALECT",
@@ -51,12 +51,12 @@ JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_FILES: Mapping[str, type] = {
     "pipeline.schema.json": PipelineSpec,
     "object.schema.json": ObjectSpec,
-    "streaming.schema.json": StreamingObjectSpec,
+    "streaming.schema.json": CometdObjectSpec,
 }
 _TITLES = {
     PipelineSpec: "sfcdc conf/pipeline.yml",
     ObjectSpec: "sfcdc conf/objects/<name>.yml",
-    StreamingObjectSpec: "sfcdc conf/objects/<name>.yml (kind: streaming_api)",
+    CometdObjectSpec: "sfcdc conf/objects/<name>.yml (kind: streaming_api)",
 }
 README_BEGIN = "<!-- BEGIN GENERATED KEY REFERENCE: python -m pipelines.spec_schema -->"
 README_END = "<!-- END GENERATED KEY REFERENCE -->"
@@ -366,7 +366,7 @@ def render_key_reference() -> str:
     for file, root in (
         ("conf/pipeline.yml", PipelineSpec),
         ("conf/objects/<name>.yml", ObjectSpec),
-        ("conf/objects/<name>.yml (kind: streaming_api)", StreamingObjectSpec),
+        ("conf/objects/<name>.yml (kind: streaming_api)", CometdObjectSpec),
     ):
         docs = list(key_docs(root, file))
         out.append(f"### `{file}`\n")

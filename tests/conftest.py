@@ -251,8 +251,7 @@ def _cost(item: pytest.Item) -> float:
 # first-run tables test (what it checks is what each engine creates) and the console script
 # run from a virtualenv that is not activated (a spark-engine run by nature).
 LONG_ON_SPARK = tuple(
-    f"tests/integration/{layer}/"
-    for layer in ("bronze", "silver", "gold", "streaming", "rest", "cli")
+    f"tests/integration/{layer}/" for layer in ("bronze", "silver", "gold", "cometd", "rest", "cli")
 )
 DEFAULT_ON_SPARK = (
     "tests/integration/cli/test_first_run_tables.py",

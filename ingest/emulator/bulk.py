@@ -65,7 +65,7 @@ from ingest.emulator.rest import (
 from ingest.emulator.routes import HttpAnswer, HttpRequest, json_answer
 
 if TYPE_CHECKING:
-    from ingest.emulator.streaming.fields import ObjectField, ObjectFields
+    from ingest.emulator.cometd.fields import ObjectField, ObjectFields
     from ingest.emulator.truth import GroundTruth
 
 __all__ = ["DEFAULT_MAX_RECORDS", "BulkQueryApi", "BulkSettings"]

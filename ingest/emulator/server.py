@@ -26,6 +26,7 @@ from types import TracebackType
 import grpc
 
 from ingest.emulator.bulk import BulkQueryApi
+from ingest.emulator.cometd import CometdApi, CometdSettings
 from ingest.emulator.eventlog import EventBus, LoggedEvent
 from ingest.emulator.faults import Faults, FaultSettings
 from ingest.emulator.managed import (
@@ -36,7 +37,6 @@ from ingest.emulator.managed import (
 from ingest.emulator.oauth import OAuthClient, OAuthServer, Token, TokenStore
 from ingest.emulator.rest import RestApi
 from ingest.emulator.service import PubSubService, ServiceSettings
-from ingest.emulator.streaming import StreamingApi, StreamingSettings
 from ingest.emulator.streams import ResponseEncoding
 from ingest.emulator.tls import CA_CERT, SERVER_CERT, SERVER_KEY, TlsMaterial, ensure_tls
 from ingest.emulator.topics import Catalogue, EmittedEvent
@@ -101,7 +101,7 @@ class EmulatorConfig:
     seed: int = 0
     response_encoding: ResponseEncoding = "prebuilt"
     max_workers: int = 64
-    streaming: StreamingSettings = field(default_factory=StreamingSettings)
+    streaming: CometdSettings = field(default_factory=CometdSettings)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -155,8 +155,8 @@ class EmulatorConfig:
             )
         if self.max_workers < 4:
             problems.append(f"max_workers: expected at least 4, got {self.max_workers!r}")
-        if not isinstance(self.streaming, StreamingSettings):
-            problems.append(f"streaming: expected StreamingSettings, got {self.streaming!r}")
+        if not isinstance(self.streaming, CometdSettings):
+            problems.append(f"streaming: expected CometdSettings, got {self.streaming!r}")
         else:
             problems.extend(self.streaming.problems())
         if problems:
@@ -211,7 +211,7 @@ class Emulator:
         )
         self._bus = self._new_bus()
         # The Streaming API (CometD) on the HTTP(S) port, over the same bus and tokens.
-        self.streaming = StreamingApi(
+        self.streaming = CometdApi(
             catalogue,
             tokens=self._tokens,
             faults=self.faults,

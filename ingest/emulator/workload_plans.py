@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from ingest.emulator.avrowriter import AvroWriter, HeaderEncoder
 from ingest.emulator.bitmaps import BitmapEncoder
-from ingest.emulator.streaming.fields import describe_type, lossy_conversion
+from ingest.emulator.cometd.fields import describe_type, lossy_conversion
 from ingest.emulator.topics import TopicDef
 from ingest.emulator.values import ValueFactory
 from ingest.schema import EventSchema, FieldInfo

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ingest.emulator.streaming.fields import describe_type, lossy_conversion
+from ingest.emulator.cometd.fields import describe_type, lossy_conversion
 from ingest.emulator.topics import Catalogue, EmittedEvent
 from ingest.emulator.truth import GroundTruth
 from ingest.emulator.values import ValueFactory

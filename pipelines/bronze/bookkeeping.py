@@ -5,15 +5,15 @@ says how, and how to add one).
 Each table's name and schema are defined beside its writer: the checkpoints, the schema
 registry and the schema and topic failures in :mod:`pipelines.bronze.tables`, the leases in
 :mod:`pipelines.bronze.lease`, the Streaming API's describes in
-:mod:`pipelines.bronze.streaming_tables`, the commits table (written by every layer) in
+:mod:`pipelines.bronze.cometd_tables`, the commits table (written by every layer) in
 :mod:`pipelines.ops.table`.
 """
 
 from __future__ import annotations
 
 from pipelines.bookkeeping import BookkeepingTable
+from pipelines.bronze.cometd_tables import DESCRIBES_SCHEMA, DESCRIBES_TABLE
 from pipelines.bronze.lease import LEASE_SCHEMA
-from pipelines.bronze.streaming_tables import DESCRIBES_SCHEMA, DESCRIBES_TABLE
 from pipelines.bronze.tables import (
     CHECKPOINT_SCHEMA,
     CHECKPOINT_TABLE,

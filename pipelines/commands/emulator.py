@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ingest.emulator.catalogue import default_catalogue
+from ingest.emulator.cometd import CometdSettings
 from ingest.emulator.faults import FaultSettings, StreamCut
 from ingest.emulator.managed import ManagedSubscriptionConfig
 from ingest.emulator.server import DEFAULT_CLIENT, Emulator, EmulatorConfig
-from ingest.emulator.streaming import StreamingSettings
 from ingest.emulator.workload import Workload
 from ingest.errors import ConfigError
 
@@ -173,7 +173,7 @@ def serve(args: argparse.Namespace) -> EmulatorRun:
         managed_subscriptions=_managed(args.managed),
         faults=faults,
         seed=args.seed,
-        streaming=StreamingSettings(poll_timeout=args.poll_seconds, batch_size=args.batch_size),
+        streaming=CometdSettings(poll_timeout=args.poll_seconds, batch_size=args.batch_size),
     )
     catalogue = default_catalogue()
     emulator = Emulator(catalogue, config).start()

@@ -38,7 +38,12 @@ from typing import Any
 from ingest.auth import SecretResolver
 from ingest.errors import ConfigError, ReplayIdError
 from pipelines.bronze import BronzeLanding, LandingResult, TopicResult
-from pipelines.bronze.streaming import StreamingLanding
+from pipelines.bronze.cometd import CometdLanding
+from pipelines.cometd_pipeline import (
+    cometd_landing,
+    land_topics_and_streams,
+    push_topic_provisioner,
+)
 from pipelines.commands.conf_options import (
     add_conf_options,
     add_metrics_option,
@@ -50,11 +55,6 @@ from pipelines.ops.metrics import PipelineMetrics, serve_metrics
 from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
 from pipelines.spec import Conf, TopicSpec
-from pipelines.streaming_pipeline import (
-    land_topics_and_streams,
-    push_topic_provisioner,
-    streaming_landing,
-)
 
 __all__ = [
     "PROGRESS_PREFIX",
@@ -71,7 +71,7 @@ _log = logging.getLogger(__name__)
 
 # What `sfcdc ingest` runs: the Pub/Sub landing, or the Streaming API channels' alone when a
 # conf/ has no Pub/Sub object (`sfcdc run` of channels only).
-Landing = BronzeLanding | StreamingLanding
+Landing = BronzeLanding | CometdLanding
 
 # Marks the stdout lines that carry a landing snapshot, so a parent can tell them from the
 # human-readable summary.
@@ -315,13 +315,13 @@ def land(
                 ops=ops,
             )
         else:
-            landing = streaming_landing(
+            landing = cometd_landing(
                 conf, engine=engine, tokens=source.tokens, ca_file=source.ca_file, ops=ops
             )
         finish = started(landing) if started is not None else None
         with _stop_on_signals(landing), _serving_metrics(conf, landing):
             try:
-                if isinstance(landing, StreamingLanding):
+                if isinstance(landing, CometdLanding):
                     return landing.run(once=once, duration=seconds)
                 pubsub = landing
                 result, _channels = land_topics_and_streams(

@@ -125,8 +125,8 @@ def stop_on_signals(stop: Callable[[str], None]) -> Iterator[None]:
 
 def summary(result: RunResult) -> list[str]:
     """What ``sfcdc run`` prints when it stops."""
-    # Imported here: pipelines.commands.streaming imports this module.
-    from pipelines.commands.streaming import gold_lines, silver_lines
+    # Imported here: pipelines.commands.cometd imports this module.
+    from pipelines.commands.cometd import gold_lines, silver_lines
 
     lines = [f"sfcdc run: stopped after {result.seconds:.1f} s ({result.stopped})"]
     landed = result.landing.topics + (result.streaming.topics if result.streaming else ())

@@ -31,9 +31,9 @@ import pyarrow.compute as pc
 
 from pipelines.bronze import CHECKPOINT_TABLE
 from pipelines.bronze.tables import TOPIC_FAILURES_TABLE
+from pipelines.commands.cometd_report import stream_status
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.commands.empty_lake import empty_lake_note
-from pipelines.commands.streaming_report import stream_status
 from pipelines.engines import LakeEngine, TableRef
 from pipelines.gold import job as gold_job
 from pipelines.gold.resync import OBJECT_LEVEL_REASONS, RESYNC_TABLE

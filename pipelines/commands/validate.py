@@ -23,8 +23,8 @@ from typing import Any
 from ingest.auth import SecretResolver
 from ingest.client import SchemaCache
 from ingest.errors import ConfigError, PubSubError, SfcdcError
+from pipelines.commands.cometd_report import describe_streams
 from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
-from pipelines.commands.streaming_report import describe_streams
 from pipelines.connect import connect
 from pipelines.spec import Conf
 

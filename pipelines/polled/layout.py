@@ -1,7 +1,7 @@
 """A polled object's columns, from the describes its polls stored.
 
 An object without change events has no event schema: its silver and gold columns come from its
-``describe``, as a Streaming API channel's do (:func:`pipelines.silver.streaming.describe_layout`:
+``describe``, as a Streaming API channel's do (:func:`pipelines.silver.cometd.describe_layout`:
 Address and Location fields become structs of their parts, a name with parts a struct, or
 Account's switchable name). Two kinds of field are left out, so that the tables have the
 columns a change event object's tables have:
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ingest.schema import FieldInfo
 from pipelines.polled.tables import stored_describes
 from pipelines.silver.columns import FieldLayout, LeafLayout, SilverLayout, widen
-from pipelines.silver.streaming import describe_layout
+from pipelines.silver.cometd import describe_layout
 from pipelines.spec import ObjectSpec
 
 if TYPE_CHECKING:

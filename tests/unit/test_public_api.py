@@ -12,8 +12,8 @@ PACKAGES = [
     "ingest.auth_secrets",
     "ingest.errors",
     "ingest.replay",
-    "ingest.streaming",
-    "ingest.emulator.streaming",
+    "ingest.cometd",
+    "ingest.emulator.cometd",
     "pipelines",
 ]
 
@@ -23,7 +23,7 @@ def test_all_is_exact(name: str) -> None:
     module = importlib.import_module(name)
     exported = module.__all__
     # ruff (RUF022) orders __all__ isort-style where constants are exported.
-    isort_style = name in ("pipelines", "ingest.streaming")
+    isort_style = name in ("pipelines", "ingest.cometd", "ingest.emulator.cometd")
     assert sorted(exported) == list(exported) or isort_style, f"{name}.__all__ unsorted"
     assert len(set(exported)) == len(exported)
     for symbol in exported:

@@ -1,8 +1,0 @@
-"""Streaming API fixtures: an emulator with sub-second long polls on a fake clock, and one
-with TLS on the real clock for the pipeline tests. Both check, when the test ends, that it
-left no CometD session open (see :func:`tests.streaming_helpers.assert_sessions_closed`)."""
-
-from tests.integration.streaming.lake import tls_emulator
-from tests.streaming_helpers import bayeux, clock, emu
-
-__all__ = ["bayeux", "clock", "emu", "tls_emulator"]
