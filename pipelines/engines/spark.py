@@ -149,6 +149,8 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         self._clock = clock
         self._writable = False
         self._txn_indexes: dict[TableRef, _TxnIndex] = {}
+        # Per table: the version at which ensure_table last found it as asked, and what.
+        self._ensured: dict[TableRef, tuple[int, tuple[str, tuple[tuple[str, str], ...]]]] = {}
         self._settings_lock = session_lock(spark)
         # What every write of the engine wants, set once: no write changes them back.
         for key, value in PRESERVE_NULL_STRUCTS.items():

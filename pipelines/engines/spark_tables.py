@@ -62,8 +62,10 @@ class SparkTablesMixin:
         _spark: SparkSession
         location: str | None
         default_properties: dict[str, str]
+        _ensured: dict[TableRef, tuple[int, tuple[str, tuple[tuple[str, str], ...]]]]
 
         def exists(self, table: TableRef) -> bool: ...
+        def version(self, table: TableRef) -> int | None: ...
         def schema(self, table: TableRef) -> StructType | None: ...
         def qualified_name(self, table: TableRef) -> str: ...
         def schema_name(self, layer: str) -> str: ...
@@ -96,7 +98,13 @@ class SparkTablesMixin:
         if deletion_vectors:
             wanted[DELETION_VECTORS_PROPERTY] = "true"
         ident = self._ident(table)
-        if not self.exists(table):
+        # A table found as asked at some version is as asked while that is its version: the
+        # check (its schema and properties, a Spark job each) is not made again until a commit.
+        asked = (schema.json(), tuple(sorted(wanted.items())))
+        version = self.version(table)
+        if version is not None and self._ensured.get(table) == (version, asked):
+            return
+        if version is None:
             # Its commit would take a MERGE's settings of another thread: see _session_conf.
             with self._errors("create", table), self._session_conf():
                 if self.location is None:
@@ -125,6 +133,8 @@ class SparkTablesMixin:
             changed = {k: v for k, v in wanted.items() if have.get(k) != v}
             if changed:
                 self._sql(set_properties_sql(ident, changed))
+        if not missing and not changed:
+            self._ensured[table] = (version, asked)
 
     def history(self, table: TableRef, *, limit: int = 20) -> list[HistoryEntry]:
         self._require_exists(table)

@@ -246,6 +246,32 @@ def test_ensure_table_creates_and_evolves(lake_engine: LakeEngine) -> None:
         lake_engine.append(GOLD, pa.table({"Name": ["x"]}))  # Id is NOT NULL
 
 
+def test_ensure_table_checks_again_after_another_writers_commit(
+    lake_engine: LakeEngine, make_engine: Any
+) -> None:
+    """A table found as asked is not checked again until it changes; a change another
+    process makes is seen."""
+    schema = T.StructType(
+        [T.StructField("Id", T.StringType()), T.StructField("Name", T.StringType())]
+    )
+    lake_engine.ensure_table(GOLD, schema)
+    lake_engine.ensure_table(GOLD, schema)
+    other = make_engine(lake_engine.location)  # type: ignore[attr-defined]
+    other.ensure_table(GOLD, T.StructType([*schema.fields, T.StructField("Rating", T.LongType())]))
+    with pytest.raises(LakeError, match=r"column 'Rating' of .* is bigint, not string"):
+        lake_engine.ensure_table(
+            GOLD, T.StructType([*schema.fields, T.StructField("Rating", T.StringType())])
+        )
+    other.ensure_table(GOLD, schema, properties={"delta.logRetentionDuration": "interval 9 days"})
+    lake_engine.ensure_table(GOLD, schema)  # the property is not asked for: left as it is
+    lake_engine.ensure_table(
+        GOLD, schema, properties={"delta.logRetentionDuration": "interval 8 days"}
+    )
+    path = Path(lake_engine.location) / "gold" / "account"  # type: ignore[attr-defined]
+    config = DeltaTable(str(path)).metadata().configuration
+    assert config["delta.logRetentionDuration"] == "interval 8 days"
+
+
 ALL_TYPES = T.StructType(
     [
         T.StructField("s", T.StringType()),
