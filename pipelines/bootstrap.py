@@ -99,7 +99,7 @@ from pipelines.snapshot_write import (
     snapshot_key,
 )
 from pipelines.spec import Conf, ObjectSpec
-from pipelines.spec_cometd import CometdObjectSpec
+from pipelines.spec.cometd import CometdObjectSpec
 
 __all__ = [
     "CHUNK_ROWS",

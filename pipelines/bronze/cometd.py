@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from ingest.cometd.setup import RestApi
     from pipelines.engines.base import LakeEngine
     from pipelines.ops.recorder import OpsRecorder
-    from pipelines.spec_cometd import CometdObjectSpec
+    from pipelines.spec.cometd import CometdObjectSpec
 
 __all__ = [
     "CometdCommitThread",

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from pipelines.engines import TableRef
 from pipelines.spec import Conf
-from pipelines.spec_cometd import CometdObjectSpec
+from pipelines.spec.cometd import CometdObjectSpec
 
 if TYPE_CHECKING:
     from pipelines.commands.status import ObjectStatus, TopicStatus

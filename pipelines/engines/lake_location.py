@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 from ingest.auth import SecretRef, SecretResolver
 from ingest.errors import LakeError
 from pipelines.spec import StorageSpec
-from pipelines.spec_fields import has_scheme
+from pipelines.spec.fields import has_scheme
 
 __all__ = ["OBJECT_STORE_SCHEMES", "LakeLocation", "storage_options"]
 

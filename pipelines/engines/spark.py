@@ -77,7 +77,7 @@ from pipelines.engines.sql import (
 )
 from pipelines.engines.writable import check_writable
 from pipelines.spec import LakeSpec, SchemasSpec
-from pipelines.spec_fields import has_scheme
+from pipelines.spec.fields import has_scheme
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

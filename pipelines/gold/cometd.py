@@ -38,7 +38,7 @@ from pipelines.gold.tables import BOOKKEEPING
 from pipelines.ops.table import CommitRecord
 from pipelines.silver.cometd_job import cometd_plan, select_streams
 from pipelines.spec import DEFAULT_SEQUENCE_BY, Conf, GoldSpec, ObjectSpec, TablesSpec
-from pipelines.spec_cometd import CometdObjectSpec
+from pipelines.spec.cometd import CometdObjectSpec
 
 __all__ = ["PUSHTOPIC_SEQUENCE_BY", "gold_object", "run_cometd_gold", "stream_replay_gaps"]
 

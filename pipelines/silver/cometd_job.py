@@ -46,7 +46,7 @@ from pipelines.silver.job import QUARANTINE_TABLE, maintain_on_schedule
 from pipelines.silver.quarantine import QUARANTINE_SCHEMA, AfterBatch, QuarantinePart, SilverPart
 from pipelines.silver.tables import BOOKKEEPING
 from pipelines.spec import Conf
-from pipelines.spec_cometd import CometdObjectSpec
+from pipelines.spec.cometd import CometdObjectSpec
 
 __all__ = [
     "CometdSilverResult",
