@@ -36,8 +36,8 @@ from ingest.emulator.managed import (
 )
 from ingest.emulator.oauth import OAuthClient, OAuthServer, Token, TokenStore
 from ingest.emulator.rest import RestApi
-from ingest.emulator.service import PubSubService, ServiceSettings
-from ingest.emulator.streams import ResponseEncoding
+from ingest.emulator.service import PubSubService
+from ingest.emulator.service_settings import ResponseEncoding, ServiceSettings
 from ingest.emulator.tls import CA_CERT, SERVER_CERT, SERVER_KEY, TlsMaterial, ensure_tls
 from ingest.emulator.topics import Catalogue, EmittedEvent
 from ingest.emulator.truth import GroundTruth
