@@ -14,10 +14,10 @@ from typing import Any
 from ingest.emulator.ids import IdFactory
 from ingest.emulator.textdiff import Newline, decide_diff
 from ingest.emulator.values import ValueFactory
-from ingest.emulator.workload_emit import Item, Tx
+from ingest.emulator.workload_emit import Tx
 from ingest.emulator.workload_mix import WorkloadMix
 from ingest.emulator.workload_plans import REQUIRED_CHILDREN, STAGES, FieldPlan, Plan
-from ingest.emulator.workload_records import Meta, Records
+from ingest.emulator.workload_records import Item, Meta, Records
 
 __all__ = ["FieldValues"]
 
