@@ -28,7 +28,7 @@ from pipelines.bronze.cometd import CometdLanding
 from pipelines.bronze.landing import LandingResult
 from pipelines.cometd_pipeline import land_streams, push_topic_provisioner
 from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
-from pipelines.commands.run import stop_on_signals
+from pipelines.commands.signals import stop_on_signals
 from pipelines.connect import connect
 from pipelines.gold.cometd import run_cometd_gold
 from pipelines.gold.job import GoldResult
