@@ -26,7 +26,8 @@ from types import TracebackType
 import grpc
 
 from ingest.emulator.bulk import BulkQueryApi
-from ingest.emulator.cometd import CometdApi, CometdSettings
+from ingest.emulator.cometd.bayeux import CometdSettings
+from ingest.emulator.cometd.server import CometdApi
 from ingest.emulator.eventlog import EventBus, LoggedEvent
 from ingest.emulator.faults import Faults, FaultSettings
 from ingest.emulator.managed import (

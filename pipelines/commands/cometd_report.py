@@ -4,8 +4,8 @@ Pub/Sub objects' lines are the command's own; ``sfcdc status`` reports the chann
 
 from __future__ import annotations
 
-from pipelines.spec import Conf
 from pipelines.spec.cometd import CometdObjectSpec
+from pipelines.spec.conf import Conf
 
 __all__ = ["describe_streams"]
 

@@ -19,11 +19,11 @@ from pipelines.commands.status_model import (
     object_status,
     read_progress,
 )
-from pipelines.engines import LakeEngine, TableRef
-from pipelines.gold.job import GOLD_APP_PREFIX
+from pipelines.engines.base import LakeEngine, TableRef
+from pipelines.gold.tables import GOLD_APP_PREFIX
 from pipelines.ops.summary import Summary
 from pipelines.silver.cometd_job import silver_app_id
-from pipelines.spec import Conf
+from pipelines.spec.conf import Conf
 
 __all__ = ["stream_status"]
 

@@ -28,8 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.bronze import CHECKPOINT_TABLE
-from pipelines.bronze.tables import TOPIC_FAILURES_TABLE
+from pipelines.bronze.tables import CHECKPOINT_TABLE, TOPIC_FAILURES_TABLE
 from pipelines.commands.cometd_status import stream_status
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.commands.empty_lake import empty_lake_note
@@ -40,14 +39,14 @@ from pipelines.commands.status_model import (
     object_status,
     read_progress,
 )
-from pipelines.engines import LakeEngine, TableRef
+from pipelines.engines.base import LakeEngine, TableRef
 from pipelines.gold import job as gold_job
 from pipelines.gold.resync import RESYNC_TABLE
 from pipelines.gold.tables import RECONCILE_TABLE
 from pipelines.ops.summary import read_summary
 from pipelines.session import engine_for
 from pipelines.silver import job as silver_job
-from pipelines.spec import Conf
+from pipelines.spec.conf import Conf
 
 __all__ = ["format_status", "read_status", "register"]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pipelines.engines import LakeEngine, TableRef
+from pipelines.engines.base import LakeEngine, TableRef
 from pipelines.gold.resync import OBJECT_LEVEL_REASONS
 from pipelines.ops.health import State, Verdict, judge, layer_lags, layer_rate
 from pipelines.ops.summary import Summary
