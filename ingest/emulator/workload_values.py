@@ -2,7 +2,7 @@
 schema, lookups pointing at live records, compound fields, the fields Salesforce derives such
 as an opportunity's probability), random changes to a live record's editable fields (long
 text edited and sent as a diff when the rules allow, compound children changed one by one) and
-the event :class:`~ingest.emulator.workload_emit.Item` of a CREATE, UPDATE or UNDELETE.
+the event :class:`~ingest.emulator.workload_records.Item` of a CREATE, UPDATE or UNDELETE.
 """
 
 from __future__ import annotations
