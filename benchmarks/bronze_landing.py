@@ -236,7 +236,7 @@ def measure_ceiling(info: dict[str, int], events: int) -> dict[str, Any]:
     from ingest.client import EventBatch, MultiSubscription, Subscription
     from ingest.replay import Earliest
     from pipelines.connect import connect, secret_resolver
-    from pipelines.spec import load_conf
+    from pipelines.spec.load import load_conf
 
     with tempfile.TemporaryDirectory(prefix="sfcdc-bench-") as tmp:
         conf = load_conf(_conf(Path(tmp), info))
@@ -270,7 +270,7 @@ def measure_landing(info: dict[str, int], events: int) -> dict[str, Any]:
     from pipelines.bronze import BronzeLanding
     from pipelines.connect import connect, secret_resolver
     from pipelines.session import engine_for
-    from pipelines.spec import load_conf
+    from pipelines.spec.load import load_conf
 
     with tempfile.TemporaryDirectory(prefix="sfcdc-bench-") as tmp:
         conf = load_conf(_conf(Path(tmp), info))

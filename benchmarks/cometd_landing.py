@@ -99,7 +99,7 @@ def measure(info: dict[str, Any], events: int) -> dict[str, Any]:
     from pipelines.bronze.cometd import CometdLanding
     from pipelines.connect import connect, secret_resolver
     from pipelines.session import engine_for
-    from pipelines.spec import load_conf
+    from pipelines.spec.load import load_conf
 
     with tempfile.TemporaryDirectory(prefix="sfcdc-bench-") as tmp:
         conf = load_conf(_conf(Path(tmp), info))

@@ -335,7 +335,7 @@ def _line(label: str, values: list[float], target: float | None, width: int = 7)
 
 
 def _shipped_max_age() -> float:
-    from pipelines.spec import load_conf
+    from pipelines.spec.load import load_conf
 
     conf = load_conf(ROOT / "conf")
     return min(t.batching.max_age_seconds for t in conf.topics())

@@ -55,7 +55,7 @@ from pipelines.maintenance import (  # noqa: E402
     oldest_needed,
     retention_for,
 )
-from pipelines.spec import MaintenanceSpec  # noqa: E402
+from pipelines.spec.models import MaintenanceSpec  # noqa: E402
 
 TOPIC = "/data/AccountChangeEvent"
 

@@ -52,7 +52,9 @@ from ingest.schema import parse_event_schema
 from pipelines.engines.local import LocalEngine
 from pipelines.gold.job import app_id, gold_table, run_gold
 from pipelines.silver.job import run_silver
-from pipelines.spec import Conf, GoldSpec, ObjectSpec, SilverSpec
+from pipelines.spec.conf import Conf
+from pipelines.spec.models import ObjectSpec
+from pipelines.spec.sections import GoldSpec, SilverSpec
 
 TARGET = 1.25
 # Large enough for any backlog of this script to be one step.

@@ -48,7 +48,8 @@ from pipelines.cli import main as sfcdc  # noqa: E402
 from pipelines.engines import TableRef  # noqa: E402
 from pipelines.polled import poll_objects, polled_table  # noqa: E402
 from pipelines.session import engine_for  # noqa: E402
-from pipelines.spec import default_tables, default_topic, load_conf  # noqa: E402
+from pipelines.spec.load import load_conf  # noqa: E402
+from pipelines.spec.models import default_tables, default_topic  # noqa: E402
 
 TARGET = 0.5
 ONLY_CREATES = dict.fromkeys(

@@ -51,7 +51,7 @@ from pipelines.gold.columns import DELETED, ID, LAST_COMMIT_TS  # noqa: E402
 from pipelines.reconcile import reconcile_objects  # noqa: E402
 from pipelines.session import engine_for  # noqa: E402
 from pipelines.snapshot_read import SnapshotSource  # noqa: E402
-from pipelines.spec import load_conf  # noqa: E402
+from pipelines.spec.load import load_conf  # noqa: E402
 
 TARGET = 0.25
 ENTITY = "Account"

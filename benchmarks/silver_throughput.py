@@ -61,7 +61,8 @@ from pipelines.bronze.tables import bronze_app_id
 from pipelines.engines import LakeEngine, SparkEngine, Txn
 from pipelines.engines.local import LocalEngine
 from pipelines.silver.job import run_silver
-from pipelines.spec import Conf, ObjectSpec, PipelineSpec
+from pipelines.spec.conf import Conf
+from pipelines.spec.models import ObjectSpec, PipelineSpec
 
 TARGETS = {"update": 40_000, "create": 20_000}
 LOCAL_UPDATE_ROWS_TARGET = 50_000

@@ -26,7 +26,8 @@ from ingest.replay import ReplayId
 from pipelines.bronze.checkpoint import CheckpointRow, CheckpointStore
 from pipelines.bronze.tables import bronze_tables, checkpoint_app_id, ensure_tables
 from pipelines.engines import SparkEngine
-from pipelines.spec import BatchingSpec, ReplaySpec, TopicSpec
+from pipelines.spec.models import TopicSpec
+from pipelines.spec.sections import BatchingSpec, ReplaySpec
 
 
 def _store(spark: object, root: Path, topics: list[str], one_commit: bool) -> CheckpointStore:

@@ -59,7 +59,7 @@ from pipelines.gold.folding import GoldPart
 from pipelines.gold.job import fold_rows
 from pipelines.silver.columns import build_layout
 from pipelines.silver.job import run_silver
-from pipelines.spec import ObjectSpec
+from pipelines.spec.models import ObjectSpec
 
 SILVER_TARGET = 0.5
 GOLD_TARGET = 0.8

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pipelines.connect import secret_resolver
 from pipelines.onboard import fetch_schema, object_file_name, object_yaml, propose
-from pipelines.spec import load_conf, parse_override
+from pipelines.spec.load import load_conf, parse_override
 
 dbutils.widgets.text("topic", "/data/CaseChangeEvent", "Topic or API name of the object")
 dbutils.widgets.text("channel", "", "Channel to put it on (optional)")

@@ -77,18 +77,20 @@ from ingest.schema import EventSchema, FieldInfo
 from pipelines.bronze.checkpoint import Checkpoint, CheckpointStore
 from pipelines.bronze.cometd_setup import read_describes
 from pipelines.bronze.tables import bronze_tables
-from pipelines.engines import LakeEngine, MergeMetrics, TableRef
 from pipelines.engines.arrow import spark_schema_to_arrow
+from pipelines.engines.base import LakeEngine, MergeMetrics, TableRef
 from pipelines.formulas import formula_columns
 from pipelines.gold.columns import DELETED, FORMULAS_REFRESHED_AT, ID, body_fields, gold_schema
 from pipelines.gold.cometd import gold_object, run_cometd_gold
-from pipelines.gold.job import gold_table, run_gold
+from pipelines.gold.job import run_gold
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE
+from pipelines.gold.tables import gold_table
 from pipelines.polled.layout import polled_layout
 from pipelines.progress import progress
 from pipelines.silver.columns import LeafKind, SilverLayout, leaf_kind_of
 from pipelines.silver.cometd_job import cometd_plan, run_cometd_silver
-from pipelines.silver.job import REGISTRY_TABLE, read_registry, run_silver, silver_layout
+from pipelines.silver.job import run_silver
+from pipelines.silver.registry import REGISTRY_TABLE, read_registry, silver_layout
 from pipelines.snapshot_read import RecordReader, SnapshotSource
 from pipelines.snapshot_rows import record_infos, rest_row, rest_value, snapshot_soql
 from pipelines.snapshot_write import (
@@ -98,8 +100,9 @@ from pipelines.snapshot_write import (
     SnapshotWriter,
     snapshot_key,
 )
-from pipelines.spec import Conf, ObjectSpec
-from pipelines.spec_cometd import CometdObjectSpec
+from pipelines.spec.cometd import CometdObjectSpec
+from pipelines.spec.conf import Conf
+from pipelines.spec.models import ObjectSpec
 
 __all__ = [
     "CHUNK_ROWS",

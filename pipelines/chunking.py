@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pipelines.engines import HistoryEntry
+from pipelines.engines.base import HistoryEntry
 
 __all__ = ["plan_chunks", "rows_between", "version_sizes"]
 

@@ -31,7 +31,7 @@ from ingest.cometd.setup import ensure_push_topic
 from ingest.rest import RestClient
 from pipelines.bronze.cometd import CometdLanding
 from pipelines.bronze.cometd_setup import push_topic_settings
-from pipelines.bronze.landing import LandingResult
+from pipelines.bronze.landing_state import LandingResult
 from pipelines.gold.cometd import run_cometd_gold
 from pipelines.gold.job import GoldResult
 from pipelines.ops.recorder import recorder_for
@@ -40,10 +40,10 @@ from pipelines.silver.cometd_job import (
     run_cometd_silver,
     select_streams,
 )
-from pipelines.spec import Conf
+from pipelines.spec.conf import Conf
 
 if TYPE_CHECKING:
-    from pipelines.engines import LakeEngine
+    from pipelines.engines.base import LakeEngine
     from pipelines.ops.recorder import OpsRecorder
     from pipelines.ops.table import CommitRecord
 

@@ -52,7 +52,7 @@ from ingest.auth import (
 from ingest.client import TlsSettings
 from ingest.client import connect as open_channel
 from ingest.errors import ConfigError
-from pipelines.spec import (
+from pipelines.spec.connection import (
     AuthSpec,
     ClientCredentialsAuth,
     ConnectionSpec,
@@ -62,9 +62,9 @@ from pipelines.spec import (
     SalesforceSpec,
     SoapLoginAuth,
     StaticTokenAuth,
-    TopicSpec,
     UsernamePasswordAuth,
 )
+from pipelines.spec.models import TopicSpec
 
 if TYPE_CHECKING:
     from ingest.emulator.server import Emulator

@@ -43,8 +43,8 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from ingest.errors import ConfigError
-from pipelines.engines import LakeEngine
 from pipelines.engines.arrow import spark_schema_to_arrow
+from pipelines.engines.base import LakeEngine
 from pipelines.gold.columns import FORMULAS_REFRESHED_AT, ID
 from pipelines.gold.tables import FORMULA_SCHEMA, FORMULA_TABLE, gold_table
 from pipelines.ops.table import CommitRecord
@@ -53,7 +53,8 @@ from pipelines.silver.columns import LeafKind, spark_type
 from pipelines.silver.cometd import describe_layout
 from pipelines.snapshot_read import RecordReader, SnapshotSource
 from pipelines.snapshot_rows import rest_value
-from pipelines.spec import Conf, ObjectSpec
+from pipelines.spec.conf import Conf
+from pipelines.spec.models import ObjectSpec
 
 __all__ = [
     "FORMULA_SCHEMA",

@@ -32,11 +32,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ingest.errors import ConfigError
-from pipelines.engines import LakeEngine, MaintenanceResult, TableRef
+from pipelines.engines.base import LakeEngine, MaintenanceResult, TableRef
 from pipelines.gold import job as gold_job
 from pipelines.silver import job as silver_job
 from pipelines.silver.cometd_job import silver_app_id
-from pipelines.spec import Conf, MaintenanceSpec
+from pipelines.spec.conf import Conf
+from pipelines.spec.models import MaintenanceSpec
 
 __all__ = [
     "SAFETY_MARGIN_HOURS",

@@ -36,16 +36,10 @@ from ingest.client.schemas import SchemaCache
 from ingest.errors import ConfigError, PubSubError
 from ingest.schema import HEADER_FIELD, EventSchema
 from pipelines.connect import connect, secret_resolver
-from pipelines.spec import (
-    Conf,
-    ConnectionSpec,
-    EmulatorWorkload,
-    ObjectKind,
-    default_tables,
-    default_topic,
-    load_conf,
-    parse_topic,
-)
+from pipelines.spec.conf import Conf
+from pipelines.spec.connection import ConnectionSpec, EmulatorWorkload
+from pipelines.spec.load import load_conf
+from pipelines.spec.models import ObjectKind, default_tables, default_topic, parse_topic
 
 __all__ = [
     "fetch_schema",

@@ -56,16 +56,17 @@ import pyarrow.compute as pc
 
 from ingest.errors import ConfigError
 from pipelines.bootstrap import SnapshotResult, resync_objects
-from pipelines.engines import LakeEngine
 from pipelines.engines.arrow import spark_schema_to_arrow
+from pipelines.engines.base import LakeEngine
 from pipelines.gold.columns import DELETED, ID, LAST_COMMIT_TS
-from pipelines.gold.job import gold_table, run_gold
+from pipelines.gold.job import run_gold
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE, resync_row
-from pipelines.gold.tables import RECONCILE_SCHEMA, RECONCILE_TABLE
+from pipelines.gold.tables import RECONCILE_SCHEMA, RECONCILE_TABLE, gold_table
 from pipelines.ops.table import CommitRecord
 from pipelines.silver.job import run_silver
 from pipelines.snapshot_read import RecordReader, SnapshotSource
-from pipelines.spec import Conf, ObjectSpec
+from pipelines.spec.conf import Conf
+from pipelines.spec.models import ObjectSpec
 
 __all__ = [
     "DEFAULT_LOOKBACK",

@@ -51,8 +51,9 @@ from ingest.auth import SecretResolver
 from ingest.bulk import BulkQueryClient
 from ingest.errors import LakeError, ReplayIdError, SfcdcError
 from pipelines.bootstrap import SnapshotResult, rebootstrap_due, resync_objects
-from pipelines.bronze import BronzeLanding, LandingResult
 from pipelines.bronze.cometd import CometdLanding
+from pipelines.bronze.landing import BronzeLanding
+from pipelines.bronze.landing_state import LandingResult
 from pipelines.cometd_pipeline import (
     CometdPassResult,
     cometd_landing,
@@ -68,15 +69,16 @@ from pipelines.gold.job import GoldResult, run_gold
 from pipelines.maintenance import describe, maintain_tables, tables_to_maintain
 from pipelines.memory import release_unused_memory
 from pipelines.ops.recorder import OpsRecorder, recorder_for
-from pipelines.polled import PollResult, due, poll_objects, poll_state, select_polled
+from pipelines.polled.poll import PollResult, due, poll_objects, select_polled
+from pipelines.polled.tables import poll_state
 from pipelines.reconcile import last_reconcile_at, reconcile_objects
 from pipelines.session import engine_for
 from pipelines.silver.job import SilverResult, run_silver
 from pipelines.snapshot_read import BulkRecords, SnapshotSource
-from pipelines.spec import Conf
+from pipelines.spec.conf import Conf
 
 if TYPE_CHECKING:
-    from pipelines.engines import LakeEngine, TableRef
+    from pipelines.engines.base import LakeEngine, TableRef
     from pipelines.ops.metrics import PipelineMetrics
 
 __all__ = [

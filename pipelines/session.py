@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from pipelines.engines import LakeEngine
-    from pipelines.spec import LakeSpec
+    from pipelines.engines.base import LakeEngine
+    from pipelines.spec.models import LakeSpec
 
 __all__ = [
     "CONNECT_SERVICE_CONF",

@@ -21,7 +21,7 @@ from ingest.errors import RestError
 from ingest.schema import FieldInfo
 from pipelines.gold.columns import ID
 from pipelines.silver.columns import FieldLayout, LeafKind, SilverLayout
-from pipelines.spec import ObjectSpec
+from pipelines.spec.models import ObjectSpec
 
 __all__ = [
     "RecordShape",

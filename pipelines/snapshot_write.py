@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from pipelines.bronze.checkpoint import Checkpoint
-from pipelines.engines import LakeEngine, MergeMetrics, TableRef
 from pipelines.engines.arrow import spark_schema_to_arrow
+from pipelines.engines.base import LakeEngine, MergeMetrics, TableRef
 from pipelines.gold.columns import (
     DELETED,
     DELETED_AT,
@@ -33,7 +33,6 @@ from pipelines.gold.columns import (
     UPDATED_AT,
     tombstone_schema,
 )
-from pipelines.gold.job import history_table, tombstone_table
 from pipelines.gold.scd2 import (
     HISTORY_KEYS,
     SCD_CHANGE_TYPE,
@@ -45,7 +44,8 @@ from pipelines.gold.scd2 import (
     SCD_VALID_TO,
     history_schema,
 )
-from pipelines.spec import ObjectSpec
+from pipelines.gold.tables import history_table, tombstone_table
+from pipelines.spec.models import ObjectSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import types as T

@@ -21,7 +21,7 @@ import grpc
 
 from ingest.auth import TokenManager
 from ingest.client.retry import call_refreshing
-from ingest.decoding import DecoderCache
+from ingest.decoding.cache import DecoderCache
 from ingest.pubsub import pb2, pb2_grpc
 from ingest.schema import EventSchema, parse_event_schema
 

@@ -29,7 +29,8 @@ from typing import Any, Literal
 
 import grpc
 
-from ingest.auth import Credentials, TokenManager
+from ingest.auth import TokenManager
+from ingest.auth_flows import Credentials
 from ingest.client.errors import Failure
 from ingest.client.retry import RetryPolicy
 from ingest.client.stream import (

@@ -39,7 +39,8 @@ from typing import Any, Literal
 
 import httpx
 
-from ingest.auth import Credentials, TokenManager, http_client
+from ingest.auth import TokenManager
+from ingest.auth_flows import Credentials, http_client
 from ingest.client.retry import RetryPolicy
 from ingest.cometd.messages import (
     REPLAY_ALL,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from ingest.auth import Credentials
+from ingest.auth_flows import Credentials
 from ingest.errors import StreamingUnavailableError
 
 __all__ = ["BayeuxTransport", "RawAnswer"]

@@ -26,7 +26,8 @@ from types import TracebackType
 import grpc
 
 from ingest.emulator.bulk import BulkQueryApi
-from ingest.emulator.cometd import CometdApi, CometdSettings
+from ingest.emulator.cometd.bayeux import CometdSettings
+from ingest.emulator.cometd.server import CometdApi
 from ingest.emulator.eventlog import EventBus, LoggedEvent
 from ingest.emulator.faults import Faults, FaultSettings
 from ingest.emulator.managed import (
@@ -36,8 +37,8 @@ from ingest.emulator.managed import (
 )
 from ingest.emulator.oauth import OAuthClient, OAuthServer, Token, TokenStore
 from ingest.emulator.rest import RestApi
-from ingest.emulator.service import PubSubService, ServiceSettings
-from ingest.emulator.streams import ResponseEncoding
+from ingest.emulator.service import PubSubService
+from ingest.emulator.service_settings import ResponseEncoding, ServiceSettings
 from ingest.emulator.tls import CA_CERT, SERVER_CERT, SERVER_KEY, TlsMaterial, ensure_tls
 from ingest.emulator.topics import Catalogue, EmittedEvent
 from ingest.emulator.truth import GroundTruth

@@ -12,7 +12,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -22,7 +21,8 @@ from ingest.emulator.faults import Faults
 from ingest.emulator.managed import ManagedSubscriptions
 from ingest.emulator.oauth import GrantInfo, TokenStore
 from ingest.emulator.rpc_errors import ERROR_CODE_PREFIX, RpcFailure, abort_with, failure
-from ingest.emulator.streams import ManagedStream, ResponseEncoding, Stream, SubscribeStream
+from ingest.emulator.service_settings import ResponseEncoding, ServiceSettings
+from ingest.emulator.streams import ManagedStream, Stream, SubscribeStream
 from ingest.emulator.topics import Catalogue, TopicDef
 from ingest.pubsub import pb2, pb2_grpc
 from ingest.schema import EventSchema
@@ -41,21 +41,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = "eventbus.v1.PubSub"
-
-
-@dataclass(frozen=True)
-class ServiceSettings:
-    """The servicer's knobs; see :class:`~ingest.emulator.server.EmulatorConfig`."""
-
-    org_id: str
-    instance_url: str
-    keepalive_interval: float = 270.0
-    idle_timeout: float = 60.0
-    no_commit_timeout: float = 1800.0
-    max_pending: int = 100
-    max_response_bytes: int = 3 * 1024 * 1024
-    max_event_bytes: int = 1024 * 1024
-    response_encoding: ResponseEncoding = "prebuilt"
 
 
 def _same_url(a: str, b: str) -> bool:
@@ -175,7 +160,8 @@ class PubSubService(pb2_grpc.PubSubServicer):
         with self._lock:
             self._streams.add(stream)
 
-    def _forget(self, stream: Stream) -> None:
+    def forget(self, stream: Stream) -> None:
+        """``stream`` has ended: shutdown and fault changes no longer reach it."""
         with self._lock:
             self._streams.discard(stream)
 

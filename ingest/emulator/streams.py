@@ -16,25 +16,46 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 import grpc
 
-from ingest.emulator.eventlog import LoggedEvent, decode_replay_id, encode_replay_id, encode_varint
-from ingest.emulator.managed import ManagedSubscription
+from ingest.emulator.eventlog import (
+    EventBus,
+    LoggedEvent,
+    decode_replay_id,
+    encode_replay_id,
+    encode_varint,
+)
+from ingest.emulator.faults import Faults
+from ingest.emulator.managed import ManagedSubscription, ManagedSubscriptions
 from ingest.emulator.rpc_errors import RpcFailure, abort_with, failure
+from ingest.emulator.service_settings import ResponseEncoding, ServiceSettings
+from ingest.emulator.topics import TopicDef
 from ingest.pubsub import pb2
 
-if TYPE_CHECKING:
-    from ingest.emulator.service import PubSubService
-
-__all__ = ["ManagedStream", "ResponseEncoding", "Stream", "SubscribeStream"]
+__all__ = ["ManagedStream", "Stream", "StreamHost", "SubscribeStream"]
 
 # The servicer's log lines stay under the service's logger, whichever module writes them.
 logger = logging.getLogger("ingest.emulator.service")
 
-ResponseEncoding = Literal["prebuilt", "message"]
+
+class StreamHost(Protocol):
+    """What a stream takes from the servicer that runs it
+    (:class:`~ingest.emulator.service.PubSubService`)."""
+
+    settings: ServiceSettings
+    bus: EventBus
+    faults: Faults
+    managed: ManagedSubscriptions
+    clock: Callable[[], float]
+
+    def note_requested(self, outstanding: int) -> None: ...
+
+    def forget(self, stream: Stream) -> None: ...
+
+    def require_topic(self, name: str) -> TopicDef: ...
 
 
 # -- response framing -------------------------------------------------------------------------
@@ -86,7 +107,7 @@ class Stream:
 
     managed = False
 
-    def __init__(self, service: PubSubService, context: grpc.ServicerContext, rpc_id: str):
+    def __init__(self, service: StreamHost, context: grpc.ServicerContext, rpc_id: str):
         self.service = service
         self.context = context
         self.rpc_id = rpc_id
@@ -129,7 +150,7 @@ class Stream:
             self.closed = True
         if self.topic:
             self.service.bus.unlisten(self.topic, self.wake)
-        self.service._forget(self)
+        self.service.forget(self)
 
     def serve(self, requests: Iterator[Any]) -> Iterator[Any]:
         reader = threading.Thread(
@@ -336,7 +357,7 @@ class SubscribeStream(Stream):
 class ManagedStream(Stream):
     managed = True
 
-    def __init__(self, service: PubSubService, context: grpc.ServicerContext, rpc_id: str):
+    def __init__(self, service: StreamHost, context: grpc.ServicerContext, rpc_id: str):
         super().__init__(service, context, rpc_id)
         self.subscription: ManagedSubscription | None = None
         self.leased = False

@@ -17,7 +17,7 @@ from ingest.emulator.topics import EmittedEvent, TopicDef
 from ingest.emulator.values import ValueFactory
 from ingest.emulator.workload_mix import Choice
 from ingest.emulator.workload_plans import Plan
-from ingest.emulator.workload_records import IdSet
+from ingest.emulator.workload_records import IdSet, Item
 from ingest.schema import EventSchema
 
 __all__ = [
@@ -25,7 +25,6 @@ __all__ = [
     "Emitter",
     "EventKind",
     "GeneratedChange",
-    "Item",
     "LogView",
     "Tx",
 ]
@@ -127,26 +126,6 @@ class Tx:
             HeaderEncoder.long(self.timestamp)
             + HeaderEncoder.long(self.commit_number)
             + _encoded_string(self.user)
-        )
-
-
-@dataclass(slots=True)
-class Item:
-    """One record's part of an event: body, bitmap names, and what the truth must apply."""
-
-    record_id: str
-    body: dict[str, Any]
-    changed: tuple[str, ...] = ()
-    nulled: tuple[str, ...] = ()
-    diffed: tuple[str, ...] = ()
-    changes: dict[str, Any] = field(default_factory=dict)
-
-    def same_event(self, other: Item) -> bool:
-        return (
-            self.changed == other.changed
-            and self.nulled == other.nulled
-            and self.diffed == other.diffed
-            and self.body == other.body
         )
 
 

@@ -4,24 +4,41 @@ created as (:class:`Meta`), who references whom (so deletes cascade and nothing 
 a deleted record) and what a cascade took along (so an undelete brings it back).
 
 :class:`Records` applies each change to the :class:`~ingest.emulator.truth.GroundTruth` and to
-this bookkeeping together.
+this bookkeeping together, one :class:`Item` (a record's part of an event) at a time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from ingest.emulator.ids import key_prefix
 from ingest.emulator.textdiff import Newline
 from ingest.emulator.truth import GroundTruth
 from ingest.emulator.workload_plans import CASCADE, Plan
 
-if TYPE_CHECKING:
-    from ingest.emulator.workload_emit import Item
+__all__ = ["IdSet", "Item", "Meta", "Records"]
 
-__all__ = ["IdSet", "Meta", "Records"]
+
+@dataclass(slots=True)
+class Item:
+    """One record's part of an event: body, bitmap names, and what the truth must apply."""
+
+    record_id: str
+    body: dict[str, Any]
+    changed: tuple[str, ...] = ()
+    nulled: tuple[str, ...] = ()
+    diffed: tuple[str, ...] = ()
+    changes: dict[str, Any] = field(default_factory=dict)
+
+    def same_event(self, other: Item) -> bool:
+        return (
+            self.changed == other.changed
+            and self.nulled == other.nulled
+            and self.diffed == other.diffed
+            and self.body == other.body
+        )
 
 
 @dataclass(slots=True)

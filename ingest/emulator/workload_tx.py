@@ -16,10 +16,10 @@ from ingest.emulator.cometd.fields import describe_type, lossy_conversion
 from ingest.emulator.topics import Catalogue, EmittedEvent
 from ingest.emulator.truth import GroundTruth
 from ingest.emulator.values import ValueFactory
-from ingest.emulator.workload_emit import ChangeTypeName, Emitter, Item, Tx
+from ingest.emulator.workload_emit import ChangeTypeName, Emitter, Tx
 from ingest.emulator.workload_mix import Choice, TransactionKind, WorkloadMix, entity_weights
 from ingest.emulator.workload_plans import Plan
-from ingest.emulator.workload_records import Records
+from ingest.emulator.workload_records import Item, Records
 from ingest.emulator.workload_values import FieldValues
 
 __all__ = ["Transactions"]

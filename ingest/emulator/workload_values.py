@@ -2,7 +2,7 @@
 schema, lookups pointing at live records, compound fields, the fields Salesforce derives such
 as an opportunity's probability), random changes to a live record's editable fields (long
 text edited and sent as a diff when the rules allow, compound children changed one by one) and
-the event :class:`~ingest.emulator.workload_emit.Item` of a CREATE, UPDATE or UNDELETE.
+the event :class:`~ingest.emulator.workload_records.Item` of a CREATE, UPDATE or UNDELETE.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 from ingest.emulator.ids import IdFactory
 from ingest.emulator.textdiff import Newline, decide_diff
 from ingest.emulator.values import ValueFactory
-from ingest.emulator.workload_emit import Item, Tx
+from ingest.emulator.workload_emit import Tx
 from ingest.emulator.workload_mix import WorkloadMix
 from ingest.emulator.workload_plans import REQUIRED_CHILDREN, STAGES, FieldPlan, Plan
-from ingest.emulator.workload_records import Meta, Records
+from ingest.emulator.workload_records import Item, Meta, Records
 
 __all__ = ["FieldValues"]
 

@@ -13,13 +13,13 @@ from pipelines.bronze.checkpoint import (
     Recovery,
     describe_position,
 )
-from pipelines.bronze.landing import BronzeLanding, LandingResult, TopicResult
+from pipelines.bronze.landing import BronzeLanding
+from pipelines.bronze.landing_state import LandingResult, TopicResult
 from pipelines.bronze.tables import (
     BRONZE_LAYOUT,
     BRONZE_SCHEMA,
     CHECKPOINT_SCHEMA,
     CHECKPOINT_TABLE,
-    COMMITS_TABLE,
     RESERVED_TABLES,
     SCHEMA_REGISTRY_SCHEMA,
     SCHEMA_REGISTRY_TABLE,
@@ -30,6 +30,7 @@ from pipelines.bronze.tables import (
     checkpoint_app_id,
     ensure_tables,
 )
+from pipelines.ops.table import COMMITS_TABLE
 
 __all__ = [
     "BRONZE_LAYOUT",

@@ -64,8 +64,8 @@ from pipelines.bronze.cometd_commit import CometdCommitter, CometdCommitThread
 from pipelines.bronze.cometd_setup import StreamSetup, prepare_streams
 from pipelines.bronze.cometd_state import StreamState
 from pipelines.bronze.cometd_tables import cometd_tables, ensure_cometd_tables
-from pipelines.bronze.landing import LandingResult
-from pipelines.spec import CometdApiSpec, IngestSpec
+from pipelines.bronze.landing_state import LandingResult
+from pipelines.spec.models import CometdApiSpec, IngestSpec
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from ingest.cometd.setup import RestApi
     from pipelines.engines.base import LakeEngine
     from pipelines.ops.recorder import OpsRecorder
-    from pipelines.spec_cometd import CometdObjectSpec
+    from pipelines.spec.cometd import CometdObjectSpec
 
 __all__ = [
     "CometdCommitThread",

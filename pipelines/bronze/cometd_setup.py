@@ -42,7 +42,7 @@ from pipelines.engines.base import TableRef
 
 if TYPE_CHECKING:
     from pipelines.engines.base import LakeEngine
-    from pipelines.spec_cometd import CometdObjectSpec
+    from pipelines.spec.cometd import CometdObjectSpec
 
 __all__ = [
     "DESCRIBES",
@@ -208,7 +208,7 @@ def _check_selected(spec: CometdObjectSpec, query: str | None, answer: Mapping[s
     before subscribing."""
     if query is None:
         return
-    from pipelines.spec_cometd import query_parts
+    from pipelines.spec.cometd import query_parts
 
     try:
         selected, entity = query_parts(query)

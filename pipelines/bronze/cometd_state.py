@@ -15,7 +15,7 @@ from pipelines.bronze.landing_state import TopicResult
 from pipelines.engines.base import TableRef
 
 if TYPE_CHECKING:
-    from pipelines.spec_cometd import CometdObjectSpec
+    from pipelines.spec.cometd import CometdObjectSpec
 
 __all__ = ["StreamState"]
 

@@ -23,7 +23,7 @@ column            type        meaning
 
 Checkpoints are rows of the same ``bronze.sfcdc_checkpoints`` table the Pub/Sub landing
 writes, under the key ``streaming:<channel>`` (see
-:attr:`~pipelines.spec_cometd.CometdObjectSpec.key`), with the replay id stored as its
+:attr:`~pipelines.spec.cometd.CometdObjectSpec.key`), with the replay id stored as its
 decimal digits (``b"1042"``), so ``CAST(replay_id AS STRING)`` reads it back.
 
 The describe registry ``bronze.sfcdc_describes`` keeps, per channel, the object's describe
@@ -51,7 +51,7 @@ from pipelines.engines.base import TableRef, WriteLayout
 
 if TYPE_CHECKING:
     from pipelines.engines.base import LakeEngine
-    from pipelines.spec_cometd import CometdObjectSpec
+    from pipelines.spec.cometd import CometdObjectSpec
 
 __all__ = [
     "COMETD_BRONZE_LAYOUT",

@@ -78,7 +78,7 @@ from pipelines.bronze.lease import LeaseHolder, LeaseStore
 from pipelines.bronze.tables import BronzeTables, CheckpointKind, bronze_tables, ensure_tables
 from pipelines.memory import release_unused_memory
 from pipelines.progress import progress
-from pipelines.spec import IngestSpec, TopicSpec
+from pipelines.spec.models import IngestSpec, TopicSpec
 
 if TYPE_CHECKING:
     from pipelines.engines.base import LakeEngine

@@ -16,7 +16,7 @@ from ingest.replay import ReplayId, StartPosition
 from pipelines.bronze.batches import OpenBatch
 from pipelines.engines.base import TableRef
 from pipelines.ops.durations import Durations, DurationsSnapshot
-from pipelines.spec import TopicSpec
+from pipelines.spec.models import TopicSpec
 
 __all__ = ["LandingResult", "TopicResult", "TopicState"]
 

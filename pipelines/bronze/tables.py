@@ -39,7 +39,7 @@ from ingest.errors import ConfigError
 from pipelines.engines.arrow import arrow_schema_to_spark
 from pipelines.engines.base import TableRef, WriteLayout
 from pipelines.ops.table import COMMITS_TABLE
-from pipelines.spec import TopicSpec
+from pipelines.spec.models import TopicSpec
 
 if TYPE_CHECKING:
     from pipelines.engines.base import LakeEngine

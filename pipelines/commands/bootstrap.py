@@ -27,14 +27,14 @@ from ingest.bulk import BulkQueryClient
 from ingest.client import SchemaCache, TlsSettings
 from ingest.rest import RestClient
 from pipelines.bootstrap import SnapshotResult, bootstrap_object
-from pipelines.bronze import BronzeLanding
+from pipelines.bronze.landing import BronzeLanding
 from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
 from pipelines.commands.ingest import select_topics
 from pipelines.connect import Source, connect, secret_resolver
-from pipelines.engines import LakeEngine
+from pipelines.engines.base import LakeEngine
 from pipelines.session import engine_for
 from pipelines.snapshot_read import BULK_THRESHOLD, BulkRecords, SnapshotSource
-from pipelines.spec import Conf
+from pipelines.spec.conf import Conf
 
 __all__ = ["add_api_options", "describe", "open_rest", "register", "run", "snapshot_source"]
 

@@ -25,17 +25,17 @@ from typing import Any
 
 from ingest.errors import ConfigError
 from pipelines.bronze.cometd import CometdLanding
-from pipelines.bronze.landing import LandingResult
+from pipelines.bronze.landing_state import LandingResult
 from pipelines.cometd_pipeline import land_streams, push_topic_provisioner
 from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
-from pipelines.commands.run import stop_on_signals
+from pipelines.commands.signals import stop_on_signals
 from pipelines.connect import connect
 from pipelines.gold.cometd import run_cometd_gold
 from pipelines.gold.job import GoldResult
 from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
 from pipelines.silver.cometd_job import CometdSilverResult, run_cometd_silver
-from pipelines.spec import Conf
+from pipelines.spec.conf import Conf
 
 __all__ = ["gold_lines", "ingest_lines", "register", "silver_lines"]
 

@@ -16,7 +16,8 @@ from typing import Any
 from ingest.auth import SecretResolver
 from ingest.errors import ConfigError
 from pipelines.connect import secret_resolver
-from pipelines.spec import Conf, load_conf, parse_override
+from pipelines.spec.conf import Conf
+from pipelines.spec.load import load_conf, parse_override
 
 __all__ = [
     "METRICS_PORT_KEY",

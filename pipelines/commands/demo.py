@@ -39,11 +39,11 @@ from typing import Any
 from pipelines.bronze.tables import CHECKPOINT_TABLE
 from pipelines.commands.empty_lake import DEMO_DIR, shown_path
 from pipelines.commands.sql import SqlShell, format_rows
-from pipelines.engines import TableRef
+from pipelines.engines.base import TableRef
 from pipelines.gold.resync import RESYNC_TABLE
 from pipelines.run import Pipeline, RunResult
 from pipelines.session import engine_for
-from pipelines.spec import load_conf
+from pipelines.spec.load import load_conf
 
 __all__ = ["EXAMPLES", "Example", "missing_tables", "register", "run", "summary", "write_conf"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from pipelines.spec import Conf
+from pipelines.spec.conf import Conf
 
 __all__ = ["DEMO_DIR", "empty_lake_note", "shown_path"]
 

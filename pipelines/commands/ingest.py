@@ -37,8 +37,9 @@ from typing import Any
 
 from ingest.auth import SecretResolver
 from ingest.errors import ConfigError, ReplayIdError
-from pipelines.bronze import BronzeLanding, LandingResult, TopicResult
 from pipelines.bronze.cometd import CometdLanding
+from pipelines.bronze.landing import BronzeLanding
+from pipelines.bronze.landing_state import LandingResult, TopicResult
 from pipelines.cometd_pipeline import (
     cometd_landing,
     land_topics_and_streams,
@@ -54,7 +55,8 @@ from pipelines.connect import connect, secret_resolver
 from pipelines.ops.metrics import PipelineMetrics, serve_metrics
 from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
-from pipelines.spec import Conf, TopicSpec
+from pipelines.spec.conf import Conf
+from pipelines.spec.models import TopicSpec
 
 __all__ = [
     "PROGRESS_PREFIX",

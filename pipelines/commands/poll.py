@@ -23,7 +23,7 @@ from pipelines.commands.bootstrap import open_rest
 from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
 from pipelines.commands.ingest import _names
 from pipelines.ops.recorder import recorder_for
-from pipelines.polled import PollResult, poll_objects, select_polled
+from pipelines.polled.poll import PollResult, poll_objects, select_polled
 from pipelines.session import engine_for
 from pipelines.snapshot_read import BulkRecords
 

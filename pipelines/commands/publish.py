@@ -35,7 +35,7 @@ from ingest.client.publisher import Publisher, PublishOutcome
 from ingest.errors import ConfigError
 from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
 from pipelines.connect import connect
-from pipelines.spec import parse_topic
+from pipelines.spec.models import parse_topic
 
 __all__ = ["read_events", "register", "run"]
 

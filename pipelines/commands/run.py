@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
-import threading
-from collections.abc import Callable, Iterator
-from types import FrameType
 from typing import Any
 
+from pipelines.commands.cometd import gold_lines, silver_lines
 from pipelines.commands.conf_options import (
     add_conf_options,
     add_metrics_option,
@@ -37,11 +34,12 @@ from pipelines.commands.conf_options import (
 )
 from pipelines.commands.gold import summary as gold_summary
 from pipelines.commands.ingest import _names, _positive_seconds, report_failures
+from pipelines.commands.signals import stop_on_signals
 from pipelines.commands.silver import summary as silver_summary
 from pipelines.ops.metrics import PipelineMetrics, serve_metrics
 from pipelines.run import LandingProcess, Pipeline, RunResult
 
-__all__ = ["DEFAULT_INTERVAL", "register", "run", "stop_on_signals", "summary"]
+__all__ = ["DEFAULT_INTERVAL", "register", "run", "summary"]
 
 # A pass over steps of a second or so costs well under a second (small steps skip Spark), so
 # passes this often keep gold within seconds of bronze without taking the landing's CPU.
@@ -100,34 +98,8 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-@contextlib.contextmanager
-def stop_on_signals(stop: Callable[[str], None]) -> Iterator[None]:
-    """While inside, SIGINT and SIGTERM call ``stop`` with the signal's name; a second signal
-    acts as it normally would (stopping at any instant is safe). Only in the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous: dict[signal.Signals, Any] = {}
-
-    def handle(signum: int, _frame: FrameType | None) -> None:
-        stop(f"received {signal.Signals(signum).name}")
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.signal(sig, handle)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def summary(result: RunResult) -> list[str]:
     """What ``sfcdc run`` prints when it stops."""
-    # Imported here: pipelines.commands.cometd imports this module.
-    from pipelines.commands.cometd import gold_lines, silver_lines
-
     lines = [f"sfcdc run: stopped after {result.seconds:.1f} s ({result.stopped})"]
     landed = result.landing.topics + (result.streaming.topics if result.streaming else ())
     for t in landed:

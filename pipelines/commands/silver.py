@@ -23,8 +23,9 @@ from pipelines.commands.conf_options import add_conf_options, conf_from_args, se
 from pipelines.connect import connect
 from pipelines.ops.recorder import recorder_for
 from pipelines.session import engine_for
-from pipelines.silver.job import QUARANTINE_TABLE, SilverResult, run_silver
+from pipelines.silver.job import SilverResult, run_silver
 from pipelines.silver.retry import RetryResult, retry_quarantine
+from pipelines.silver.tables import QUARANTINE_TABLE
 
 if TYPE_CHECKING:
     pass

@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from ingest.errors import LakeError
 from pipelines.commands.conf_options import add_conf_options, conf_from_args
 from pipelines.commands.empty_lake import empty_lake_note
-from pipelines.engines import TableRef
+from pipelines.engines.base import TableRef
 from pipelines.session import engine_for
-from pipelines.spec import Conf
+from pipelines.spec.conf import Conf
 
 if TYPE_CHECKING:
-    from pipelines.engines import LakeEngine
+    from pipelines.engines.base import LakeEngine
 
 __all__ = [
     "OutputFormat",

@@ -26,7 +26,7 @@ from ingest.errors import ConfigError, PubSubError, SfcdcError
 from pipelines.commands.cometd_report import describe_streams
 from pipelines.commands.conf_options import add_conf_options, conf_from_args, secrets_from_args
 from pipelines.connect import connect
-from pipelines.spec import Conf
+from pipelines.spec.conf import Conf
 
 __all__ = ["check_topics", "describe", "register", "run"]
 

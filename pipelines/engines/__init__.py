@@ -34,7 +34,7 @@ from pipelines.engines.base import (  # noqa: E402
     Txn,
     WriteLayout,
 )
-from pipelines.spec import LakeSpec  # noqa: E402
+from pipelines.spec.models import LakeSpec  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

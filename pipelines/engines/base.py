@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from ingest.errors import LakeError
-from pipelines.spec import Layer, is_identifier
+from pipelines.spec.models import Layer, is_identifier
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -22,8 +22,8 @@ import pyarrow.fs as pafs
 
 from ingest.auth import SecretRef, SecretResolver
 from ingest.errors import LakeError
-from pipelines.spec import StorageSpec
-from pipelines.spec_fields import has_scheme
+from pipelines.spec.fields import has_scheme
+from pipelines.spec.models import StorageSpec
 
 __all__ = ["OBJECT_STORE_SCHEMES", "LakeLocation", "storage_options"]
 

@@ -85,7 +85,7 @@ from pipelines.engines.parquet_read import data_file
 from pipelines.engines.rewrite_lock import rewrite_lock
 from pipelines.engines.sql import quote_identifier
 from pipelines.engines.writable import check_writable
-from pipelines.spec import LakeSpec, SchemasSpec, StorageSpec, is_identifier
+from pipelines.spec.models import LakeSpec, SchemasSpec, StorageSpec, is_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

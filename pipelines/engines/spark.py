@@ -76,8 +76,8 @@ from pipelines.engines.sql import (
     spark_type_sql,
 )
 from pipelines.engines.writable import check_writable
-from pipelines.spec import LakeSpec, SchemasSpec
-from pipelines.spec_fields import has_scheme
+from pipelines.spec.fields import has_scheme
+from pipelines.spec.models import LakeSpec, SchemasSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -605,7 +605,7 @@ def _vacuum_retention_ms(parameters: Mapping[str, str]) -> float | None:
 
 
 def _tables_under(location: str, prefix: str) -> list[TableRef]:
-    from pipelines.spec import is_identifier
+    from pipelines.spec.models import is_identifier
 
     found = []
     for layer in LAYERS:

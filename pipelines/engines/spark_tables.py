@@ -39,7 +39,7 @@ from pipelines.engines.spark_sql import (
     metric_int,
     set_properties_sql,
 )
-from pipelines.spec_fields import has_scheme
+from pipelines.spec.fields import has_scheme
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager

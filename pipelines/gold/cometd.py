@@ -31,14 +31,17 @@ from typing import Any
 
 from pipelines.bookkeeping import ensure_bookkeeping
 from pipelines.bronze.cometd_setup import read_describes
-from pipelines.engines import LakeEngine, TableRef
-from pipelines.gold.job import CHECKPOINT_TABLE, GoldResult, ObjectResult, run_gold_object
+from pipelines.engines.base import LakeEngine, TableRef
+from pipelines.gold.job import CHECKPOINT_TABLE, GoldResult, run_gold_object
+from pipelines.gold.object_run import ObjectResult
 from pipelines.gold.resync import RESYNC_TABLE, replay_gap_rows
 from pipelines.gold.tables import BOOKKEEPING
 from pipelines.ops.table import CommitRecord
 from pipelines.silver.cometd_job import cometd_plan, select_streams
-from pipelines.spec import DEFAULT_SEQUENCE_BY, Conf, GoldSpec, ObjectSpec, TablesSpec
-from pipelines.spec_cometd import CometdObjectSpec
+from pipelines.spec.cometd import CometdObjectSpec
+from pipelines.spec.conf import Conf
+from pipelines.spec.models import ObjectSpec, TablesSpec
+from pipelines.spec.sections import DEFAULT_SEQUENCE_BY, GoldSpec
 
 __all__ = ["PUSHTOPIC_SEQUENCE_BY", "gold_object", "run_cometd_gold", "stream_replay_gaps"]
 

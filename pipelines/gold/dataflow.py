@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
-from pipelines.engines import LakeEngine, Rows
 from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
+from pipelines.engines.base import LakeEngine, Rows
 from pipelines.gold.columns import ID
 from pipelines.gold.fold import FoldPlan
 from pipelines.gold.folding import (

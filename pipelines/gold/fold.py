@@ -100,7 +100,7 @@ from pipelines.gold.scd2 import (
     history_schema,
 )
 from pipelines.silver.columns import POLLED, POLLED_DELETED
-from pipelines.spec import DEFAULT_SEQUENCE_BY
+from pipelines.spec.sections import DEFAULT_SEQUENCE_BY
 
 if TYPE_CHECKING:
     from pipelines.silver.columns import SilverLayout

@@ -55,7 +55,7 @@ from typing import Any
 
 from ingest.errors import ConfigError
 from pipelines.bookkeeping import ensure_bookkeeping
-from pipelines.engines import LakeEngine, TableRef
+from pipelines.engines.base import LakeEngine, TableRef
 from pipelines.gold.dataflow import batch_wildcards, fold_rows, history_changes
 from pipelines.gold.object_run import (
     RESYNC_COMPACT_EVERY,
@@ -81,8 +81,9 @@ from pipelines.ops.table import CommitRecord
 from pipelines.polled.layout import polled_layout
 from pipelines.progress import progress
 from pipelines.silver.columns import SilverLayout
-from pipelines.silver.job import REGISTRY_TABLE, read_registry
-from pipelines.spec import Conf, ObjectSpec
+from pipelines.silver.registry import REGISTRY_TABLE, read_registry
+from pipelines.spec.conf import Conf
+from pipelines.spec.models import ObjectSpec
 
 __all__ = [
     "CHECKPOINT_TABLE",

@@ -21,9 +21,8 @@ from pyspark.sql import types as T
 from ingest.errors import ConfigError, LakeError
 from ingest.schema import HEADER_FIELD
 from pipelines.chunking import plan_chunks, version_sizes
-from pipelines.engines import LakeEngine, MergeMetrics, Rows, TableRef, Txn
 from pipelines.engines.arrow import spark_schema_to_arrow
-from pipelines.engines.base import concurrent_write
+from pipelines.engines.base import LakeEngine, MergeMetrics, Rows, TableRef, Txn, concurrent_write
 from pipelines.gold.columns import ID, body_fields, gold_schema, tombstone_schema
 from pipelines.gold.dataflow import batch_wildcards, fold_counts, fold_rows, history_changes
 from pipelines.gold.fold import FoldPlan, fold_plan, merge_conditions
@@ -51,8 +50,9 @@ from pipelines.gold.tables import (
 from pipelines.ops.newest import CHANGE_EVENT_TIME, newest_time
 from pipelines.ops.table import CommitRecord
 from pipelines.silver.columns import SilverLayout
-from pipelines.silver.job import silver_layout
-from pipelines.spec import DeleteMode, ObjectSpec
+from pipelines.silver.registry import silver_layout
+from pipelines.spec.models import ObjectSpec
+from pipelines.spec.sections import DeleteMode
 
 __all__ = ["RESYNC_COMPACT_EVERY", "ObjectResult", "ObjectRun", "tombstone_condition"]
 

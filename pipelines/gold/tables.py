@@ -18,10 +18,10 @@ from pyspark.sql import types as T
 
 from ingest.errors import ConcurrentWriteError
 from pipelines.bookkeeping import BookkeepingTable
-from pipelines.engines import TableRef
+from pipelines.engines.base import TableRef
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE
 from pipelines.ops.table import COMMITS_BOOKKEEPING
-from pipelines.spec import ObjectSpec
+from pipelines.spec.models import ObjectSpec
 
 __all__ = [
     "BOOKKEEPING",

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Literal
 
 from pipelines.ops.summary import Summary, TableSummary
-from pipelines.spec import HealthSpec
+from pipelines.spec.sections import HealthSpec
 
 __all__ = ["ErrorNote", "LayerLag", "State", "Verdict", "judge", "layer_lags", "layer_rate"]
 

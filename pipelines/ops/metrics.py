@@ -48,7 +48,7 @@ from pipelines.ops.durations import COMMIT_SECONDS_BUCKETS, Durations, Durations
 from pipelines.ops.table import CommitRecord
 
 if TYPE_CHECKING:
-    from pipelines.bronze.landing import LandingResult
+    from pipelines.bronze.landing_state import LandingResult
     from pipelines.reconcile import ReconcileResult
 
 __all__ = ["MetricsServer", "PipelineMetrics", "serve_metrics"]

@@ -29,7 +29,7 @@ from ingest.errors import LakeError
 from pipelines.engines.arrow import arrow_schema_to_spark
 from pipelines.engines.base import LakeEngine
 from pipelines.ops.table import OPS_SCHEMA, OPS_TABLE, CommitRecord, records_to_arrow
-from pipelines.spec import Conf
+from pipelines.spec.conf import Conf
 
 __all__ = ["OpsRecorder", "error_record", "recorder_for"]
 

@@ -55,7 +55,7 @@ from pipelines.silver.columns import (
     widen,
 )
 from pipelines.silver.quarantine import ERROR_COLUMNS
-from pipelines.spec_cometd import ChannelKind, query_parts
+from pipelines.spec.cometd import ChannelKind, query_parts
 
 __all__ = [
     "STREAM_BRONZE_COLUMNS",

@@ -37,16 +37,16 @@ from pipelines.bookkeeping import ensure_bookkeeping
 from pipelines.bronze.cometd_setup import DescribeEntry, read_describes
 from pipelines.bronze.tables import CHECKPOINT_TABLE
 from pipelines.chunking import plan_chunks, version_sizes
-from pipelines.engines import LakeEngine, TableRef, Txn
 from pipelines.engines.arrow import spark_schema_to_arrow
+from pipelines.engines.base import LakeEngine, TableRef, Txn
 from pipelines.ops.newest import newest_time
 from pipelines.ops.table import CommitRecord
 from pipelines.silver.cometd import STREAM_BRONZE_COLUMNS, CometdRows, StreamPlan, stream_plan
-from pipelines.silver.job import QUARANTINE_TABLE, maintain_on_schedule
 from pipelines.silver.quarantine import QUARANTINE_SCHEMA, AfterBatch, QuarantinePart, SilverPart
-from pipelines.silver.tables import BOOKKEEPING
-from pipelines.spec import Conf
-from pipelines.spec_cometd import CometdObjectSpec
+from pipelines.silver.tables import BOOKKEEPING, QUARANTINE_TABLE
+from pipelines.silver.topic_run import maintain_on_schedule
+from pipelines.spec.cometd import CometdObjectSpec
+from pipelines.spec.conf import Conf
 
 __all__ = [
     "CometdSilverResult",

@@ -54,7 +54,7 @@ from datetime import datetime, timezone
 from ingest.errors import ConfigError
 from pipelines.bookkeeping import ensure_bookkeeping
 from pipelines.bronze.tables import bronze_tables
-from pipelines.engines import LakeEngine, TableRef
+from pipelines.engines.base import LakeEngine, TableRef
 from pipelines.ops.table import CommitRecord
 from pipelines.polled.silver import run_polled_silver
 from pipelines.silver.registry import (
@@ -73,7 +73,8 @@ from pipelines.silver.tables import (
     silver_table,
 )
 from pipelines.silver.topic_run import ObjectResult, TopicResult, TopicRun, maintain_on_schedule
-from pipelines.spec import Conf, ObjectSpec
+from pipelines.spec.conf import Conf
+from pipelines.spec.models import ObjectSpec
 
 __all__ = [
     "QUARANTINE_APP_PREFIX",

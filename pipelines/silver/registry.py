@@ -16,9 +16,9 @@ from datetime import datetime
 from ingest.errors import ConfigError
 from ingest.schema import EventSchema, parse_event_schema
 from pipelines.bronze.tables import SCHEMA_FAILURES_TABLE, SCHEMA_REGISTRY_TABLE
-from pipelines.engines import LakeEngine, TableRef
+from pipelines.engines.base import LakeEngine, TableRef
 from pipelines.silver.columns import SilverLayout, build_layout
-from pipelines.spec import ObjectSpec
+from pipelines.spec.models import ObjectSpec
 
 __all__ = [
     "REGISTRY_TABLE",

@@ -34,8 +34,8 @@ import pyarrow.compute as pc
 
 from ingest.errors import PubSubError
 from pipelines.bronze.tables import SCHEMA_REGISTRY_SCHEMA
-from pipelines.engines import LakeEngine, TableRef
 from pipelines.engines.arrow import spark_schema_to_arrow
+from pipelines.engines.base import LakeEngine, TableRef
 from pipelines.silver.decode import DecodePlan, SilverRows
 from pipelines.silver.quarantine import QUARANTINE_KEYS, QUARANTINE_SCHEMA, SilverPart
 from pipelines.silver.registry import (
@@ -48,7 +48,8 @@ from pipelines.silver.registry import (
 from pipelines.silver.shape import shaped_struct
 from pipelines.silver.tables import QUARANTINE_TABLE, silver_table
 from pipelines.silver.topic_run import BRONZE_READ_SCHEMA, check_types
-from pipelines.spec import Conf, ObjectSpec
+from pipelines.spec.conf import Conf
+from pipelines.spec.models import ObjectSpec
 
 __all__ = ["RETRIED_KINDS", "RetryResult", "retry_quarantine"]
 

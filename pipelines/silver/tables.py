@@ -13,10 +13,10 @@ on the silver table, ``sfcdc.silver.quarantine:<object>`` (an object's undecodab
 from __future__ import annotations
 
 from pipelines.bookkeeping import BookkeepingTable
-from pipelines.engines import TableRef
+from pipelines.engines.base import TableRef
 from pipelines.ops.table import COMMITS_BOOKKEEPING
 from pipelines.silver.quarantine import QUARANTINE_SCHEMA
-from pipelines.spec import ObjectSpec
+from pipelines.spec.models import ObjectSpec
 
 __all__ = [
     "BOOKKEEPING",

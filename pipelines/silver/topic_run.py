@@ -23,8 +23,8 @@ from pyspark.sql import types as T
 from ingest.errors import LakeError
 from pipelines.bronze.tables import CHECKPOINT_TABLE
 from pipelines.chunking import plan_chunks, rows_between, version_sizes
-from pipelines.engines import LakeEngine, Rows, TableRef, Txn
 from pipelines.engines.arrow import same_type, spark_schema_to_arrow
+from pipelines.engines.base import LakeEngine, Rows, TableRef, Txn
 from pipelines.ops.newest import newest_time, time_column
 from pipelines.ops.table import CommitRecord
 from pipelines.progress import progress
@@ -50,7 +50,7 @@ from pipelines.silver.registry import (
 )
 from pipelines.silver.shape import shaped_struct
 from pipelines.silver.tables import QUARANTINE_APP_PREFIX, QUARANTINE_TABLE, app_id, silver_table
-from pipelines.spec import ObjectSpec, parse_topic
+from pipelines.spec.models import ObjectSpec, parse_topic
 
 __all__ = [
     "BRONZE_READ_SCHEMA",

@@ -55,11 +55,12 @@ from ingest.client import SchemaCache
 from ingest.errors import ConfigError
 from ingest.schema import EventSchema
 from pipelines.connect import connect, secret_resolver
-from pipelines.engines import CommitResult, SparkEngine, TableRef, Txn
-from pipelines.gold.job import ObjectResult, run_gold_object
+from pipelines.engines import SparkEngine
+from pipelines.engines.base import CommitResult, TableRef, Txn
+from pipelines.gold.job import run_gold_object
+from pipelines.gold.object_run import ObjectResult
 from pipelines.gold.resync import resync_row
 from pipelines.silver.columns import SilverLayout, build_layout
-from pipelines.silver.job import QUARANTINE_TABLE
 from pipelines.silver.quarantine import (
     ERROR_COLUMNS,
     QUARANTINE_SCHEMA,
@@ -67,7 +68,10 @@ from pipelines.silver.quarantine import (
     SilverPart,
 )
 from pipelines.silver.shape import shaped_struct
-from pipelines.spec import Conf, ObjectSpec, load_conf
+from pipelines.silver.tables import QUARANTINE_TABLE
+from pipelines.spec.conf import Conf
+from pipelines.spec.load import load_conf
+from pipelines.spec.models import ObjectSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

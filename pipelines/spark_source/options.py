@@ -18,13 +18,8 @@ from typing import Any, Literal, cast
 from ingest.client import CorruptedReplayPolicy
 from ingest.errors import ConfigError
 from pipelines.spark_source.offsets import TopicOffset, parse_starting
-from pipelines.spec import (
-    ConnectionSpec,
-    load_conf,
-    load_pipeline,
-    parse_override,
-    pipeline_from_overrides,
-)
+from pipelines.spec.connection import ConnectionSpec
+from pipelines.spec.load import load_conf, load_pipeline, parse_override, pipeline_from_overrides
 
 __all__ = ["Decode", "SourceOptions", "parse_options"]
 

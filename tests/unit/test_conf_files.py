@@ -15,11 +15,11 @@ import yaml
 
 from ingest.errors import ConfigError
 from pipelines.spec import ObjectSpec, PipelineSpec, load_conf
-from pipelines.spec_schema import SCHEMA_FILES, json_schema, key_docs, write_all
+from pipelines.spec.schema import SCHEMA_FILES, json_schema, key_docs, write_all
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
-REGENERATE = "run `python -m pipelines.spec_schema` and commit the result"
+REGENERATE = "run `python -m pipelines.spec.schema` and commit the result"
 
 
 def test_shipped_conf_loads() -> None:

@@ -13,7 +13,7 @@ from ingest.errors import LakeError
 from pipelines.engines.lake_location import LakeLocation
 from pipelines.engines.spark import _absolute
 from pipelines.spec import LakeSpec, StorageSpec
-from pipelines.spec_fields import has_scheme, resolve_paths
+from pipelines.spec.fields import has_scheme, resolve_paths
 
 
 def test_uris_are_kept_and_relative_paths_resolved() -> None:

@@ -33,8 +33,8 @@ from pipelines.spec import (
     parse_topic,
     snake_case,
 )
-from pipelines.spec_load import object_kinds
-from pipelines.spec_schema import json_schema
+from pipelines.spec.load import object_kinds
+from pipelines.spec.schema import json_schema
 
 ACCOUNT = "object: Account\nkind: change_events\n"
 KINDS = ", ".join(map(repr, object_kinds()))
@@ -1068,12 +1068,12 @@ def test_schema_and_loader_agree_on_examples() -> None:
     "name",
     [
         "pipelines.spec",
-        "pipelines.spec_connection",
-        "pipelines.spec_fields",
-        "pipelines.spec_load",
-        "pipelines.spec_models",
-        "pipelines.spec_schema",
-        "pipelines.spec_sections",
+        "pipelines.spec.connection",
+        "pipelines.spec.fields",
+        "pipelines.spec.load",
+        "pipelines.spec.models",
+        "pipelines.spec.schema",
+        "pipelines.spec.sections",
     ],
 )
 def test_public_api_is_curated(name: str) -> None:
@@ -1090,10 +1090,10 @@ def test_public_api_is_curated(name: str) -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "pipelines.spec_connection",
-        "pipelines.spec_load",
-        "pipelines.spec_models",
-        "pipelines.spec_sections",
+        "pipelines.spec.connection",
+        "pipelines.spec.load",
+        "pipelines.spec.models",
+        "pipelines.spec.sections",
     ],
 )
 def test_spec_reexports_what_its_modules_export(name: str) -> None:
@@ -1124,7 +1124,7 @@ def test_yaml_is_parsed_in_exactly_one_module() -> None:
                     names = [node.module]
                 if any(name.split(".")[0] == "yaml" for name in names):
                     importers.append(str(path.relative_to(root)))
-    assert importers == ["pipelines/spec_load.py"]
+    assert importers == ["pipelines/spec/load.py"]
 
 
 def test_external_emulator_needs_its_ports_and_ca(tmp_path: Path) -> None:

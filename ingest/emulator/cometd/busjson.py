@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ingest.decoding import ChangeEvent, DecoderCache
+from ingest.decoding.cache import DecoderCache
+from ingest.decoding.event import ChangeEvent
 from ingest.emulator.eventlog import LoggedEvent
 from ingest.emulator.topics import Catalogue
 from ingest.schema import HEADER_FIELD, EventSchema, FieldInfo

@@ -21,7 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ingest.decoding import ChangeEvent, DecoderCache, apply_diff
+from ingest.decoding.cache import DecoderCache
+from ingest.decoding.diff import apply_diff
+from ingest.decoding.event import ChangeEvent
 from ingest.emulator.eventlog import LoggedEvent
 from ingest.emulator.topics import Catalogue
 from ingest.emulator.truth import GroundTruth

@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 
 from ingest.errors import ConfigError
 from pipelines import cli
-from pipelines.commands.run import stop_on_signals
+from pipelines.commands.signals import stop_on_signals
 from pipelines.commands.status import read_status
 from pipelines.run import Pipeline
 from pipelines.session import engine_for

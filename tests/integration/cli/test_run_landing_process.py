@@ -12,7 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from ingest.errors import SfcdcError
-from pipelines.commands.run import stop_on_signals
+from pipelines.commands.signals import stop_on_signals
 from pipelines.commands.status import read_status
 from pipelines.run import LandingProcess, Pipeline
 from pipelines.session import engine_for

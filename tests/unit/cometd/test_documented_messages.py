@@ -16,7 +16,7 @@ from ingest.cometd import Notification, parse_notification, split_messages
 from ingest.emulator.catalogue import default_catalogue
 from ingest.emulator.cometd.fields import ObjectFields
 from pipelines.silver.cometd import STREAM_BRONZE_COLUMNS, CometdRows, StreamPlan, stream_plan
-from pipelines.spec_cometd import ChannelKind
+from pipelines.spec.cometd import ChannelKind
 from tests.cometd_helpers import DOCUMENTED_KINDS, documented_messages, documented_text
 
 pytestmark = pytest.mark.streaming_api

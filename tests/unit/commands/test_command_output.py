@@ -15,7 +15,8 @@ from pipelines.bronze import LandingResult, TopicResult
 from pipelines.commands.demo import write_conf
 from pipelines.commands.run import summary
 from pipelines.commands.sql import Result, format_rows
-from pipelines.commands.status import LayerHealth, ObjectStatus, Status, TopicStatus, format_status
+from pipelines.commands.status import format_status
+from pipelines.commands.status_model import LayerHealth, ObjectStatus, Status, TopicStatus
 from pipelines.commands.validate import describe
 from pipelines.run import PassLog, PassResult, progress_lines
 from pipelines.spec import load_conf

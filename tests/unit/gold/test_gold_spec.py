@@ -19,7 +19,7 @@ from pipelines.spec import (
     Scd2Spec,
     load_conf,
 )
-from pipelines.spec_schema import json_schema
+from pipelines.spec.schema import json_schema
 
 ACCOUNT = "object: Account\nkind: change_events\n"
 

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pipelines.commands.status import Progress, object_status
+from pipelines.commands.status_model import Progress, object_status
 from pipelines.engines import TableRef
 from pipelines.ops.health import judge, layer_lags, layer_rate
 from pipelines.ops.summary import CommitSummary, Summary, TableSummary

@@ -3,7 +3,7 @@
 The models of :mod:`pipelines.spec` carry their YAML documentation and constraints in field
 metadata (built with :func:`meta`); :func:`parse_model` walks a model's type hints, checks a
 mapping against them and builds the model, reporting every problem with its key path to a
-:class:`Problems` collector instead of stopping at the first. :mod:`pipelines.spec_schema`
+:class:`Problems` collector instead of stopping at the first. :mod:`pipelines.spec.schema`
 walks the same metadata to publish the JSON Schema, so the two cannot drift apart.
 
 Supported field types: nested models, ``Literal`` options, ``bool``/``int``/``float``/``str``,

@@ -2,8 +2,8 @@
 ``gold`` (with its ``scd2``) and ``health``, which ``defaults`` in ``conf/pipeline.yml`` sets
 for every object and each object file may override (:class:`DefaultsSpec`), and the object
 file's own ``poll`` (objects read by incremental queries) and ``formulas``. Models only;
-:mod:`pipelines.spec_load` reads the YAML into them, :mod:`pipelines.spec` re-exports them,
-and ``pipelines.spec_schema`` publishes their JSON Schema.
+:mod:`pipelines.spec.load` reads the YAML into them, :mod:`pipelines.spec` re-exports them,
+and ``pipelines.spec.schema`` publishes their JSON Schema.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 from ingest.replay import After, Earliest, Latest, ReplayId, StartPosition
-from pipelines.spec_fields import ByteSize, Duration, meta
+from pipelines.spec.fields import ByteSize, Duration, meta
 
 __all__ = [
     "DEFAULT_SEQUENCE_BY",

@@ -14,7 +14,7 @@ channel instead of a Pub/Sub topic::
     gold:
       deletes: soft
 
-:mod:`pipelines.spec_load` parses the files (YAML is read there only) into
+:mod:`pipelines.spec.load` parses the files (YAML is read there only) into
 :class:`CometdObjectSpec` and keeps them in ``Conf.streams``, apart from the Pub/Sub objects:
 the two sources land into tables of their own. The channel decides the rest:
 
@@ -33,21 +33,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from pipelines.spec import (
-    BatchingSpec,
-    DeleteMode,
-    Layer,
-    ReplaySpec,
-    Scd2Spec,
-    SilverSpec,
-    snake_case,
-)
-from pipelines.spec_fields import Problems, meta
-
-if TYPE_CHECKING:
-    from pipelines.spec import LakeSpec, ObjectSpec
+from pipelines.spec.fields import Problems, meta
+from pipelines.spec.models import LakeSpec, Layer, ObjectSpec, snake_case
+from pipelines.spec.sections import BatchingSpec, DeleteMode, ReplaySpec, Scd2Spec, SilverSpec
 
 __all__ = [
     "CHANNEL_FORMATS",

@@ -12,26 +12,34 @@ Secrets are never values in YAML: a secret key holds a reference, ``{env: NAME}`
 form here and resolved at connect time by the resolver the caller injects, so a missing
 environment variable is not a load-time error.
 
-The models double as the source of the published JSON Schema (``pipelines.spec_schema``): the
+The models double as the source of the published JSON Schema (``pipelines.spec.schema``): the
 ``doc`` and constraints in each field's metadata feed both the validation and the schema.
 
-This module is what callers import; it re-exports the models and the loader from the modules
-that hold them:
+This package's ``__init__`` is its public face (tests import from it); the project's code in
+``pipelines/``, ``benchmarks/`` and ``notebooks/`` imports from the module that defines a name:
 
-- :mod:`pipelines.spec_models`: ``pipeline.yml`` and object-file models, :class:`Conf`,
-  :class:`TopicSpec`, and the rules for topic and table names;
-- :mod:`pipelines.spec_sections`: the per-object sections ``defaults`` sets (replay,
+- :mod:`pipelines.spec.models`: ``pipeline.yml`` and object-file models, :class:`TopicSpec`,
+  and the rules for topic and table names;
+- :mod:`pipelines.spec.sections`: the per-object sections ``defaults`` sets (replay,
   batching, silver, gold, health);
-- :mod:`pipelines.spec_connection`: the ``connection`` section;
-- :mod:`pipelines.spec_load`: reading the YAML (the only module that parses it), ``--set``
+- :mod:`pipelines.spec.connection`: the ``connection`` section;
+- :mod:`pipelines.spec.cometd`: object files of kind ``streaming_api`` (Streaming API
+  channels);
+- :mod:`pipelines.spec.conf`: :class:`Conf`, a loaded ``conf/`` directory;
+- :mod:`pipelines.spec.load`: reading the YAML (the only module that parses it), ``--set``
   overrides and the checks across fields and files;
-- :mod:`pipelines.spec_fields`: field metadata, validation and byte sizes.
+- :mod:`pipelines.spec.fields`: field metadata, validation and byte sizes;
+- :mod:`pipelines.spec.schema`: the JSON Schema and key reference, generated from the models.
+
+Imports inside the package go one way: fields <- sections, connection <- models <- cometd
+<- conf <- load, and schema on top.
 """
 
 from __future__ import annotations
 
 from ingest.auth import EnvRef, ScopeRef, SecretRef
-from pipelines.spec_connection import (
+from pipelines.spec.conf import Conf
+from pipelines.spec.connection import (
     API_VERSION_PATTERN,
     AuthSpec,
     ClientCredentialsAuth,
@@ -50,21 +58,20 @@ from pipelines.spec_connection import (
     UsernamePasswordAuth,
     WorkloadTimestamps,
 )
-from pipelines.spec_fields import ByteSize, Credential, Duration, parse_byte_size, parse_duration
-from pipelines.spec_load import (
+from pipelines.spec.fields import ByteSize, Credential, Duration, parse_byte_size, parse_duration
+from pipelines.spec.load import (
     load_conf,
     load_object,
     load_pipeline,
     parse_override,
     pipeline_from_overrides,
 )
-from pipelines.spec_models import (
+from pipelines.spec.models import (
     IDENTIFIER_PATTERN,
     POLLED_PREFIX,
     TOPIC_FORMATS,
     TOPIC_PATTERN,
     CometdApiSpec,
-    Conf,
     EngineName,
     IngestSpec,
     LakeSpec,
@@ -89,7 +96,7 @@ from pipelines.spec_models import (
     parse_topic,
     snake_case,
 )
-from pipelines.spec_sections import (
+from pipelines.spec.sections import (
     DEFAULT_SEQUENCE_BY,
     BatchingSpec,
     CompoundFields,

@@ -1,6 +1,6 @@
 """The ``connection`` section of ``conf/pipeline.yml``: Salesforce (its auth flows and TLS)
-or the emulator. Models only; :mod:`pipelines.spec_load` reads the YAML into them,
-:mod:`pipelines.spec` re-exports them, and ``pipelines.spec_schema`` publishes their JSON Schema.
+or the emulator. Models only; :mod:`pipelines.spec.load` reads the YAML into them,
+:mod:`pipelines.spec` re-exports them, and ``pipelines.spec.schema`` publishes their JSON Schema.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ingest.auth import SecretRef
-from pipelines.spec_fields import Credential, meta
+from pipelines.spec.fields import Credential, meta
 
 __all__ = [
     "API_VERSION_PATTERN",

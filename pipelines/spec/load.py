@@ -1,5 +1,6 @@
 """Reading ``conf/``: ``conf/pipeline.yml`` and ``conf/objects/<name>.yml`` into the models of
-:mod:`pipelines.spec_models` (re-exported, with these functions, by :mod:`pipelines.spec`).
+:mod:`pipelines.spec.models`, :mod:`pipelines.spec.cometd` and :class:`~pipelines.spec.conf.Conf`
+(re-exported, with these functions, by :mod:`pipelines.spec`).
 
 This is the only module that parses YAML. The loader refuses aliases and duplicate keys;
 ``--set`` overrides (:func:`parse_override`) replace keys of ``pipeline.yml`` before it is
@@ -16,12 +17,14 @@ import re
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from ingest.errors import ConfigError
-from pipelines.spec_fields import (
+from pipelines.spec.cometd import CometdGoldSpec, CometdObjectSpec, check_streams
+from pipelines.spec.conf import Conf
+from pipelines.spec.fields import (
     INVALID,
     Problems,
     join,
@@ -30,20 +33,16 @@ from pipelines.spec_fields import (
     show,
     yaml_fields,
 )
-from pipelines.spec_models import (
+from pipelines.spec.models import (
     _IDENTIFIER_MAX,
     _LAYERS,
-    Conf,
     LakeSpec,
     ObjectSpec,
     PipelineSpec,
     default_topic,
     parse_topic,
 )
-from pipelines.spec_sections import DefaultsSpec
-
-if TYPE_CHECKING:
-    from pipelines.spec_cometd import CometdObjectSpec
+from pipelines.spec.sections import DefaultsSpec
 
 __all__ = [
     "load_conf",
@@ -374,8 +373,6 @@ def _load_pipeline(
 def object_kinds() -> tuple[str, ...]:
     """Every value an object file's ``kind`` may take, from the models that read the files
     (:class:`ObjectSpec`'s kinds, then ``streaming_api``)."""
-    from pipelines.spec_cometd import CometdObjectSpec
-
     kinds: list[str] = []
     for model in (ObjectSpec, CometdObjectSpec):
         for key, _field, tp in yaml_fields(model):
@@ -422,8 +419,6 @@ def _load_object(
 
 
 def _load_stream(data: Any, defaults: DefaultsSpec, ctx: Problems) -> CometdObjectSpec | None:
-    from pipelines.spec_cometd import CometdGoldSpec, CometdObjectSpec
-
     inherited = {
         "replay": defaults.replay,
         "batching": defaults.batching,
@@ -539,8 +534,6 @@ def load_conf(conf_dir: Path, *, overrides: Sequence[tuple[str, Any]] = ()) -> C
             object_files.setdefault(obj.key, path)
     _check_objects(loaded, lake)
     if streams:
-        from pipelines.spec_cometd import check_streams
-
         check_streams(streams, loaded, lake)
     for ctx in contexts:
         problems.extend(ctx.problems)

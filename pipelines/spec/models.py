@@ -1,24 +1,24 @@
 """The models of ``conf/pipeline.yml`` (:class:`PipelineSpec`) and of an object file
-(:class:`ObjectSpec`), the loaded ``conf/`` directory (:class:`Conf`) with its subscriptions
-(:class:`TopicSpec`), and the rules for topic and table names. The per-object sections
-(replay, batching, silver, gold, health) are in :mod:`pipelines.spec_sections`, the
-``connection`` section in :mod:`pipelines.spec_connection`. Models only:
-:mod:`pipelines.spec_load` reads the YAML into them, :mod:`pipelines.spec` re-exports them,
-and ``pipelines.spec_schema`` publishes their JSON Schema.
+(:class:`ObjectSpec`), a subscription (:class:`TopicSpec`), and the rules for topic and table
+names; the loaded ``conf/`` directory (:class:`~pipelines.spec.conf.Conf`) is in
+:mod:`pipelines.spec.conf`. The per-object sections
+(replay, batching, silver, gold, health) are in :mod:`pipelines.spec.sections`, the
+``connection`` section in :mod:`pipelines.spec.connection`. Models only:
+:mod:`pipelines.spec.load` reads the YAML into them, :mod:`pipelines.spec` re-exports them,
+and ``pipelines.spec.schema`` publishes their JSON Schema.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ingest.auth import SecretRef
-from pipelines.spec_connection import API_VERSION_PATTERN, ConnectionSpec
-from pipelines.spec_fields import meta
-from pipelines.spec_sections import (
+from pipelines.spec.connection import API_VERSION_PATTERN, ConnectionSpec
+from pipelines.spec.fields import meta
+from pipelines.spec.sections import (
     BatchingSpec,
     DefaultsSpec,
     FormulasSpec,
@@ -29,16 +29,12 @@ from pipelines.spec_sections import (
     SilverSpec,
 )
 
-if TYPE_CHECKING:
-    from pipelines.spec_cometd import CometdObjectSpec
-
 __all__ = [
     "IDENTIFIER_PATTERN",
     "POLLED_PREFIX",
     "TOPIC_FORMATS",
     "TOPIC_PATTERN",
     "CometdApiSpec",
-    "Conf",
     "EngineName",
     "IngestSpec",
     "LakeSpec",
@@ -675,70 +671,6 @@ class TopicSpec:
     objects: tuple[ObjectSpec, ...]
     managed_subscription: str | None = None
     num_requested: int | None = None
-
-
-@dataclass(frozen=True)
-class Conf:
-    """A loaded ``conf/`` directory: the pipeline and its objects, defaults applied."""
-
-    pipeline: PipelineSpec
-    objects: tuple[ObjectSpec, ...]
-    conf_dir: Path
-    object_files: Mapping[str, Path] = field(default_factory=dict)
-    # Object files of kind streaming_api: Streaming API channels (pipelines.spec_cometd).
-    streams: tuple[CometdObjectSpec, ...] = ()
-
-    def object(self, api_name: str) -> ObjectSpec:
-        """The object called ``api_name`` (case-sensitive, as in Salesforce)."""
-        for obj in self.objects:
-            if obj.api_name == api_name:
-                return obj
-        known = ", ".join(o.api_name for o in self.objects)
-        raise KeyError(f"no object {api_name!r} in {self.conf_dir} (configured: {known})")
-
-    def enabled_objects(self) -> tuple[ObjectSpec, ...]:
-        return tuple(o for o in self.objects if o.enabled)
-
-    def enabled_streams(self) -> tuple[CometdObjectSpec, ...]:
-        """The Streaming API channels to land (object files of kind streaming_api)."""
-        return tuple(s for s in self.streams if s.enabled)
-
-    def polled_objects(self) -> tuple[ObjectSpec, ...]:
-        """The enabled objects read by incremental queries (kind polled)."""
-        return tuple(o for o in self.objects if o.enabled and o.kind == "polled")
-
-    def objects_by_topic(
-        self, *, include_disabled: bool = False
-    ) -> Mapping[str, tuple[ObjectSpec, ...]]:
-        """Objects grouped by topic, topics in name order (polled objects have none). Objects
-        sharing a topic share its subscription and its bronze table."""
-        groups: dict[str, list[ObjectSpec]] = {}
-        for obj in self.objects:
-            if obj.kind == "polled":
-                continue
-            if obj.enabled or include_disabled:
-                groups.setdefault(obj.topic, []).append(obj)
-        return {topic: tuple(groups[topic]) for topic in sorted(groups)}
-
-    def topics(self, *, include_disabled: bool = False) -> tuple[TopicSpec, ...]:
-        """One :class:`TopicSpec` per subscription (load_conf guarantees the objects of a
-        topic agree on bronze table, replay and batching)."""
-        specs = []
-        for topic, objs in self.objects_by_topic(include_disabled=include_disabled).items():
-            first = objs[0]
-            specs.append(
-                TopicSpec(
-                    topic=topic,
-                    kind=parse_topic(topic).kind,
-                    bronze_table=first.tables.bronze,
-                    replay=first.replay,
-                    batching=first.batching,
-                    objects=objs,
-                    managed_subscription=first.managed_subscription,
-                    num_requested=first.num_requested,
-                )
-            )
-        return tuple(specs)
 
 
 # ------------------------------------------------------------------------ names and topics

@@ -4,8 +4,8 @@ key reference of ``conf/README.md``, both generated from the models in :mod:`pip
 Editors that speak the YAML language server validate and complete the files through the
 ``# yaml-language-server: $schema=...`` line at their top. Regenerate after changing a model::
 
-    python -m pipelines.spec_schema            # rewrite conf/schema/*.json and the README block
-    python -m pipelines.spec_schema --check    # exit 1 when they are stale
+    python -m pipelines.spec.schema            # rewrite conf/schema/*.json and the README block
+    python -m pipelines.spec.schema --check    # exit 1 when they are stale
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
-from pipelines.spec import ObjectSpec, PipelineSpec
-from pipelines.spec_cometd import CometdObjectSpec
-from pipelines.spec_fields import (
+from pipelines.spec.cometd import CometdObjectSpec
+from pipelines.spec.fields import (
     DURATION_PATTERN,
     SIZE_PATTERN,
     discriminated,
@@ -31,6 +30,7 @@ from pipelines.spec_fields import (
     type_kind,
     yaml_fields,
 )
+from pipelines.spec.models import ObjectSpec, PipelineSpec
 
 __all__ = [
     "JSON_SCHEMA_DIALECT",
@@ -58,7 +58,7 @@ _TITLES = {
     ObjectSpec: "sfcdc conf/objects/<name>.yml",
     CometdObjectSpec: "sfcdc conf/objects/<name>.yml (kind: streaming_api)",
 }
-README_BEGIN = "<!-- BEGIN GENERATED KEY REFERENCE: python -m pipelines.spec_schema -->"
+README_BEGIN = "<!-- BEGIN GENERATED KEY REFERENCE: python -m pipelines.spec.schema -->"
 README_END = "<!-- END GENERATED KEY REFERENCE -->"
 
 _SECRET_REF_DEF = "SecretRef"
@@ -432,7 +432,7 @@ def write_all(conf_dir: Path, *, check: bool = False) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pipelines.spec_schema",
+        prog="python -m pipelines.spec.schema",
         description="Regenerate conf/schema/*.json and the key reference in conf/README.md.",
     )
     parser.add_argument("--conf-dir", type=Path, default=Path("conf"))
