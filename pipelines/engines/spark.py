@@ -20,9 +20,9 @@ partition's rows. Everything else is plain Delta Spark:
 - Delta takes some settings of a MERGE from the session rather than the statement (its
   application transaction, its commit's ``userMetadata``, schema evolution), and every write
   without writer options of its own takes them from there too. A write that sets them, or
-  would take another thread's, holds the session's lock while it runs (:func:`session_lock`);
-  appends and overwrites with a transaction carry all of them as writer options and run
-  beside it;
+  would take another thread's, holds the session's lock while it runs
+  (:func:`~pipelines.engines.spark_access.session_lock`); appends and overwrites with a
+  transaction carry all of them as writer options and run beside it;
 - ``read_appends`` reads the change data feed (inserts) of the version range, which is why
   every table has ``delta.enableChangeDataFeed`` on;
 - history, table properties, OPTIMIZE and VACUUM are SQL. Delta Spark writes log checkpoints
@@ -34,74 +34,59 @@ The one exception is optional: ``one_commit_appends`` commits several parts with
 transactions at once through Delta's classes over the py4j gateway of a classic session
 (:mod:`pipelines.engines.spark_write`).
 
-The writes (and their application transactions) are in :mod:`pipelines.engines.spark_write`,
-table creation, history and maintenance in :mod:`pipelines.engines.spark_tables`; the SQL text,
-writer options and history parsing are plain functions in :mod:`pipelines.engines.spark_sql`.
+The engine is made of parts it holds, one per role, all reaching the session and the tables
+through one :class:`~pipelines.engines.spark_access.SparkTableAccess`: the application
+transactions (:mod:`pipelines.engines.spark_txns`), table creation, history and maintenance
+(:mod:`pipelines.engines.spark_tables`), the writes (:mod:`pipelines.engines.spark_write`) and
+the reads (:mod:`pipelines.engines.spark_reads`); running the layer functions and SQL are its
+own. The SQL text, writer options and history parsing are plain functions in
+:mod:`pipelines.engines.spark_sql`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
 from ingest.errors import LakeError
-from pipelines.engines.arrow import arrow_to_dataframe, dataframe_to_arrow
+from pipelines.engines.arrow import dataframe_to_arrow
 from pipelines.engines.base import (
-    CDF_PROPERTY,
     DEFAULT_PROPERTIES,
     LAYERS,
     BatchFunction,
+    CommitResult,
     Condition,
+    HistoryEntry,
+    MaintenanceResult,
+    MergeMetrics,
     TableChanges,
     TableFunction,
     TableRef,
-    check_until,
+    Txn,
+    WriteLayout,
 )
-from pipelines.engines.spark_sql import PRESERVE_NULL_STRUCTS, history_entry, select_sql
-from pipelines.engines.spark_tables import SparkTablesMixin
-from pipelines.engines.spark_write import SparkWriteMixin, _TxnIndex
-from pipelines.engines.sql import (
-    quote_identifier,
-    quote_string,
-    spark_type_sql,
-)
-from pipelines.engines.writable import check_writable
-from pipelines.spec.fields import has_scheme
+from pipelines.engines.spark_access import SparkTableAccess, has_commit
+from pipelines.engines.spark_reads import SparkReads
+from pipelines.engines.spark_sql import PRESERVE_NULL_STRUCTS
+from pipelines.engines.spark_tables import SparkTables
+from pipelines.engines.spark_txns import SparkTransactions
+from pipelines.engines.spark_write import SparkWrites
+from pipelines.engines.sql import quote_identifier, quote_string, spark_type_sql
 from pipelines.spec.models import LakeSpec, SchemasSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["SparkEngine", "session_lock"]
+__all__ = ["SparkEngine"]
 
 _log = logging.getLogger(__name__)
-
-_SESSION_LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
-_SESSION_LOCKS_GUARD = threading.Lock()
-
-
-def session_lock(spark: SparkSession) -> threading.RLock:
-    """The lock of this process's writes that depend on ``spark``'s settings: one per
-    session, whichever engines share it."""
-    with _SESSION_LOCKS_GUARD:
-        lock = _SESSION_LOCKS.get(spark)
-        if lock is None:
-            lock = _SESSION_LOCKS[spark] = threading.RLock()
-        return lock
-
-
-# ----------------------------------------------------------------------------- the engine
 
 
 class _PerPartition:
@@ -119,7 +104,7 @@ class _PerPartition:
         yield from result.to_batches()
 
 
-class SparkEngine(SparkWriteMixin, SparkTablesMixin):
+class SparkEngine:
     """Delta tables through delta-spark: catalog tables (Unity Catalog on Databricks) when a
     ``catalog`` is given, else Delta directories under ``location``."""
 
@@ -137,21 +122,24 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         one_commit_appends: bool = False,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        if catalog is None and location is None:
-            raise LakeError("the spark engine needs a catalog or a location for its tables")
-        self._spark = spark
-        self.catalog = catalog
-        self.location = None if catalog else _absolute(location)
-        self.schemas = schemas or SchemasSpec()
-        self.table_prefix = table_prefix
-        self.default_properties = dict(default_properties)
-        self.one_commit_appends = one_commit_appends
-        self._clock = clock
-        self._writable = False
-        self._txn_indexes: dict[TableRef, _TxnIndex] = {}
-        # Per table: the version at which ensure_table last found it as asked, and what.
-        self._ensured: dict[TableRef, tuple[int, tuple[str, tuple[tuple[str, str], ...]]]] = {}
-        self._settings_lock = session_lock(spark)
+        self._access = SparkTableAccess(
+            spark,
+            catalog=catalog,
+            location=location,
+            schemas=schemas,
+            table_prefix=table_prefix,
+            default_properties=default_properties,
+        )
+        self._transactions = SparkTransactions(self._access)
+        self._tables = SparkTables(self._access, self._transactions)
+        self._writes = SparkWrites(
+            self._access,
+            self._tables,
+            self._transactions,
+            one_commit_appends=one_commit_appends,
+            clock=clock,
+        )
+        self._reads = SparkReads(self._access, self._tables)
         # What every write of the engine wants, set once: no write changes them back.
         for key, value in PRESERVE_NULL_STRUCTS.items():
             spark.conf.set(key, value)
@@ -176,175 +164,111 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
 
     @property
     def spark(self) -> SparkSession:
-        return self._spark
+        return self._access.spark
 
-    # ------------------------------------------------------------------------- naming
+    @property
+    def catalog(self) -> str | None:
+        return self._access.catalog
 
-    def _parts(self, table: TableRef) -> list[str]:
-        schema = self.schemas.for_layer(table.layer)
-        parts = [schema, f"{self.table_prefix}{table.name}"]
-        return [self.catalog, *parts] if self.catalog else parts
+    @property
+    def location(self) -> str | None:
+        return self._access.location
+
+    @property
+    def schemas(self) -> SchemasSpec:
+        return self._access.schemas
+
+    @property
+    def table_prefix(self) -> str:
+        return self._access.table_prefix
+
+    @property
+    def default_properties(self) -> dict[str, str]:
+        return self._access.default_properties
+
+    @property
+    def one_commit_appends(self) -> bool:
+        return self._writes.one_commit_appends
+
+    # ------------------------------------------------------------------ naming, metadata
 
     def qualified_name(self, table: TableRef) -> str:
-        return ".".join(quote_identifier(p) for p in self._parts(table))
+        return self._access.qualified_name(table)
 
     def schema_name(self, layer: str) -> str:
-        schema = self.schemas.for_layer(layer)  # type: ignore[arg-type]
-        parts = [self.catalog, schema] if self.catalog else [schema]
-        return ".".join(quote_identifier(p) for p in parts)
+        return self._access.schema_name(layer)
 
     def path(self, table: TableRef) -> str:
         """Directory of ``table`` (location mode): ``<location>/<layer>/<prefix><name>``."""
-        if self.location is None:
-            raise LakeError(f"{table} is a catalog table ({self.qualified_name(table)}): no path")
-        return f"{self.location}/{table.layer}/{self.table_prefix}{table.name}"
-
-    def _ident(self, table: TableRef) -> str:
-        """How SQL names the table itself: its catalog name, or ``delta.`<path>```."""
-        if self.location is None:
-            return self.qualified_name(table)
-        return f"delta.{quote_identifier(self.path(table))}"
-
-    # ------------------------------------------------------------------------ helpers
-
-    def _sql(self, text: str) -> DataFrame:
-        _log.debug("spark sql: %s", text)
-        return self._spark.sql(text)
-
-    @contextlib.contextmanager
-    def _session_conf(self, values: Mapping[str, str] | None = None) -> Iterator[None]:
-        """Run the block with the session's lock held and ``values`` set in its settings
-        (restored after): no other write of this process runs with them, nor changes them
-        meanwhile."""
-        with self._settings_lock:
-            conf = self._spark.conf
-            previous = {key: conf.get(key, None) for key in values or {}}
-            for key, value in (values or {}).items():
-                conf.set(key, value)
-            try:
-                yield
-            finally:
-                for key, old in previous.items():
-                    if old is None:
-                        conf.unset(key)
-                    else:
-                        conf.set(key, old)
-
-    @contextlib.contextmanager
-    def _errors(self, action: str, table: TableRef) -> Iterator[None]:
-        try:
-            yield
-        except LakeError:
-            raise
-        except Exception as exc:  # py4j and pyspark raise many types; keep the cause
-            raise LakeError(f"{action} {self._ident(table)} ({table}) failed: {exc}") from exc
-
-    def _history_rows(self, table: TableRef, limit: int | None) -> list[dict[str, Any]]:
-        text = f"DESCRIBE HISTORY {self._ident(table)}"
-        if limit is not None:
-            text += f" LIMIT {int(limit)}"
-        with self._errors("read the history of", table):
-            return [row.asDict(recursive=True) for row in self._sql(text).collect()]
-
-    def _require(self, table: TableRef) -> int:
-        """The table's version; a :class:`LakeError` when it does not exist."""
-        version = self.version(table)
-        if version is None:
-            raise self._missing(table)
-        return version
-
-    def _require_exists(self, table: TableRef) -> None:
-        """A :class:`LakeError` when the table does not exist (its version, which reading
-        takes a Spark job, is not read)."""
-        if not self.exists(table):
-            raise self._missing(table)
-
-    def _missing(self, table: TableRef) -> LakeError:
-        return LakeError(f"table {self.qualified_name(table)} ({table}) does not exist")
-
-    def _dataframe(self, data: Any) -> DataFrame:
-        if isinstance(data, pa.Table):
-            return self.rows(data)
-        frame: DataFrame = data
-        return frame
-
-    def _reader(self, table: TableRef) -> Any:
-        return self._spark.read.format("delta")
-
-    def _load(self, reader: Any, table: TableRef) -> DataFrame:
-        frame: DataFrame = (
-            reader.table(self.qualified_name(table))
-            if self.location is None
-            else reader.load(self.path(table))
-        )
-        return frame
-
-    # ----------------------------------------------------------------------- metadata
+        return self._access.path(table)
 
     def ensure_writable(self) -> None:
-        location = self.location
-        if self._writable or location is None or "://" in location:
-            return  # catalog tables and object storage: their permissions are theirs to say
-        check_writable(Path(location.removeprefix("file:")))
-        self._writable = True
+        self._access.ensure_writable()
 
     def exists(self, table: TableRef) -> bool:
-        if self.location is None:
-            # Identifiers are validated plain names, so the dotted form needs no quoting.
-            return bool(self._spark.catalog.tableExists(".".join(self._parts(table))))
-        path = self.path(table)
-        if "://" not in path:
-            return _has_commit(Path(path, "_delta_log"))
-        try:
-            self._sql(f"DESCRIBE HISTORY {self._ident(table)} LIMIT 1").collect()
-        except Exception:  # not a Delta table (yet): Spark raises its analysis errors
-            return False
-        return True
+        return self._access.exists(table)
 
     def version(self, table: TableRef) -> int | None:
-        if self.location is not None and "://" not in (path := self.path(table)):
-            # A table on this machine's disk: its newest commit file, as Delta finds it (a
-            # listing of the log). DESCRIBE HISTORY reads the same number in a Spark job.
-            return _newest_commit(Path(path, "_delta_log"))
-        if not self.exists(table):
-            return None
-        rows = self._history_rows(table, 1)
-        return int(rows[0]["version"]) if rows else None
+        return self._access.version(table)
 
     def schema(self, table: TableRef) -> StructType | None:
-        if not self.exists(table):
-            return None
-        with self._errors("read the schema of", table):
-            return self._load(self._reader(table), table).schema
+        return self._access.schema(table)
+
+    def txn_version(self, table: TableRef, app_id: str) -> int | None:
+        return self._transactions.txn_version(table, app_id)
+
+    # ------------------------------------------------------------------ tables and upkeep
+
+    def properties(self, table: TableRef) -> dict[str, str]:
+        return self._tables.properties(table)
+
+    def ensure_table(
+        self,
+        table: TableRef,
+        schema: StructType,
+        *,
+        properties: Mapping[str, str] | None = None,
+        deletion_vectors: bool = False,
+    ) -> None:
+        self._tables.ensure_table(
+            table, schema, properties=properties, deletion_vectors=deletion_vectors
+        )
+
+    def history(self, table: TableRef, *, limit: int = 20) -> list[HistoryEntry]:
+        return self._tables.history(table, limit=limit)
+
+    def maintain(
+        self,
+        table: TableRef,
+        *,
+        compact: bool = True,
+        checkpoint: bool = True,
+        vacuum_hours: float | None = None,
+        log_hours: float | None = None,
+        log_from_version: int | None = None,
+        tombstone_hours: float | None = None,
+    ) -> MaintenanceResult:
+        return self._tables.maintain(
+            table,
+            compact=compact,
+            checkpoint=checkpoint,
+            vacuum_hours=vacuum_hours,
+            log_hours=log_hours,
+            log_from_version=log_from_version,
+            tombstone_hours=tombstone_hours,
+        )
 
     # ------------------------------------------------------------------------- reading
 
     def read(
         self, table: TableRef, *, version: int | None = None, columns: Sequence[str] | None = None
     ) -> DataFrame:
-        self._require_exists(table)
-        reader = self._reader(table)
-        if version is not None:
-            reader = reader.option("versionAsOf", str(int(version)))
-        with self._errors("read", table):
-            df = self._load(reader, table)
-            if version is not None:
-                # Spark Connect analyses a plan when it is first used: a version the table
-                # does not have fails here, as on a classic session.
-                df.schema  # noqa: B018
-        return df if columns is None else df.select(*[quote_identifier(c) for c in columns])
+        return self._reads.read(table, version=version, columns=columns)
 
     def read_keyed(
         self, table: TableRef, *, key: str, keys: Any, columns: Sequence[str] | None = None
     ) -> DataFrame:
-        # Columns come from their DataFrames, never from pyspark.sql.functions: those build
-        # classic or Spark Connect columns by the process's mode, not by this session's.
-        frame = self._dataframe(keys)
-        wanted = frame.select(frame[quote_identifier(key)].alias(key))
-        # The batch's keys are few next to the table's rows: broadcast them, so the table's
-        # rows are filtered where they are read instead of being shuffled for the join.
-        ids = wanted.where(wanted[quote_identifier(key)].isNotNull()).distinct().hint("broadcast")
-        return self.read(table, columns=columns).join(ids, on=key, how="left_semi")
+        return self._reads.read_keyed(table, key=key, keys=keys, columns=columns)
 
     def read_arrow(
         self,
@@ -353,10 +277,7 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         columns: Sequence[str] | None = None,
         where: Sequence[Condition] = (),
     ) -> pa.Table:
-        self._require_exists(table)
-        text = select_sql(self._ident(table), columns, where)
-        with self._errors("read", table):
-            return dataframe_to_arrow(self._sql(text))
+        return self._reads.read_arrow(table, columns=columns, where=where)
 
     def read_appends(
         self,
@@ -366,82 +287,94 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         until_version: int | None = None,
         columns: Sequence[str] | None = None,
     ) -> TableChanges:
-        latest = self._require(table)
-        current = check_until(table, latest, after_version, until_version)
-        if after_version is None:
-            return TableChanges(
-                table, self.read(table, version=current, columns=columns), 0, current
-            )
-        if after_version == current:
-            empty = self.read(table, version=current, columns=columns).limit(0)
-            return TableChanges(table, empty, None, current)
-        reason = self._incremental_obstacle(table, after_version + 1, current, latest)
-        if reason is not None:
-            _log.warning(
-                "%s: cannot read the rows added after version %d from the change data feed "
-                "(%s); reading the whole table at version %d instead",
-                table,
-                after_version,
-                reason,
-                current,
-            )
-            rows = self.read(table, version=current, columns=columns)
-            return TableChanges(table, rows, after_version + 1, current, True)
-        reader = (
-            self._reader(table)
-            .option("readChangeFeed", "true")
-            .option("startingVersion", str(after_version + 1))
-            .option("endingVersion", str(current))
+        return self._reads.read_appends(
+            table, after_version=after_version, until_version=until_version, columns=columns
         )
-        with self._errors("read the change data feed of", table):
-            df = self._load(reader, table).where("_change_type = 'insert'")
-        df = df.drop("_change_type", "_commit_version", "_commit_timestamp")
-        if columns is not None:
-            df = df.select(*[quote_identifier(c) for c in columns])
-        return TableChanges(table, df, after_version + 1, current)
 
-    def _incremental_obstacle(
-        self, table: TableRef, first: int, last: int, latest: int
-    ) -> str | None:
-        if self.properties(table).get(CDF_PROPERTY, "false").lower() != "true":
-            return f"{CDF_PROPERTY} is off; ensure_table turns it on"
-        since = [history_entry(r) for r in self._history_rows(table, latest - first + 1)]
-        since = [e for e in since if e.version >= first]
-        if not set(range(first, last + 1)) <= {e.version for e in since}:
-            return "part of the range is no longer in the table history"
-        for entry in since:
-            if (
-                entry.version <= last
-                and entry.operation in ("SET TBLPROPERTIES", "UNSET TBLPROPERTIES")
-                and CDF_PROPERTY in str(entry.parameters)
-            ):
-                return f"{CDF_PROPERTY} changed in version {entry.version}"
-            # The feed of a version reads the files it added; a vacuum since may have deleted
-            # them (compacted away, then unreferenced long enough): those of the versions
-            # committed before its horizon (its time minus its retention), which
-            # pipelines.maintenance keeps before the oldest version a consumer needs.
-            if entry.operation.startswith("VACUUM") and entry.operation != "VACUUM END":
-                retention = _vacuum_retention_ms(entry.parameters)
-                for read in since:
-                    if not first <= read.version < entry.version or read.operation in _NO_DATA:
-                        continue
-                    if retention is None or read.timestamp < entry.timestamp - timedelta(
-                        milliseconds=retention
-                    ):
-                        return (
-                            f"version {entry.version} ({entry.operation}) may have deleted the "
-                            f"files of version {read.version}"
-                        )
-        return None
+    # ------------------------------------------------------------------------- writing
+
+    def append(
+        self,
+        table: TableRef,
+        data: Any,
+        *,
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+        evolve_schema: bool = True,
+        layout: WriteLayout | None = None,
+    ) -> CommitResult:
+        return self._writes.append(
+            table, data, txn=txn, metadata=metadata, evolve_schema=evolve_schema, layout=layout
+        )
+
+    def append_parts(
+        self,
+        table: TableRef,
+        parts: Sequence[tuple[pa.Table, Txn]],
+        *,
+        metadata: Mapping[str, str] | None = None,
+    ) -> list[CommitResult]:
+        return self._writes.append_parts(table, parts, metadata=metadata)
+
+    def overwrite(
+        self,
+        table: TableRef,
+        data: Any,
+        *,
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+        replace_schema: bool = False,
+    ) -> CommitResult:
+        return self._writes.overwrite(
+            table, data, txn=txn, metadata=metadata, replace_schema=replace_schema
+        )
+
+    def merge(
+        self,
+        table: TableRef,
+        source: Any,
+        *,
+        on: Sequence[str],
+        update_condition: str | None = None,
+        delete_condition: str | None = None,
+        insert: bool = True,
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+        evolve_schema: bool = True,
+    ) -> MergeMetrics:
+        return self._writes.merge(
+            table,
+            source,
+            on=on,
+            update_condition=update_condition,
+            delete_condition=delete_condition,
+            insert=insert,
+            txn=txn,
+            metadata=metadata,
+            evolve_schema=evolve_schema,
+        )
+
+    def update_columns(
+        self,
+        table: TableRef,
+        source: Any,
+        *,
+        on: Sequence[str],
+        columns: Sequence[str],
+        txn: Txn | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> MergeMetrics:
+        return self._writes.update_columns(
+            table, source, on=on, columns=columns, txn=txn, metadata=metadata
+        )
 
     # ---------------------------------------------------------------------- execution
 
     def rows(self, data: pa.Table, schema: StructType | None = None) -> DataFrame:
-        # Rows of this process: one partition, so that writing them makes one file.
-        return arrow_to_dataframe(self._spark, data, schema).coalesce(1)
+        return self._access.rows(data, schema)
 
     def map_batches(self, rows: Any, function: BatchFunction, schema: StructType) -> DataFrame:
-        return self._dataframe(rows).mapInArrow(function, schema)  # type: ignore[arg-type]
+        return self._access.dataframe(rows).mapInArrow(function, schema)  # type: ignore[arg-type]
 
     def map_groups(
         self,
@@ -452,14 +385,14 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         schema: StructType,
         partitions: int | None = None,
     ) -> DataFrame:
-        frame = self._dataframe(rows)
+        frame = self._access.dataframe(rows)
         column = frame[quote_identifier(key)]
         grouped = frame.repartition(partitions, column) if partitions else frame.repartition(column)
         return grouped.mapInArrow(_PerPartition(function), schema)  # type: ignore[arg-type]
 
     def union(self, parts: Sequence[Any], schema: StructType) -> DataFrame:
         frames = [self.rows(p, schema) if isinstance(p, pa.Table) else p for p in parts] or [
-            self._spark.createDataFrame([], schema)
+            self._access.spark.createDataFrame([], schema)
         ]
         shaped = [
             f.selectExpr(
@@ -483,7 +416,7 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
         # Computed now and cut off from the tables it was read from: a cached DataFrame would
         # be recomputed when Delta refreshes the caches of a table the job writes meanwhile
         # (the gold fold reads the tombstones it then updates), giving other rows.
-        frame: DataFrame = self._dataframe(rows).localCheckpoint(eager=True)
+        frame: DataFrame = self._access.dataframe(rows).localCheckpoint(eager=True)
         return frame
 
     def release(self, rows: Any) -> None:
@@ -504,26 +437,26 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
 
     def tables(self) -> list[TableRef]:
         """Every table of this engine's lake (its directories, or its catalog schemas)."""
-        if self.location is not None:
-            return _tables_under(self.location, self.table_prefix)
+        if self._access.location is not None:
+            return _tables_under(self._access.location, self._access.table_prefix)
         found = []
         for layer in LAYERS:
             try:
-                rows = self._sql(f"SHOW TABLES IN {self.schema_name(layer)}").collect()
+                rows = self._access.sql(f"SHOW TABLES IN {self.schema_name(layer)}").collect()
             except Exception:  # the schema does not exist (yet)
                 continue
             for row in rows:
                 name = str(row["tableName"])
-                if name.startswith(self.table_prefix):
+                if name.startswith(self._access.table_prefix):
                     with contextlib.suppress(ValueError):
-                        found.append(TableRef(layer, name.removeprefix(self.table_prefix)))
+                        found.append(TableRef(layer, name.removeprefix(self._access.table_prefix)))
         return found
 
     def register_sql(self, tables: Iterable[TableRef] | None = None) -> list[str]:
         """Catalog tables are queryable already; tables under a location are registered in
         the session catalog as external tables named like them."""
         refs = [t for t in (self.tables() if tables is None else tables) if self.exists(t)]
-        if self.location is not None:
+        if self._access.location is not None:
             for table in refs:
                 self._bind(table)
         return [self.qualified_name(t) for t in refs]
@@ -531,48 +464,40 @@ class SparkEngine(SparkWriteMixin, SparkTablesMixin):
     def _bind(self, table: TableRef) -> None:
         """Point the session catalog's name of ``table`` at its directory."""
         qualified = self.qualified_name(table)
-        dotted = ".".join(self._parts(table))
+        dotted = ".".join(self._access.parts(table))
         path = self.path(table)
-        with self._errors("register", table):
-            self._sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_name(table.layer)}")
-            if self._spark.catalog.tableExists(dotted):
-                kind = str(self._spark.catalog.getTable(dotted).tableType).upper()
+        with self._access.errors("register", table):
+            self._access.sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_name(table.layer)}")
+            if self._access.spark.catalog.tableExists(dotted):
+                kind = str(self._access.spark.catalog.getTable(dotted).tableType).upper()
                 if kind == "VIEW":
-                    self._sql(f"DROP VIEW {qualified}")
+                    self._access.sql(f"DROP VIEW {qualified}")
                 elif kind != "EXTERNAL":
                     raise LakeError(
                         f"the session catalog has a managed table {qualified}; the spark "
                         f"engine cannot name the table at {path} so"
                     )
                 elif _same_location(
-                    str(self._sql(f"DESCRIBE DETAIL {qualified}").collect()[0]["location"]), path
+                    str(self._access.sql(f"DESCRIBE DETAIL {qualified}").collect()[0]["location"]),
+                    path,
                 ):
                     return
                 else:
-                    self._sql(f"DROP TABLE {qualified}")
-            self._sql(f"CREATE TABLE {qualified} USING DELTA LOCATION {quote_string(path)}")
+                    self._access.sql(f"DROP TABLE {qualified}")
+            self._access.sql(f"CREATE TABLE {qualified} USING DELTA LOCATION {quote_string(path)}")
 
     def sql(self, text: str) -> DataFrame:
-        return self._sql(text)
+        return self._access.sql(text)
 
     def query_arrow(self, text: str, tables: Iterable[TableRef], *, limit: int) -> pa.Table:
         from pyspark.errors import PySparkException
 
         self.register_sql(tables)
         try:
-            return self._sql(text).limit(limit).toArrow()
+            return self._access.sql(text).limit(limit).toArrow()
         except PySparkException as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise LakeError(first.split(" SQLSTATE:")[0].strip()) from None
-
-
-def _absolute(location: str | Path | None) -> str:
-    # A URI (s3://, abfss://, dbfs:/, file:/) is Spark's to resolve; /Volumes/... and other
-    # paths are made absolute, which leaves an absolute one as it is.
-    text = str(location)
-    if has_scheme(text):
-        return text.rstrip("/")
-    return str(Path(text).expanduser().absolute())
 
 
 def _same_location(listed: str, path: str) -> bool:
@@ -584,24 +509,6 @@ def _same_location(listed: str, path: str) -> bool:
         return text.rstrip("/")
 
     return plain(listed) == plain(path)
-
-
-# Operations whose commits add no rows to a change data feed.
-_NO_DATA = frozenset(
-    {"OPTIMIZE", "VACUUM START", "VACUUM END", "CREATE TABLE", "SET TBLPROPERTIES"}
-)
-
-
-def _vacuum_retention_ms(parameters: Mapping[str, str]) -> float | None:
-    """The retention a VACUUM's history entry ran with (``None``: not recorded)."""
-    for key in ("specifiedRetentionMillis", "defaultRetentionMillis"):
-        value = parameters.get(key)
-        if value is not None:
-            try:
-                return float(value)
-            except ValueError:
-                return None
-    return None
 
 
 def _tables_under(location: str, prefix: str) -> list[TableRef]:
@@ -617,29 +524,7 @@ def _tables_under(location: str, prefix: str) -> list[TableRef]:
             if (
                 child.name.startswith(prefix)
                 and is_identifier(name)
-                and _has_commit(child / "_delta_log")
+                and has_commit(child / "_delta_log")
             ):
                 found.append(TableRef(layer, name))
     return found
-
-
-def _newest_commit(log: Path) -> int | None:
-    """The version of the newest commit (or checkpoint) in a local ``_delta_log``; ``None``
-    when it holds none (see :func:`_has_commit`)."""
-    try:
-        with os.scandir(log) as entries:
-            versions = [
-                int(e.name[:20])
-                for e in entries
-                if e.name[:20].isdigit() and e.name.endswith((".json", ".parquet"))
-            ]
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return max(versions, default=None)
-
-
-def _has_commit(log: Path) -> bool:
-    """Whether a local ``_delta_log`` holds a commit or checkpoint. Delta creates the folder
-    before the first commit's data files, so a table being created by another process has an
-    empty log for a moment; it exists once its version 0 (or a checkpoint) does."""
-    return _newest_commit(log) is not None

@@ -7,7 +7,7 @@ keeps every entry of the day the retention ends in). Delta writes a checkpoint b
 Delta's log classes on the JVM (a classic session) maintenance writes one there and then, and
 elsewhere (Spark Connect) reports the newest one Delta wrote.
 
-:class:`SparkTablesMixin` is part of :class:`~pipelines.engines.spark.SparkEngine`.
+:class:`SparkTables` is the part of :class:`~pipelines.engines.spark.SparkEngine` that does this.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pipelines.engines.base import (
     TableRef,
     interval_hours,
 )
+from pipelines.engines.spark_access import SparkTableAccess
 from pipelines.engines.spark_sql import (
     DELETION_VECTORS_PROPERTY,
     RETENTION_CHECK_CONF,
@@ -39,51 +40,30 @@ from pipelines.engines.spark_sql import (
     metric_int,
     set_properties_sql,
 )
-from pipelines.spec.fields import has_scheme
+from pipelines.engines.spark_txns import SparkTransactions
 
 if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
-    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["SparkTablesMixin"]
+__all__ = ["SparkTables"]
 
 # The engine's log lines stay under its module's logger, whichever module writes them.
 _log = logging.getLogger("pipelines.engines.spark")
 
 
-class SparkTablesMixin:
-    """Table creation, properties, history and maintenance of
-    :class:`~pipelines.engines.spark.SparkEngine`."""
+class SparkTables:
+    """Creation, properties, history and upkeep of the tables of one engine (``access``);
+    ``transactions`` tell maintenance where the newest log checkpoint is."""
 
-    if TYPE_CHECKING:
-        # What table management uses of the rest of the engine.
-        _spark: SparkSession
-        location: str | None
-        default_properties: dict[str, str]
-        _ensured: dict[TableRef, tuple[int, tuple[str, tuple[tuple[str, str], ...]]]]
-
-        def exists(self, table: TableRef) -> bool: ...
-        def version(self, table: TableRef) -> int | None: ...
-        def schema(self, table: TableRef) -> StructType | None: ...
-        def qualified_name(self, table: TableRef) -> str: ...
-        def schema_name(self, layer: str) -> str: ...
-        def path(self, table: TableRef) -> str: ...
-        def _delta_log(self, table: TableRef) -> tuple[Any, Any] | None: ...
-        def _checkpoint_txns(self, table: TableRef) -> tuple[int, dict[str, int]]: ...
-        def _ident(self, table: TableRef) -> str: ...
-        def _sql(self, text: str) -> DataFrame: ...
-        def _require_exists(self, table: TableRef) -> None: ...
-        def _history_rows(self, table: TableRef, limit: int | None) -> list[dict[str, Any]]: ...
-        def _errors(self, action: str, table: TableRef) -> AbstractContextManager[None]: ...
-        def _session_conf(
-            self, values: Mapping[str, str] | None = None
-        ) -> AbstractContextManager[None]: ...
+    def __init__(self, access: SparkTableAccess, transactions: SparkTransactions) -> None:
+        self._access = access
+        self._transactions = transactions
+        # Per table: the version at which ensure_table last found it as asked, and what.
+        self._ensured: dict[TableRef, tuple[int, tuple[str, tuple[tuple[str, str], ...]]]] = {}
 
     def properties(self, table: TableRef) -> dict[str, str]:
-        with self._errors("read the properties of", table):
-            rows = self._sql(f"SHOW TBLPROPERTIES {self._ident(table)}").collect()
+        with self._access.errors("read the properties of", table):
+            rows = self._access.sql(f"SHOW TBLPROPERTIES {self._access.ident(table)}").collect()
         return {str(r["key"]): str(r["value"]) for r in rows}
 
     def ensure_table(
@@ -94,25 +74,27 @@ class SparkTablesMixin:
         properties: Mapping[str, str] | None = None,
         deletion_vectors: bool = False,
     ) -> None:
-        wanted = {**self.default_properties, **(properties or {})}
+        wanted = {**self._access.default_properties, **(properties or {})}
         if deletion_vectors:
             wanted[DELETION_VECTORS_PROPERTY] = "true"
-        ident = self._ident(table)
+        ident = self._access.ident(table)
         # A table found as asked at some version is as asked while that is its version: the
         # check (its schema and properties, a Spark job each) is not made again until a commit.
         asked = (schema.json(), tuple(sorted(wanted.items())))
-        version = self.version(table)
+        version = self._access.version(table)
         if version is not None and self._ensured.get(table) == (version, asked):
             return
         if version is None:
             # Its commit would take a MERGE's settings of another thread: see _session_conf.
-            with self._errors("create", table), self._session_conf():
-                if self.location is None:
-                    self._sql(f"CREATE SCHEMA IF NOT EXISTS {self.schema_name(table.layer)}")
-                self._sql(create_table_sql(ident, schema, wanted))
+            with self._access.errors("create", table), self._access.session_conf():
+                if self._access.location is None:
+                    self._access.sql(
+                        f"CREATE SCHEMA IF NOT EXISTS {self._access.schema_name(table.layer)}"
+                    )
+                self._access.sql(create_table_sql(ident, schema, wanted))
             _log.info("created %s (%s)", table, ident)
             return
-        current = self.schema(table)
+        current = self._access.schema(table)
         assert current is not None
         by_name = {f.name.lower(): f for f in current.fields}
         missing = []
@@ -122,23 +104,23 @@ class SparkTablesMixin:
                 missing.append(f)
             elif not same_type(existing.dataType, f.dataType):
                 raise LakeError(
-                    f"column {f.name!r} of {self.qualified_name(table)} is "
+                    f"column {f.name!r} of {self._access.qualified_name(table)} is "
                     f"{existing.dataType.simpleString()}, not {f.dataType.simpleString()}; "
                     "changing a column type needs a rewrite"
                 )
-        with self._errors("alter", table), self._session_conf():
+        with self._access.errors("alter", table), self._access.session_conf():
             if missing:
-                self._sql(add_columns_sql(ident, missing))
+                self._access.sql(add_columns_sql(ident, missing))
             have = self.properties(table)
             changed = {k: v for k, v in wanted.items() if have.get(k) != v}
             if changed:
-                self._sql(set_properties_sql(ident, changed))
+                self._access.sql(set_properties_sql(ident, changed))
         if not missing and not changed:
             self._ensured[table] = (version, asked)
 
     def history(self, table: TableRef, *, limit: int = 20) -> list[HistoryEntry]:
-        self._require_exists(table)
-        return [history_entry(row) for row in self._history_rows(table, limit)]
+        self._access.require_exists(table)
+        return [history_entry(row) for row in self._access.history_rows(table, limit)]
 
     def maintain(
         self,
@@ -155,17 +137,17 @@ class SparkTablesMixin:
         # data feed from one) older than delta.deletedFileRetentionDuration, which a consumer
         # that is behind does, so tables keep Delta's default.
         del tombstone_hours
-        self._require_exists(table)
-        ident = self._ident(table)
+        self._access.require_exists(table)
+        ident = self._access.ident(table)
         removed = added = 0
         checkpoint_version: int | None = None
         vacuumed = expired = None
-        local_dir = self._local_dir(table)
+        local_dir = self._access.local_dir(table)
         if log_hours is not None and log_hours < 0:
             raise LakeError(f"log_hours must be >= 0 (got {log_hours})")
-        with self._errors("maintain", table), self._session_conf():
+        with self._access.errors("maintain", table), self._access.session_conf():
             if compact:
-                rows = self._sql(f"OPTIMIZE {ident}").collect()
+                rows = self._access.sql(f"OPTIMIZE {ident}").collect()
                 report = rows[0].asDict(recursive=True).get("metrics") if rows else None
                 if isinstance(report, Mapping):
                     removed = metric_int(report, "numFilesRemoved")
@@ -176,10 +158,10 @@ class SparkTablesMixin:
                 hours = math.ceil(vacuum_hours)
                 conf = {RETENTION_CHECK_CONF: "false"} if hours < 168 else {}
                 before = _data_files(local_dir) if local_dir is not None else None
-                with self._session_conf(conf):
+                with self._access.session_conf(conf):
                     # Delta rounds RETAIN's hours to a whole number (0.4 would delete every
                     # unreferenced file): round up instead.
-                    self._sql(f"VACUUM {ident} RETAIN {hours} HOURS")
+                    self._access.sql(f"VACUUM {ident} RETAIN {hours} HOURS")
                 if before is not None and local_dir is not None:
                     vacuumed = max(0, before - _data_files(local_dir))
             if checkpoint:
@@ -200,19 +182,21 @@ class SparkTablesMixin:
         tombstones = interval_hours(have.get(TOMBSTONE_PROPERTY), DEFAULT_TOMBSTONE_HOURS)
         wanted = f"interval {max(1, math.ceil(max(hours, tombstones) * 3600))} seconds"
         if have.get(LOG_RETENTION_PROPERTY) != wanted:
-            self._sql(set_properties_sql(self._ident(table), {LOG_RETENTION_PROPERTY: wanted}))
+            self._access.sql(
+                set_properties_sql(self._access.ident(table), {LOG_RETENTION_PROPERTY: wanted})
+            )
 
     def _checkpoint(self, table: TableRef) -> int | None:
         """Write a log checkpoint of the latest version now where Delta's log classes are in
         reach, and return its version; elsewhere the version of the newest checkpoint Delta
         wrote by itself (``None``: none yet, or the log is out of reach)."""
-        opened = self._delta_log(table)
+        opened = self._access.delta_log(table)
         if opened is None:
             _log.debug("%s: Delta Spark writes log checkpoints itself", table)
             return self._newest_checkpoint(table)
         delta_log, snapshot = opened
         try:
-            jvm: Any = self._spark._jvm
+            jvm: Any = self._access.spark._jvm
             delta_log.checkpoint(snapshot, jvm.scala.Option.empty())
         except Exception as exc:
             _log.warning("%s: writing a log checkpoint failed: %s", table, exc)
@@ -220,19 +204,10 @@ class SparkTablesMixin:
         return int(snapshot.version())
 
     def _newest_checkpoint(self, table: TableRef) -> int | None:
-        if self.location is None:
+        if self._access.location is None:
             return None  # a catalog table's log is not read with SQL
-        version, _txns = self._checkpoint_txns(table)
+        version, _txns = self._transactions.checkpoint_txns(table)
         return None if version < 0 else version
-
-    def _local_dir(self, table: TableRef) -> Path | None:
-        """The table's directory when it is on this machine's disk (location mode)."""
-        if self.location is None:
-            return None
-        path = self.path(table)
-        if path.startswith("file:"):
-            path = path.removeprefix("file:")
-        return None if has_scheme(path) else Path(path)
 
 
 def _data_files(directory: Path) -> int:

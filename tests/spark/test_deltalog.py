@@ -124,7 +124,9 @@ def test_delta_spark_reads_the_commits_and_compaction_by_either_engine(
     expected = engine.read_arrow(TABLE).sort_by(order)
     assert remote.read_arrow(TABLE).sort_by(order).equals(expected)
     assert remote.txn_version(TABLE, APP) == 3
-    filtered = remote.sql(f"SELECT count(*) AS n FROM {remote._ident(TABLE)} WHERE batch_id = 2")
+    filtered = remote.sql(
+        f"SELECT count(*) AS n FROM delta.`{remote.path(TABLE)}` WHERE batch_id = 2"
+    )
     assert filtered.collect()[0].n == 20
     history = remote.history(TABLE, limit=1)[0]
     assert history.operation == "WRITE" and history.txn == Txn(APP, 3)

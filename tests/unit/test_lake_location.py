@@ -11,7 +11,7 @@ import pytest
 from ingest.auth import EnvRef, StaticSecrets
 from ingest.errors import LakeError
 from pipelines.engines.lake_location import LakeLocation
-from pipelines.engines.spark import _absolute
+from pipelines.engines.spark_access import _absolute
 from pipelines.spec import LakeSpec, StorageSpec
 from pipelines.spec.fields import has_scheme, resolve_paths
 
