@@ -49,6 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ingest.emulator.managed import salesforce_id_18
@@ -179,22 +180,20 @@ def _text_cell(value: Any) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
-def _boolean_cell(value: Any) -> str:
-    return "" if value is None else ('"true"' if value else '"false"')
+def _boolean_text(value: Any) -> str:
+    return "true" if value else "false"
 
 
-def _date_cell(value: Any) -> str:
-    return "" if value is None else f'"{_day(value // 86_400_000)}"'
+def _date_text(value: Any) -> str:
+    return _day(value // 86_400_000)
 
 
-def _datetime_cell(value: Any) -> str:
-    if value is None:
-        return ""
+def _datetime_text(value: Any) -> str:
     day, milli = divmod(value, 86_400_000)
     second, milli = divmod(milli, 1000)
     minute, second = divmod(second, 60)
     hour, minute = divmod(minute, 60)
-    return f'"{_day(day)}T{hour:02d}:{minute:02d}:{second:02d}.{milli:03d}Z"'
+    return f"{_day(day)}T{hour:02d}:{minute:02d}:{second:02d}.{milli:03d}Z"
 
 
 @lru_cache(maxsize=1 << 12)
@@ -203,60 +202,69 @@ def _day(day: int) -> str:
     return (_EPOCH + timedelta(days=day)).date().isoformat()
 
 
-def _time_cell(value: Any) -> str:
-    if value is None:
-        return ""
+def _time_text(value: Any) -> str:
     h, rest = divmod(int(value), 3_600_000)
     m, rest = divmod(rest, 60_000)
     s, milli = divmod(rest, 1000)
-    return f'"{h:02d}:{m:02d}:{s:02d}.{milli:03d}Z"'
+    return f"{h:02d}:{m:02d}:{s:02d}.{milli:03d}Z"
 
 
-# How a column of each field kind is written (any other kind: _text_cell).
-_CELLS: dict[str, Callable[[Any], str]] = {
-    "boolean": _boolean_cell,
-    "date": _date_cell,
-    "datetime": _datetime_cell,
-    "time": _time_cell,
+# How a non-null value of each field kind is written, unquoted (any other kind: _text_cell).
+_TEXTS: dict[str, Callable[[Any], str]] = {
+    "boolean": _boolean_text,
+    "date": _date_text,
+    "datetime": _datetime_text,
+    "time": _time_text,
 }
 
 
-def _column_cells(
+def _column_values(
     column: ObjectField,
     chosen: list[tuple[str, Mapping[str, Any], bool, int | None]],
     stored: Mapping[str, Sequence[Any]],
-) -> list[str]:
-    """One column's cells for the records ``chosen`` (id, values, deleted, SystemModstamp);
+) -> Sequence[Any]:
+    """One column's values for the records ``chosen`` (id, values, deleted, SystemModstamp);
     ``stored`` holds the values of the columns read as stored (name -> a value per record)."""
-    values: Sequence[Any]
     # The system fields are what ``chosen`` holds (their readers read it the same way).
     if column.name == "Id":
-        values = [rid for rid, _, _, _ in chosen]
-    elif column.name == "IsDeleted":
-        values = [gone for _, _, gone, _ in chosen]
-    elif column.name == MODSTAMP:
-        values = [stamp for _, _, _, stamp in chosen]
-    elif column.stored is not None:
-        values = stored.get(column.stored) or [None] * len(chosen)
-    else:
-        read = column.wire
-        values = [read(rid, stamped(v, stamp), gone) for rid, v, gone, stamp in chosen]
-    cell = _CELLS.get(column.kind)
-    if cell is None:
-        # Text, the common case, and nulls are written here without a call per cell
-        # (``_text_cell`` writes them the same way); anything else goes through it.
+        return [rid for rid, _, _, _ in chosen]
+    if column.name == "IsDeleted":
+        return [gone for _, _, gone, _ in chosen]
+    if column.name == MODSTAMP:
+        return [stamp for _, _, _, stamp in chosen]
+    if column.stored is not None:
+        return stored.get(column.stored) or [None] * len(chosen)
+    read = column.wire
+    return [read(rid, stamped(v, stamp), gone) for rid, v, gone, stamp in chosen]
+
+
+def _column_cells(
+    kind: str, values: Sequence[Any], written: dict[str, dict[Any, str]]
+) -> list[str]:
+    """A column's values (of field kind ``kind``) as CSV cells; ``written`` keeps, per field
+    kind, the cell of each value already written."""
+    text = _TEXTS.get(kind)
+    if kind == "double":
+        # Floats written as repr writes them, as _text_cell does, without a call per value.
         return [
-            '"' + v.replace('"', '""') + '"'
+            f'"{v!r}"' if type(v) is float else "" if v is None else _text_cell(v) for v in values
+        ]
+    if text is None:
+        # Text, the common case, and nulls are written here without a call per value (as
+        # _text_cell writes them); anything else goes through _text_cell.
+        return [
+            ('"' + v + '"' if '"' not in v else '"' + v.replace('"', '""') + '"')
             if type(v) is str
             else ""
             if v is None
             else _text_cell(v)
             for v in values
         ]
-    # Booleans, dates and datetimes repeat across records (a transaction stamps all it
-    # touches alike): each distinct value is written once.
-    written: dict[Any, str] = {}
-    return [written[v] if v in written else written.setdefault(v, cell(v)) for v in values]
+    # Booleans, dates and datetimes repeat across records and columns (a transaction stamps
+    # all it touches alike, CreatedDate is LastModifiedDate until an update): each distinct
+    # value is written once per job.
+    seen = written.setdefault(kind, {None: ""})
+    return [seen[v] if v in seen else seen.setdefault(v, f'"{text(v)}"') for v in values]
 
 
 def _no_stamp(record_id: str) -> None:
@@ -523,10 +531,20 @@ class BulkQueryApi:
                 c.stored for c in job.columns if c.stored is not None and c.name != MODSTAMP
             )
         )
-        by_record = [tuple(map(v.get, names)) for _, v, _, _ in chosen]
+        # A record lacks the values of fields added after it was last written.
+        getter = itemgetter(*names) if len(names) > 1 else None
+        try:
+            by_record = [getter(v) for _, v, _, _ in chosen] if getter is not None else None
+        except KeyError:
+            by_record = None
+        if by_record is None:
+            by_record = [tuple(map(v.get, names)) for _, v, _, _ in chosen]
         # No record chosen: no columns of values (a column's cells are then empty as well).
         stored = dict(zip(names, zip(*by_record, strict=True), strict=False))
-        columns = [_column_cells(c, chosen, stored) for c in job.columns]
+        written: dict[str, dict[Any, str]] = {}
+        columns = [
+            _column_cells(c.kind, _column_values(c, chosen, stored), written) for c in job.columns
+        ]
         return list(map(job.delimiter.join, zip(*columns, strict=True)))
 
     # -- results, abort --------------------------------------------------------------------
