@@ -4,9 +4,8 @@
 ``POST   /services/data/vXX.X/jobs/query``                  create a job (``{"operation":
                                                             "query" | "queryAll", "query":
                                                             <SOQL>}``); state UploadComplete
-``GET    .../jobs/query/<id>``                              the job; each read of a running job
-                                                            moves it on (InProgress, then
-                                                            JobComplete or Failed)
+``GET    .../jobs/query/<id>``                              the job: InProgress while it runs,
+                                                            then JobComplete or Failed
 ``GET    .../jobs/query/<id>/results[?locator=&maxRecords=]``  one set of results as CSV, with
                                                             ``Sforce-Locator`` (the next set, or
                                                             ``null``) and
@@ -24,8 +23,15 @@ Bulk API 2.0 cannot write one to CSV.
 
 Results are CSV: a header row of the field names as the query wrote them, then one row per
 record, every value quoted and a null an empty field; dates ``YYYY-MM-DD``, datetimes
-``YYYY-MM-DDThh:mm:ss.000Z``, times ``hh:mm:ss.000Z``, booleans ``true`` / ``false``. The
-records are read when the job completes, as Salesforce runs the query then.
+``YYYY-MM-DDThh:mm:ss.000Z``, times ``hh:mm:ss.000Z``, booleans ``true`` / ``false``.
+
+A job runs as Salesforce runs one: from its creation on, in the background (a thread of its
+own), while the client polls its state. It reads the records' values when it starts (a
+consistent view: a record saved later does not change its results) and keeps them; its
+``totalProcessingTime`` is the time that took. Each set of results is written as CSV when it
+is asked for, from those values, so the client reads one set while the next is written. A
+status read answers ``InProgress`` while the job runs, and at least ``polls_in_progress``
+times (:class:`BulkSettings`) before it shows the outcome.
 
 Errors a client can meet, each as Salesforce's list of ``{"errorCode", "message"}``:
 invalid SOQL (400 ``MALFORMED_QUERY``, ``INVALID_FIELD``, ``INVALID_TYPE``), a job that fails
@@ -92,8 +98,9 @@ _RUNNING = ("UploadComplete", "InProgress")
 
 @dataclass
 class BulkSettings:
-    """Knobs of the emulated Bulk API: ``polls_in_progress`` status reads answer InProgress
-    before a job completes; ``max_records`` bounds a set of results (a smaller ``maxRecords``
+    """Knobs of the emulated Bulk API: at least ``polls_in_progress`` status reads answer
+    InProgress before a job shows its outcome (a job runs in the background from its creation
+    and may finish sooner); ``max_records`` bounds a set of results (a smaller ``maxRecords``
     asked by the client wins); ``results_ttl`` (seconds) is how long a job and its results
     are kept."""
 
@@ -128,9 +135,15 @@ class _Job:
     polls: int = 0
     error: str | None = None
     expired: bool = False
-    rows: list[str] = field(default_factory=list, repr=False)
+    # The values of the records the job read, a sequence per column, and how many records.
+    values: list[Sequence[Any]] = field(default_factory=list, repr=False)
+    # The text of each boolean, date and datetime value written so far (per field kind).
+    written: dict[str, dict[Any, str]] = field(default_factory=dict, repr=False)
     processed: int = 0
     processing_ms: int = 0
+    # What the job's work ended in (JobComplete or Failed; None while it runs), shown by the
+    # status read that sees it, and the thread doing that work.
+    outcome: str | None = None
 
     def info(self) -> dict[str, Any]:
         created = _stamp(self.created_at)
@@ -317,7 +330,7 @@ class BulkQueryApi:
                 jobs = list(self._jobs.values())
             for job in jobs:
                 job.expired = True
-                job.rows = []
+                job.values = []
         return len(jobs)
 
     def jobs(self) -> list[dict[str, Any]]:
@@ -458,51 +471,82 @@ class BulkQueryApi:
         )
         with self._lock:
             self._jobs[job.id] = job
-        return json_answer(200, job.info())
+            created = job.info()
+        self._start(job)
+        return json_answer(200, created)
 
     # -- run -------------------------------------------------------------------------------
 
+    def _start(self, job: _Job) -> None:
+        """Run ``job`` in a thread of its own from now on, as Salesforce processes a query job
+        once it is created while the client polls its state."""
+        with self._lock:
+            failure = self._failures.pop(0) if self._failures else None
+        thread = threading.Thread(
+            target=self._run, args=(job, failure), name=f"bulk-query-{job.id}", daemon=True
+        )
+        thread.start()
+
     def _advance(self, job: _Job) -> None:
-        """A status read of a running job moves it on (called with the lock held)."""
+        """A status read of a running job (called with the lock held): it answers InProgress
+        until the job's work is done and at least ``polls_in_progress`` reads answered so."""
         if job.state not in _RUNNING:
             return
-        if job.state == "UploadComplete":
-            job.state = "InProgress"
+        job.state = "InProgress"
         job.polls += 1
-        if job.polls > self.settings.polls_in_progress:
-            self._run(job)
+        if job.outcome is not None and job.polls > self.settings.polls_in_progress:
+            job.state = job.outcome
 
-    def _run(self, job: _Job) -> None:
-        if self._failures:
-            job.state, job.error = "Failed", self._failures.pop(0)
-            return
+    def _run(self, job: _Job, failure: str | None) -> None:
+        """The job's work (in its thread): run the query, keep the values it read."""
+        started = time.perf_counter()
+        with self._lock:
+            if job.state == "UploadComplete":
+                job.state = "InProgress"
+        values: list[Sequence[Any]] = []
+        error = failure
         compound = next((c for c in job.columns if c.kind == "compound"), None)
-        if compound is not None:
-            job.state = "Failed"
-            job.error = (
+        truth = self._rest.truth
+        if error is not None:
+            pass
+        elif compound is not None:
+            error = (
                 f"FeatureNotEnabled : Cannot serialize value for '{compound.name}' in CSV format"
             )
-            return
-        truth = self._rest.truth
-        if truth is None:
-            job.state, job.error = "Failed", "InternalServerError : the org's records are gone"
-            return
-        started = time.perf_counter()
-        for attempt in range(5):
+        elif truth is None:
+            error = "InternalServerError : the org's records are gone"
+        else:
             try:
-                job.rows = self._rows(truth, job)
-                break
+                values = self._read(truth, job)
+            except Exception as exc:
+                # A job that cannot be run fails, as on Salesforce (the client sees why).
+                error = f"InternalServerError : {type(exc).__name__}: {exc}"
+        with self._lock:
+            if job.state not in _RUNNING or job.expired:
+                # Aborted (or its results dropped) while it ran: nothing to keep.
+                return
+            if error is not None:
+                job.error = error
+                job.outcome = "Failed"
+                return
+            job.values = values
+            job.processed = len(values[0]) if values else 0
+            job.processing_ms = round((time.perf_counter() - started) * 1000)
+            job.outcome = "JobComplete"
+
+    def _read(self, truth: GroundTruth, job: _Job) -> list[Sequence[Any]]:
+        for _ in range(4):
+            try:
+                return self._values(truth, job)
             except RuntimeError:
                 # The workload is generating into the truth right now (a dict changed size
                 # while it was read): read again, as Salesforce serves a consistent view.
-                if attempt == 4:
-                    raise
-        job.processed = len(job.rows)
-        job.processing_ms = round((time.perf_counter() - started) * 1000)
-        job.state = "JobComplete"
+                continue
+        return self._values(truth, job)
 
     @staticmethod
-    def _rows(truth: GroundTruth, job: _Job) -> list[str]:
+    def _values(truth: GroundTruth, job: _Job) -> list[Sequence[Any]]:
+        """The values of the records the job selects, a sequence per column."""
         records = truth.stored_records(job.entity)
         deleted = truth.deleted(job.entity)
         if job.ids is None:
@@ -541,11 +585,18 @@ class BulkQueryApi:
             by_record = [tuple(map(v.get, names)) for _, v, _, _ in chosen]
         # No record chosen: no columns of values (a column's cells are then empty as well).
         stored = dict(zip(names, zip(*by_record, strict=True), strict=False))
-        written: dict[str, dict[Any, str]] = {}
-        columns = [
-            _column_cells(c.kind, _column_values(c, chosen, stored), written) for c in job.columns
+        return [_column_values(c, chosen, stored) for c in job.columns]
+
+    @staticmethod
+    def _rows(job: _Job, start: int, end: int) -> list[str]:
+        """The CSV rows of the job's records ``start`` to ``end`` (called with the lock
+        held)."""
+        written = job.written
+        cells = [
+            _column_cells(c.kind, values[start:end], written)
+            for c, values in zip(job.columns, job.values, strict=True)
         ]
-        return list(map(job.delimiter.join, zip(*columns, strict=True)))
+        return list(map(job.delimiter.join, zip(*cells, strict=True)))
 
     # -- results, abort --------------------------------------------------------------------
 
@@ -572,7 +623,7 @@ class BulkQueryApi:
         offset: int | None = 0
         if locator:
             offset = _offset(locator)
-            if offset is None or not 0 < offset < len(job.rows):
+            if offset is None or not 0 < offset < job.processed:
                 return _error(
                     400,
                     "INVALID_QUERY_LOCATOR",
@@ -580,8 +631,8 @@ class BulkQueryApi:
                     "this job's results returned",
                 )
         start = offset or 0
-        page = job.rows[start : start + size]
-        end = start + len(page)
+        end = min(start + size, job.processed)
+        page = self._rows(job, start, end)
         ending = job.line_ending
         header = job.delimiter.join(_text_cell(n) for n in job.names)
         text = ending.join([header, *page]) + ending
@@ -591,7 +642,7 @@ class BulkQueryApi:
             text,
             content_type="text/csv",
             headers=(
-                ("Sforce-Locator", _locator(end) if end < len(job.rows) else "null"),
+                ("Sforce-Locator", _locator(end) if end < job.processed else "null"),
                 ("Sforce-NumberOfRecords", str(len(page))),
             ),
         )
