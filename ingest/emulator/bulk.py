@@ -635,7 +635,7 @@ class BulkQueryApi:
         page = self._rows(job, start, end)
         ending = job.line_ending
         header = job.delimiter.join(_text_cell(n) for n in job.names)
-        text = ending.join([header, *page]) + ending
+        text = ending.join([header, *page, ""])
         self.result_sets += 1
         return HttpAnswer(
             200,
