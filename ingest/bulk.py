@@ -158,9 +158,9 @@ class BulkQueryClient:
     ``poll_initial_seconds`` after it was created (a short pause: a small job's records are
     read soon), then at intervals growing by ``poll_multiplier`` up to ``poll_max_seconds`` (a
     job that runs for minutes is read a few times a minute); a job not finished
-    ``timeout_seconds`` after creation is aborted. ``clock`` and ``sleep`` are injected so tests never wait.
-    ``last_job`` is the latest job, as last read (its ``records_processed`` is the number of
-    records a completed job returns).
+    ``timeout_seconds`` after creation is aborted. ``clock`` and ``sleep`` are injected so
+    tests never wait. ``last_job`` is the latest job, as last read (its ``records_processed``
+    is the number of records a completed job returns).
     """
 
     def __init__(

@@ -33,7 +33,7 @@ import json
 import logging
 import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
@@ -290,7 +290,7 @@ class BulkRecords:
             yield payloads
 
 
-def _read_ahead(items: Iterator[_T]) -> Iterator[_T]:
+def _read_ahead(items: Iterator[_T]) -> Generator[_T, None, None]:
     """``items`` in order, each next one read by a worker thread while the caller works on the
     one it was given. A failure to read an item is raised where that item would have been; a
     caller that stops early closes ``items`` once the worker is done with it."""
