@@ -26,11 +26,9 @@ def rest_and_bulk(emulator: Emulator) -> Iterator[tuple[RestClient, BulkRecords]
             client_secret=Secret(DEFAULT_CLIENT.client_secret),
         )
     )
-    # The emulator runs a Bulk job inside the status request that completes it (reading a
-    # million records into CSV takes minutes there); Salesforce answers at once.
+    # Long reads: a result set of a million-record job is one large answer.
     http = httpx.Client(timeout=httpx.Timeout(1800.0, connect=10.0))
     with http, RestClient(tokens, tls=TlsSettings(enabled=False), http=http) as rest:
-        yield (
-            rest,
-            BulkRecords(BulkQueryClient(rest, sleep=lambda _s: None), describe=rest.describe),
-        )
+        # The emulator runs a Bulk job in the background from its creation, as Salesforce
+        # does: the client polls it with its own pauses, as sfcdc does.
+        yield rest, BulkRecords(BulkQueryClient(rest), describe=rest.describe)

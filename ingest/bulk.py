@@ -155,11 +155,12 @@ class BulkQueryClient:
     """Runs Bulk API 2.0 query jobs (see the module docstring) through ``rest``.
 
     ``max_records`` asks for sets of at most that many records. A job's state is first read
-    ``poll_initial_seconds`` after it was created, then at intervals growing by
-    ``poll_multiplier`` up to ``poll_max_seconds``; a job not finished ``timeout_seconds``
-    after creation is aborted. ``clock`` and ``sleep`` are injected so tests never wait.
-    ``last_job`` is the latest job, as last read (its ``records_processed`` is the number of
-    records a completed job returns).
+    ``poll_initial_seconds`` after it was created (a short pause: a small job's records are
+    read soon), then at intervals growing by ``poll_multiplier`` up to ``poll_max_seconds`` (a
+    job that runs for minutes is read a few times a minute); a job not finished
+    ``timeout_seconds`` after creation is aborted. ``clock`` and ``sleep`` are injected so
+    tests never wait. ``last_job`` is the latest job, as last read (its ``records_processed``
+    is the number of records a completed job returns).
     """
 
     def __init__(
@@ -167,7 +168,7 @@ class BulkQueryClient:
         rest: RestClient,
         *,
         max_records: int = DEFAULT_MAX_RECORDS,
-        poll_initial_seconds: float = 0.5,
+        poll_initial_seconds: float = 0.1,
         poll_max_seconds: float = 10.0,
         poll_multiplier: float = 1.5,
         timeout_seconds: float = 4 * 3600.0,

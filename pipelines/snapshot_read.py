@@ -32,8 +32,9 @@ import csv
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -85,6 +86,7 @@ _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _WRITTEN_AS_IS = bytes(b for b in range(0x100) if b >= 0x20 and b not in b'"\\')
 _escaped: Callable[[str], str] = json.encoder.encode_basestring
 _T = TypeVar("_T")
+_U = TypeVar("_U")
 _END: Any = object()
 # Number texts that json.dumps writes back unchanged once typed_value has read them (a whole
 # number; a decimal of at most 15 digits, which is the shortest text of its float, written
@@ -268,9 +270,15 @@ class BulkRecords:
         bulk_soql, columns = self.plan(soql)
         entity = _SELECT.match(soql).group("object")  # type: ignore[union-attr]
         header: list[str] | None = None
-        # The next set downloads while this one is converted (Arrow lets go of the GIL).
-        for result in _read_ahead(self.bulk.record_sets(bulk_soql, operation="queryAll")):
+
+        def convert(result: ResultSet) -> tuple[ResultSet, pa.Table, pa.Table]:
             table = _csv_table(result)
+            return result, table, _payload_table(table, entity, columns)
+
+        # The next set downloads while the sets before it are converted, two at a time (Arrow
+        # lets go of the GIL while it parses and joins): they come out in order.
+        sets = self.bulk.record_sets(bulk_soql, operation="queryAll")
+        for result, table, payloads in _mapped_ahead(sets, convert, workers=2):
             if header is None:
                 header = table.column_names
             elif table.column_names != header:
@@ -279,10 +287,10 @@ class BulkRecords:
                 )
             if result.records is not None and result.records != table.num_rows:
                 raise result.cut_short(table.num_rows)
-            yield _payload_table(table, entity, columns)
+            yield payloads
 
 
-def _read_ahead(items: Iterator[_T]) -> Iterator[_T]:
+def _read_ahead(items: Iterator[_T]) -> Generator[_T, None, None]:
     """``items`` in order, each next one read by a worker thread while the caller works on the
     one it was given. A failure to read an item is raised where that item would have been; a
     caller that stops early closes ``items`` once the worker is done with it."""
@@ -297,6 +305,29 @@ def _read_ahead(items: Iterator[_T]) -> Iterator[_T]:
             close = getattr(items, "close", None)
             if close is not None:
                 close()
+
+
+def _mapped_ahead(
+    items: Iterator[_T], convert: Callable[[_T], _U], *, workers: int
+) -> Iterator[_U]:
+    """``convert`` of each of ``items``, in order: the items are read ahead by one thread
+    (:func:`_read_ahead`) and converted by ``workers`` others, up to ``workers`` at a time. A
+    failure is raised where its item's result would have been; a caller that stops early
+    cancels the conversions not started and closes ``items``."""
+    source = _read_ahead(items)
+    pending: deque[Future[_U]] = deque()
+    with ThreadPoolExecutor(workers, thread_name_prefix="sfcdc-convert") as pool:
+        try:
+            for item in source:
+                pending.append(pool.submit(convert, item))
+                if len(pending) >= workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+            source.close()
 
 
 def _csv_table(result: ResultSet) -> pa.Table:

@@ -4,9 +4,8 @@
 ``POST   /services/data/vXX.X/jobs/query``                  create a job (``{"operation":
                                                             "query" | "queryAll", "query":
                                                             <SOQL>}``); state UploadComplete
-``GET    .../jobs/query/<id>``                              the job; each read of a running job
-                                                            moves it on (InProgress, then
-                                                            JobComplete or Failed)
+``GET    .../jobs/query/<id>``                              the job: InProgress while it runs,
+                                                            then JobComplete or Failed
 ``GET    .../jobs/query/<id>/results[?locator=&maxRecords=]``  one set of results as CSV, with
                                                             ``Sforce-Locator`` (the next set, or
                                                             ``null``) and
@@ -24,8 +23,15 @@ Bulk API 2.0 cannot write one to CSV.
 
 Results are CSV: a header row of the field names as the query wrote them, then one row per
 record, every value quoted and a null an empty field; dates ``YYYY-MM-DD``, datetimes
-``YYYY-MM-DDThh:mm:ss.000Z``, times ``hh:mm:ss.000Z``, booleans ``true`` / ``false``. The
-records are read when the job completes, as Salesforce runs the query then.
+``YYYY-MM-DDThh:mm:ss.000Z``, times ``hh:mm:ss.000Z``, booleans ``true`` / ``false``.
+
+A job runs as Salesforce runs one: from its creation on, in the background (a thread of its
+own), while the client polls its state. It reads the records' values when it starts (a
+consistent view: a record saved later does not change its results) and keeps them; its
+``totalProcessingTime`` is the time that took. Each set of results is written as CSV when it
+is asked for, from those values, so the client reads one set while the next is written. A
+status read answers ``InProgress`` while the job runs, and at least ``polls_in_progress``
+times (:class:`BulkSettings`) before it shows the outcome.
 
 Errors a client can meet, each as Salesforce's list of ``{"errorCode", "message"}``:
 invalid SOQL (400 ``MALFORMED_QUERY``, ``INVALID_FIELD``, ``INVALID_TYPE``), a job that fails
@@ -49,6 +55,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from ingest.emulator.managed import salesforce_id_18
@@ -91,8 +98,9 @@ _RUNNING = ("UploadComplete", "InProgress")
 
 @dataclass
 class BulkSettings:
-    """Knobs of the emulated Bulk API: ``polls_in_progress`` status reads answer InProgress
-    before a job completes; ``max_records`` bounds a set of results (a smaller ``maxRecords``
+    """Knobs of the emulated Bulk API: at least ``polls_in_progress`` status reads answer
+    InProgress before a job shows its outcome (a job runs in the background from its creation
+    and may finish sooner); ``max_records`` bounds a set of results (a smaller ``maxRecords``
     asked by the client wins); ``results_ttl`` (seconds) is how long a job and its results
     are kept."""
 
@@ -127,9 +135,15 @@ class _Job:
     polls: int = 0
     error: str | None = None
     expired: bool = False
-    rows: list[str] = field(default_factory=list, repr=False)
+    # The values of the records the job read, a sequence per column, and how many records.
+    values: list[Sequence[Any]] = field(default_factory=list, repr=False)
+    # The text of each boolean, date and datetime value written so far (per field kind).
+    written: dict[str, dict[Any, str]] = field(default_factory=dict, repr=False)
     processed: int = 0
     processing_ms: int = 0
+    # What the job's work ended in (JobComplete or Failed; None while it runs), shown by the
+    # status read that sees it, and the thread doing that work.
+    outcome: str | None = None
 
     def info(self) -> dict[str, Any]:
         created = _stamp(self.created_at)
@@ -179,22 +193,20 @@ def _text_cell(value: Any) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
-def _boolean_cell(value: Any) -> str:
-    return "" if value is None else ('"true"' if value else '"false"')
+def _boolean_text(value: Any) -> str:
+    return "true" if value else "false"
 
 
-def _date_cell(value: Any) -> str:
-    return "" if value is None else f'"{_day(value // 86_400_000)}"'
+def _date_text(value: Any) -> str:
+    return _day(value // 86_400_000)
 
 
-def _datetime_cell(value: Any) -> str:
-    if value is None:
-        return ""
+def _datetime_text(value: Any) -> str:
     day, milli = divmod(value, 86_400_000)
     second, milli = divmod(milli, 1000)
     minute, second = divmod(second, 60)
     hour, minute = divmod(minute, 60)
-    return f'"{_day(day)}T{hour:02d}:{minute:02d}:{second:02d}.{milli:03d}Z"'
+    return f"{_day(day)}T{hour:02d}:{minute:02d}:{second:02d}.{milli:03d}Z"
 
 
 @lru_cache(maxsize=1 << 12)
@@ -203,60 +215,69 @@ def _day(day: int) -> str:
     return (_EPOCH + timedelta(days=day)).date().isoformat()
 
 
-def _time_cell(value: Any) -> str:
-    if value is None:
-        return ""
+def _time_text(value: Any) -> str:
     h, rest = divmod(int(value), 3_600_000)
     m, rest = divmod(rest, 60_000)
     s, milli = divmod(rest, 1000)
-    return f'"{h:02d}:{m:02d}:{s:02d}.{milli:03d}Z"'
+    return f"{h:02d}:{m:02d}:{s:02d}.{milli:03d}Z"
 
 
-# How a column of each field kind is written (any other kind: _text_cell).
-_CELLS: dict[str, Callable[[Any], str]] = {
-    "boolean": _boolean_cell,
-    "date": _date_cell,
-    "datetime": _datetime_cell,
-    "time": _time_cell,
+# How a non-null value of each field kind is written, unquoted (any other kind: _text_cell).
+_TEXTS: dict[str, Callable[[Any], str]] = {
+    "boolean": _boolean_text,
+    "date": _date_text,
+    "datetime": _datetime_text,
+    "time": _time_text,
 }
 
 
-def _column_cells(
+def _column_values(
     column: ObjectField,
     chosen: list[tuple[str, Mapping[str, Any], bool, int | None]],
     stored: Mapping[str, Sequence[Any]],
-) -> list[str]:
-    """One column's cells for the records ``chosen`` (id, values, deleted, SystemModstamp);
+) -> Sequence[Any]:
+    """One column's values for the records ``chosen`` (id, values, deleted, SystemModstamp);
     ``stored`` holds the values of the columns read as stored (name -> a value per record)."""
-    values: Sequence[Any]
     # The system fields are what ``chosen`` holds (their readers read it the same way).
     if column.name == "Id":
-        values = [rid for rid, _, _, _ in chosen]
-    elif column.name == "IsDeleted":
-        values = [gone for _, _, gone, _ in chosen]
-    elif column.name == MODSTAMP:
-        values = [stamp for _, _, _, stamp in chosen]
-    elif column.stored is not None:
-        values = stored.get(column.stored) or [None] * len(chosen)
-    else:
-        read = column.wire
-        values = [read(rid, stamped(v, stamp), gone) for rid, v, gone, stamp in chosen]
-    cell = _CELLS.get(column.kind)
-    if cell is None:
-        # Text, the common case, and nulls are written here without a call per cell
-        # (``_text_cell`` writes them the same way); anything else goes through it.
+        return [rid for rid, _, _, _ in chosen]
+    if column.name == "IsDeleted":
+        return [gone for _, _, gone, _ in chosen]
+    if column.name == MODSTAMP:
+        return [stamp for _, _, _, stamp in chosen]
+    if column.stored is not None:
+        return stored.get(column.stored) or [None] * len(chosen)
+    read = column.wire
+    return [read(rid, stamped(v, stamp), gone) for rid, v, gone, stamp in chosen]
+
+
+def _column_cells(
+    kind: str, values: Sequence[Any], written: dict[str, dict[Any, str]]
+) -> list[str]:
+    """A column's values (of field kind ``kind``) as CSV cells; ``written`` keeps, per field
+    kind, the cell of each value already written."""
+    text = _TEXTS.get(kind)
+    if kind == "double":
+        # Floats written as repr writes them, as _text_cell does, without a call per value.
         return [
-            '"' + v.replace('"', '""') + '"'
+            f'"{v!r}"' if type(v) is float else "" if v is None else _text_cell(v) for v in values
+        ]
+    if text is None:
+        # Text, the common case, and nulls are written here without a call per value (as
+        # _text_cell writes them); anything else goes through _text_cell.
+        return [
+            ('"' + v + '"' if '"' not in v else '"' + v.replace('"', '""') + '"')
             if type(v) is str
             else ""
             if v is None
             else _text_cell(v)
             for v in values
         ]
-    # Booleans, dates and datetimes repeat across records (a transaction stamps all it
-    # touches alike): each distinct value is written once.
-    written: dict[Any, str] = {}
-    return [written[v] if v in written else written.setdefault(v, cell(v)) for v in values]
+    # Booleans, dates and datetimes repeat across records and columns (a transaction stamps
+    # all it touches alike, CreatedDate is LastModifiedDate until an update): each distinct
+    # value is written once per job.
+    seen = written.setdefault(kind, {None: ""})
+    return [seen[v] if v in seen else seen.setdefault(v, f'"{text(v)}"') for v in values]
 
 
 def _no_stamp(record_id: str) -> None:
@@ -309,7 +330,7 @@ class BulkQueryApi:
                 jobs = list(self._jobs.values())
             for job in jobs:
                 job.expired = True
-                job.rows = []
+                job.values = []
         return len(jobs)
 
     def jobs(self) -> list[dict[str, Any]]:
@@ -450,51 +471,82 @@ class BulkQueryApi:
         )
         with self._lock:
             self._jobs[job.id] = job
-        return json_answer(200, job.info())
+            created = job.info()
+        self._start(job)
+        return json_answer(200, created)
 
     # -- run -------------------------------------------------------------------------------
 
+    def _start(self, job: _Job) -> None:
+        """Run ``job`` in a thread of its own from now on, as Salesforce processes a query job
+        once it is created while the client polls its state."""
+        with self._lock:
+            failure = self._failures.pop(0) if self._failures else None
+        thread = threading.Thread(
+            target=self._run, args=(job, failure), name=f"bulk-query-{job.id}", daemon=True
+        )
+        thread.start()
+
     def _advance(self, job: _Job) -> None:
-        """A status read of a running job moves it on (called with the lock held)."""
+        """A status read of a running job (called with the lock held): it answers InProgress
+        until the job's work is done and at least ``polls_in_progress`` reads answered so."""
         if job.state not in _RUNNING:
             return
-        if job.state == "UploadComplete":
-            job.state = "InProgress"
+        job.state = "InProgress"
         job.polls += 1
-        if job.polls > self.settings.polls_in_progress:
-            self._run(job)
+        if job.outcome is not None and job.polls > self.settings.polls_in_progress:
+            job.state = job.outcome
 
-    def _run(self, job: _Job) -> None:
-        if self._failures:
-            job.state, job.error = "Failed", self._failures.pop(0)
-            return
+    def _run(self, job: _Job, failure: str | None) -> None:
+        """The job's work (in its thread): run the query, keep the values it read."""
+        started = time.perf_counter()
+        with self._lock:
+            if job.state == "UploadComplete":
+                job.state = "InProgress"
+        values: list[Sequence[Any]] = []
+        error = failure
         compound = next((c for c in job.columns if c.kind == "compound"), None)
-        if compound is not None:
-            job.state = "Failed"
-            job.error = (
+        truth = self._rest.truth
+        if error is not None:
+            pass
+        elif compound is not None:
+            error = (
                 f"FeatureNotEnabled : Cannot serialize value for '{compound.name}' in CSV format"
             )
-            return
-        truth = self._rest.truth
-        if truth is None:
-            job.state, job.error = "Failed", "InternalServerError : the org's records are gone"
-            return
-        started = time.perf_counter()
-        for attempt in range(5):
+        elif truth is None:
+            error = "InternalServerError : the org's records are gone"
+        else:
             try:
-                job.rows = self._rows(truth, job)
-                break
+                values = self._read(truth, job)
+            except Exception as exc:
+                # A job that cannot be run fails, as on Salesforce (the client sees why).
+                error = f"InternalServerError : {type(exc).__name__}: {exc}"
+        with self._lock:
+            if job.state not in _RUNNING or job.expired:
+                # Aborted (or its results dropped) while it ran: nothing to keep.
+                return
+            if error is not None:
+                job.error = error
+                job.outcome = "Failed"
+                return
+            job.values = values
+            job.processed = len(values[0]) if values else 0
+            job.processing_ms = round((time.perf_counter() - started) * 1000)
+            job.outcome = "JobComplete"
+
+    def _read(self, truth: GroundTruth, job: _Job) -> list[Sequence[Any]]:
+        for _ in range(4):
+            try:
+                return self._values(truth, job)
             except RuntimeError:
                 # The workload is generating into the truth right now (a dict changed size
                 # while it was read): read again, as Salesforce serves a consistent view.
-                if attempt == 4:
-                    raise
-        job.processed = len(job.rows)
-        job.processing_ms = round((time.perf_counter() - started) * 1000)
-        job.state = "JobComplete"
+                continue
+        return self._values(truth, job)
 
     @staticmethod
-    def _rows(truth: GroundTruth, job: _Job) -> list[str]:
+    def _values(truth: GroundTruth, job: _Job) -> list[Sequence[Any]]:
+        """The values of the records the job selects, a sequence per column."""
         records = truth.stored_records(job.entity)
         deleted = truth.deleted(job.entity)
         if job.ids is None:
@@ -523,11 +575,28 @@ class BulkQueryApi:
                 c.stored for c in job.columns if c.stored is not None and c.name != MODSTAMP
             )
         )
-        by_record = [tuple(map(v.get, names)) for _, v, _, _ in chosen]
+        # A record lacks the values of fields added after it was last written.
+        getter = itemgetter(*names) if len(names) > 1 else None
+        try:
+            by_record = [getter(v) for _, v, _, _ in chosen] if getter is not None else None
+        except KeyError:
+            by_record = None
+        if by_record is None:
+            by_record = [tuple(map(v.get, names)) for _, v, _, _ in chosen]
         # No record chosen: no columns of values (a column's cells are then empty as well).
         stored = dict(zip(names, zip(*by_record, strict=True), strict=False))
-        columns = [_column_cells(c, chosen, stored) for c in job.columns]
-        return list(map(job.delimiter.join, zip(*columns, strict=True)))
+        return [_column_values(c, chosen, stored) for c in job.columns]
+
+    @staticmethod
+    def _rows(job: _Job, start: int, end: int) -> list[str]:
+        """The CSV rows of the job's records ``start`` to ``end`` (called with the lock
+        held)."""
+        written = job.written
+        cells = [
+            _column_cells(c.kind, values[start:end], written)
+            for c, values in zip(job.columns, job.values, strict=True)
+        ]
+        return list(map(job.delimiter.join, zip(*cells, strict=True)))
 
     # -- results, abort --------------------------------------------------------------------
 
@@ -554,7 +623,7 @@ class BulkQueryApi:
         offset: int | None = 0
         if locator:
             offset = _offset(locator)
-            if offset is None or not 0 < offset < len(job.rows):
+            if offset is None or not 0 < offset < job.processed:
                 return _error(
                     400,
                     "INVALID_QUERY_LOCATOR",
@@ -562,18 +631,18 @@ class BulkQueryApi:
                     "this job's results returned",
                 )
         start = offset or 0
-        page = job.rows[start : start + size]
-        end = start + len(page)
+        end = min(start + size, job.processed)
+        page = self._rows(job, start, end)
         ending = job.line_ending
         header = job.delimiter.join(_text_cell(n) for n in job.names)
-        text = ending.join([header, *page]) + ending
+        text = ending.join([header, *page, ""])
         self.result_sets += 1
         return HttpAnswer(
             200,
             text,
             content_type="text/csv",
             headers=(
-                ("Sforce-Locator", _locator(end) if end < len(job.rows) else "null"),
+                ("Sforce-Locator", _locator(end) if end < job.processed else "null"),
                 ("Sforce-NumberOfRecords", str(len(page))),
             ),
         )

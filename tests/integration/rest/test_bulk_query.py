@@ -54,8 +54,10 @@ def rest(org: tuple[Emulator, Workload]) -> Iterator[RestClient]:
 
 
 def _bulk(rest: RestClient, max_records: int = 50_000) -> BulkQueryClient:
-    # No real pauses: the emulator moves a job on at each status read.
-    return BulkQueryClient(rest, max_records=max_records, sleep=lambda _s: None)
+    # Short pauses: the emulator runs a job in the background, as Salesforce does.
+    return BulkQueryClient(
+        rest, max_records=max_records, poll_initial_seconds=0.01, poll_max_seconds=0.05
+    )
 
 
 def _whole_object_soql(rest: RestClient, entity: str) -> str:

@@ -103,7 +103,10 @@ def _snapshot_while_the_org_changes(
     ) as source:
         rest = RestClient(source.tokens, tls=TlsSettings(enabled=False))
         with rest:
-            bulk = BulkRecords(BulkQueryClient(rest, sleep=lambda _s: None), describe=rest.describe)
+            bulk = BulkRecords(
+                BulkQueryClient(rest, poll_initial_seconds=0.01, poll_max_seconds=0.05),
+                describe=rest.describe,
+            )
             result = bootstrap_object(
                 engine,
                 conf,

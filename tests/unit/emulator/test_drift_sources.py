@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from pathlib import Path
 
 from ingest.emulator.catalogue import default_catalogue
@@ -130,11 +131,13 @@ def test_rest_and_bulk_serve_system_modstamp_and_hide_purged_records() -> None:
         created = emu.bulk.answer(HttpRequest("POST", jobs, {}, auth, body))
         assert created is not None and created.status == 200, created
         job = json.loads(created.body)["id"]
-        for _ in range(5):
+        # The job runs in the background: its state is polled as a client polls it.
+        for _ in range(1000):
             status = emu.bulk.answer(HttpRequest("GET", f"{jobs}/{job}", {}, auth))
             assert status is not None
             if json.loads(status.body)["state"] == "JobComplete":
                 break
+            time.sleep(0.01)
         results = emu.bulk.answer(HttpRequest("GET", f"{jobs}/{job}/results", {}, auth))
         assert results is not None and results.status == 200
         rows = list(csv.DictReader(io.StringIO(results.body)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from datetime import datetime, timezone
 
 import grpc
@@ -51,11 +52,13 @@ def _bulk(emu: Emulator, soql: str) -> list[dict[str, str]]:
     created = emu.bulk.answer(HttpRequest("POST", jobs, {}, auth, body))
     assert created is not None and created.status == 200, created
     job = json.loads(created.body)["id"]
-    for _ in range(10):
+    # The job runs in the background: its state is polled as a client polls it.
+    for _ in range(1000):
         status = emu.bulk.answer(HttpRequest("GET", f"{jobs}/{job}", {}, auth))
         assert status is not None
         if json.loads(status.body)["state"] == "JobComplete":
             break
+        time.sleep(0.01)
     results = emu.bulk.answer(HttpRequest("GET", f"{jobs}/{job}/results", {}, auth))
     assert results is not None and results.status == 200, results
     return list(csv.DictReader(io.StringIO(results.body)))
