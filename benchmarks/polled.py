@@ -1,7 +1,7 @@
 """A polled object's landing rate next to the event landing of the same volume, in the same run.
 
-The emulator (in this process) holds ``--records`` records of one object, each created by one
-transaction, so the org has as many CREATE change events as records. Both sides land into a
+The emulator (in a process of its own) holds ``--records`` records of one object, each created
+by one transaction, so the org has as many CREATE change events as records. Both sides land into a
 fresh local-engine lake and are timed until the last record is committed in Delta:
 
 - the baseline, event landing: ``sfcdc ingest --once`` of the object's change event topic
@@ -15,8 +15,10 @@ fresh local-engine lake and are timed until the last record is committed in Delt
   the client converts the sets before it.
 
 Target: polled landing >= 0.5x the event landing's rate (records per second against events per
-second). Client and emulator share this process (and the CPU with whatever else runs). Run from
-the repository root::
+second). The emulator serves from a process of its own, as Salesforce's servers are not on the
+client's interpreter; it still shares the machine's cores with the client (and with whatever
+else runs). ``--emulator-in-process`` serves it from the client's process instead. Run from the
+repository root::
 
     PYTHONPATH=. python benchmarks/polled.py [--records 100000] [--api bulk|rest] [--rounds 3]
 
@@ -24,7 +26,7 @@ Both landings run ``--rounds`` times, one after the other (each into a fresh lak
 per round shows both times; the round with the median ratio (the lower of two) stands for the
 run. The last lines print its rates and ``polled / events: N.NNx``; for a Bulk read also the
 time the emulator spent running the job (the job's ``totalProcessingTime``, reading the
-records: work Salesforce does on its servers, done here in this process on the same CPU) and
+records: work Salesforce does on its servers, done here on the same machine) and
 the ratio without it. Writing the result sets' CSV is the emulator's work too, but it is done
 while the client reads and is counted on sfcdc's side.
 """
@@ -32,6 +34,8 @@ while the client reads and is counted on sfcdc's side.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import multiprocessing
 import os
 import resource
 import shutil
@@ -39,7 +43,10 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -75,7 +82,7 @@ ONLY_CREATES = dict.fromkeys(
 )
 
 
-def _conf(root: Path, emulator: Emulator, entity: str, body: str) -> Path:
+def _conf(root: Path, emulator: Any, entity: str, body: str) -> Path:
     conf = root / "conf"
     (conf / "objects").mkdir(parents=True)
     (conf / "pipeline.yml").write_text(
@@ -100,7 +107,7 @@ def _conf(root: Path, emulator: Emulator, entity: str, body: str) -> Path:
 
 
 def _round(
-    emulator: Emulator, root: Path, entity: str, api: str, events: int, records: int
+    emulator: Any, root: Path, entity: str, api: str, events: int, records: int
 ) -> tuple[float, float, float, str]:
     """One event landing and one first poll of the object, each into a fresh lake under
     ``root``: ``(event seconds, poll seconds, the emulator's job seconds, the api used)``."""
@@ -130,6 +137,48 @@ def _round(
     return event_seconds, poll_seconds, server_seconds, result.api
 
 
+def _serve(workload: Workload, events: list[Any], conn: Any) -> None:
+    """The emulator, in a process of its own, serving the org until told to stop: its
+    ports go back over ``conn``."""
+    with Emulator(workload.catalogue, EmulatorConfig(keepalive_interval=0.2)) as emulator:
+        emulator.serve_records(workload.truth)
+        emulator.append(events)
+        conn.send(
+            {
+                "grpc_port": emulator.grpc_port,
+                "http_port": emulator.http_port,
+                "http_url": emulator.http_url,
+            }
+        )
+        conn.recv()
+
+
+@contextlib.contextmanager
+def _emulator(workload: Workload, events: list[Any], *, in_process: bool) -> Iterator[Any]:
+    """The emulator serving the org: in a process of its own (as Salesforce's servers are not
+    on the client's CPU time or interpreter lock), or in this one."""
+    if in_process:
+        with Emulator(workload.catalogue, EmulatorConfig(keepalive_interval=0.2)) as emulator:
+            emulator.serve_records(workload.truth)
+            emulator.append(events)
+            yield emulator
+        return
+    context = multiprocessing.get_context("fork")  # the org generated here, not pickled
+    ours, theirs = context.Pipe()
+    server = context.Process(target=_serve, args=(workload, events, theirs), daemon=True)
+    server.start()
+    try:
+        if not ours.poll(600):
+            raise RuntimeError("the emulator's process did not start in 600 s")
+        yield SimpleNamespace(**ours.recv())
+    finally:
+        with contextlib.suppress(OSError):
+            ours.send("stop")
+        server.join(60)
+        if server.is_alive():
+            server.kill()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000, help="records (and events)")
@@ -142,6 +191,12 @@ def main() -> None:
         help="rounds of both landings, one after the other; the headline is their median",
     )
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: temp)")
+    parser.add_argument(
+        "--emulator-in-process",
+        action="store_true",
+        help="run the emulator in this process (its Bulk job and result sets then take the "
+        "client's CPU time and interpreter lock) instead of a process of its own",
+    )
     args = parser.parse_args()
     scratch = Path(args.dir or tempfile.mkdtemp(prefix="sfcdc-bench-polled-"))
     entity = args.entity
@@ -164,9 +219,7 @@ def main() -> None:
     )
     rounds: list[tuple[float, float, float, str]] = []
     try:
-        with Emulator(workload.catalogue, EmulatorConfig(keepalive_interval=0.2)) as emulator:
-            emulator.serve_records(workload.truth)
-            emulator.append(events)
+        with _emulator(workload, events, in_process=args.emulator_in_process) as emulator:
             for n in range(max(1, args.rounds)):
                 rounds.append(
                     _round(emulator, scratch / f"round-{n}", entity, args.api, len(events), records)
