@@ -10,12 +10,18 @@ for the change data feed, and files crashed writers left -- once written longer 
 retention; it runs with a retention of at least an hour, so that an uncommitted file of a
 running writer is never taken for one. delta-rs counts retentions in whole hours: a
 fractional one is rounded up, as the spark engine's VACUUM does.
+
+:class:`LocalMaintainer` is the maintenance role of
+:class:`~pipelines.engines.local.LocalEngine`: compaction, VACUUM, checkpoints and log cleanup
+of one table at a time, through :class:`~pipelines.engines.local_tables.LocalTables`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,18 +29,23 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from ingest.errors import LakeError
 from pipelines.engines.base import (
     DEFAULT_LOG_HOURS,
     LOG_RETENTION_PROPERTY,
     TOMBSTONE_PROPERTY,
+    MaintenanceResult,
     TableRef,
     interval_hours,
 )
+from pipelines.engines.deltalog import expire_log
+from pipelines.engines.local_tables import LocalTables
 
 __all__ = [
     "COMPACT_SMALL_BYTES",
     "COMPACT_TARGET_BYTES",
     "COMPACT_TIER_FILES",
+    "LocalMaintainer",
     "compact_in_tiers",
     "keep_tombstones",
     "log_retention_hours",
@@ -42,6 +53,10 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+# The engine's log lines (of LocalMaintainer) stay under its module's logger.
+_engine_log = logging.getLogger("pipelines.engines.local")
+
+_MIN_SAFE_VACUUM_HOURS = 168.0
 
 # Compaction packs small files into files of about this size and leaves larger ones alone, so
 # one compaction rewrites (and holds in memory) at most about this much, however large the
@@ -120,3 +135,107 @@ def keep_tombstones(table: TableRef, dt: DeltaTable, hours: float) -> None:
         dt.alter.set_table_properties({TOMBSTONE_PROPERTY: wanted})
     except DeltaError as exc:
         _log.warning("%s: cannot set %s yet: %s", table, TOMBSTONE_PROPERTY, exc)
+
+
+class LocalMaintainer:
+    """Maintenance of the tables of ``lake``: each run opens its table afresh, so it may run
+    on a thread beside the engine's writes."""
+
+    def __init__(self, lake: LocalTables) -> None:
+        self._lake = lake
+
+    def maintain(
+        self,
+        table: TableRef,
+        *,
+        compact: bool = True,
+        checkpoint: bool = True,
+        vacuum_hours: float | None = None,
+        log_hours: float | None = None,
+        log_from_version: int | None = None,
+        tombstone_hours: float | None = None,
+    ) -> MaintenanceResult:
+        lake = self._lake
+        # A table of its own: maintenance may run on a thread beside this engine's appends.
+        uri = lake.uri(table)
+        if not DeltaTable.is_deltatable(uri, lake.storage_options):
+            raise LakeError(f"table {table} does not exist (no Delta table at {uri})")
+        if log_hours is not None and log_hours < 0:
+            raise LakeError(f"log_hours must be >= 0 (got {log_hours})")
+        if vacuum_hours is not None and vacuum_hours < 0:
+            raise LakeError(f"vacuum_hours must be >= 0 (got {vacuum_hours})")
+        removed = added = 0
+        checkpoint_version = vacuumed = expired = None
+        with lake.errors("maintain", table):
+            dt = lake.open(table)
+            if compact:
+                with lake.rewriting(table, "compaction"):
+                    dt.update_incremental()
+                    removed, added = compact_in_tiers(dt)
+            if vacuum_hours is not None:
+                if vacuum_hours < _MIN_SAFE_VACUUM_HOURS:
+                    _engine_log.warning(
+                        "%s: vacuuming files unreferenced for %.1f h (< 7 days): readers of "
+                        "older versions, and running jobs, may fail",
+                        table,
+                        vacuum_hours,
+                    )
+                dt.update_incremental()
+                before = _data_files(lake.path(table)) if lake.where.local else None
+                vacuumed = vacuum(dt, vacuum_hours)
+                if before is not None:
+                    vacuumed = max(0, before - _data_files(lake.path(table)))
+            if tombstone_hours is not None:
+                keep_tombstones(table, dt, tombstone_hours)
+            # The checkpoint last, so it covers vacuum's commits, and the log cleanup after it.
+            if checkpoint:
+                dt.update_incremental()
+                dt.create_checkpoint()
+                checkpoint_version = dt.version()
+                expired = self._clean_log(table, dt, log_hours, log_from_version)
+        _engine_log.info(
+            "%s: maintenance compacted %d files into %d, checkpoint %s, vacuumed %s files, "
+            "removed %s log entries",
+            table,
+            removed,
+            added,
+            checkpoint_version,
+            vacuumed,
+            expired,
+        )
+        lake.after_write(table)
+        return MaintenanceResult(table, removed, added, checkpoint_version, vacuumed, expired)
+
+    def _clean_log(
+        self, table: TableRef, dt: DeltaTable, log_hours: float | None, keep: int | None
+    ) -> int | None:
+        """Delete the log entries older than ``log_hours`` (None: the table's
+        ``delta.logRetentionDuration``, 30 days unless set) that no kept version needs."""
+        hours = log_retention_hours(dt) if log_hours is None else log_hours
+        if self._lake.where.local is None:
+            if log_hours is not None and log_hours < log_retention_hours(dt):
+                _engine_log.warning(
+                    "%s: on object storage delta-rs cleans the log after the table's "
+                    "delta.logRetentionDuration (%g h), not after %g h",
+                    table,
+                    log_retention_hours(dt),
+                    log_hours,
+                )
+            dt.cleanup_metadata()
+            return None
+        if math.isinf(hours):
+            return 0
+        return expire_log(
+            self._lake.path(table) / "_delta_log",
+            older_than=time.time() - hours * 3600,
+            keep_version=keep,
+        )
+
+
+def _data_files(directory: Path) -> int:
+    """Data and change data files under a table directory (its log aside)."""
+    count = 0
+    for _root, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if d != "_delta_log"]
+        count += sum(1 for f in files if f.endswith(".parquet") and not f.startswith("."))
+    return count

@@ -1,37 +1,40 @@
-"""Reads of the local engine: table snapshots, filtered and keyed reads, and the rows appended
-after a version (from the change data feed).
+"""Reads of the local engine: table snapshots, filtered and keyed reads, the rows appended
+after a version (from the change data feed), and a table's history.
 
-:class:`LocalReads` is part of :class:`~pipelines.engines.local.LocalEngine`. A snapshot of a
-table whose Delta features do not change how its Parquet files are read is read with pyarrow
+:class:`LocalReader` is the reading role of :class:`~pipelines.engines.local.LocalEngine`; it
+reaches the tables through :class:`~pipelines.engines.local_tables.LocalTables`. A snapshot of
+a table whose Delta features do not change how its Parquet files are read is read with pyarrow
 (:mod:`pipelines.engines.parquet_read`); any other table through delta-rs.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 from deltalake import DeltaTable
-from pyspark.sql.types import StructType
 
 from ingest.errors import LakeError
 from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
 from pipelines.engines.base import (
     CDF_PROPERTY,
     Condition,
+    HistoryEntry,
     TableChanges,
     TableRef,
     check_conditions,
     check_until,
+    decode_user_metadata,
 )
+from pipelines.engines.local_tables import LocalTables, as_arrow, schema_of
 from pipelines.engines.parquet_read import read_parquet
 
-__all__ = ["NATIVE_READER_FEATURES", "LocalReads"]
+__all__ = ["NATIVE_READER_FEATURES", "LocalReader", "reads_natively"]
 
 # The engine's log lines stay under its module's logger, whichever module writes them.
 _log = logging.getLogger("pipelines.engines.local")
@@ -44,31 +47,25 @@ NATIVE_READER_FEATURES = frozenset(
 _CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
 
-class LocalReads:
-    """Snapshots, filtered and keyed reads, and appended rows of
-    :class:`~pipelines.engines.local.LocalEngine`."""
+def reads_natively(dt: DeltaTable) -> bool:
+    """Whether the snapshot of ``dt`` is its Parquet files read as they are (no partitions,
+    no reader feature beyond :data:`NATIVE_READER_FEATURES`, no column mapping)."""
+    protocol = dt.protocol()
+    features = set(protocol.reader_features or ())
+    mapping = dt.metadata().configuration.get("delta.columnMapping.mode", "none")
+    return (
+        not dt.metadata().partition_columns
+        and features <= NATIVE_READER_FEATURES
+        and mapping in (None, "none")
+    )
 
-    if TYPE_CHECKING:
 
-        def _require(self, table: TableRef, version: int | None = None) -> DeltaTable: ...
-        def _errors(
-            self, action: str, table: TableRef
-        ) -> contextlib.AbstractContextManager[None]: ...
-        @staticmethod
-        def _schema_of(dt: DeltaTable) -> StructType: ...
-        @staticmethod
-        def _to_arrow(data: Any) -> pa.Table: ...
-        def _object_files(self) -> tuple[str, pafs.FileSystem] | None: ...
+class LocalReader:
+    """Snapshots, filtered and keyed reads, appended rows and history of the tables of
+    ``lake``."""
 
-    def _reads_natively(self, dt: DeltaTable) -> bool:
-        protocol = dt.protocol()
-        features = set(protocol.reader_features or ())
-        mapping = dt.metadata().configuration.get("delta.columnMapping.mode", "none")
-        return (
-            not dt.metadata().partition_columns
-            and features <= NATIVE_READER_FEATURES
-            and mapping in (None, "none")
-        )
+    def __init__(self, lake: LocalTables) -> None:
+        self._lake = lake
 
     def _snapshot(
         self,
@@ -77,7 +74,7 @@ class LocalReads:
         columns: Sequence[str] | None,
         conditions: Sequence[Condition] = (),
     ) -> pa.Table:
-        schema = spark_schema_to_arrow(self._schema_of(dt))
+        schema = spark_schema_to_arrow(schema_of(dt))
         names = list(schema.names if columns is None else columns)
         unknown = sorted({*names, *(c for c, _op, _v in conditions)} - set(schema.names))
         if unknown:
@@ -92,8 +89,8 @@ class LocalReads:
                 f"{table} uses column mapping (delta.columnMapping.mode = {mapping}), which the "
                 "local engine cannot read correctly; read it with the spark engine"
             )
-        with self._errors("read", table):
-            if not self._reads_natively(dt):
+        with self._lake.errors("read", table):
+            if not reads_natively(dt):
                 rows = dt.to_pyarrow_table(columns=names, filters=list(conditions) or None)
                 return fit_to_schema(rows, pa.schema([schema.field(n) for n in names]))
             # The snapshot's files are read with pyarrow's Parquet reader itself: delta-rs'
@@ -101,7 +98,7 @@ class LocalReads:
             # ("terminate called without an active exception"), and pyarrow.dataset imports
             # pandas, half a second of start-up for a landing process that never uses it.
             files = dt.file_uris()
-            filesystem = self._object_files()
+            filesystem = self._lake.object_files()
             if filesystem is not None:
                 # Paths in the store, under the lake's root (delta-rs reads any it spells
                 # otherwise).
@@ -116,7 +113,7 @@ class LocalReads:
     def read(
         self, table: TableRef, *, version: int | None = None, columns: Sequence[str] | None = None
     ) -> pa.Table:
-        return self._snapshot(table, self._require(table, version), columns)
+        return self._snapshot(table, self._lake.require(table, version), columns)
 
     def read_arrow(
         self,
@@ -125,14 +122,14 @@ class LocalReads:
         columns: Sequence[str] | None = None,
         where: Sequence[Condition] = (),
     ) -> pa.Table:
-        return self._snapshot(table, self._require(table), columns, check_conditions(where))
+        return self._snapshot(table, self._lake.require(table), columns, check_conditions(where))
 
     def read_keyed(
         self, table: TableRef, *, key: str, keys: Any, columns: Sequence[str] | None = None
     ) -> pa.Table:
-        values = pc.unique(pc.drop_null(self._to_arrow(keys).column(key))).to_pylist()
+        values = pc.unique(pc.drop_null(as_arrow(keys).column(key))).to_pylist()
         if not values:
-            schema = spark_schema_to_arrow(self._schema_of(self._require(table)))
+            schema = spark_schema_to_arrow(schema_of(self._lake.require(table)))
             names = list(schema.names if columns is None else columns)
             return pa.schema([schema.field(n) for n in names]).empty_table()
         return self.read_arrow(table, columns=columns, where=[(key, "in", values)])
@@ -145,13 +142,13 @@ class LocalReads:
         until_version: int | None = None,
         columns: Sequence[str] | None = None,
     ) -> TableChanges:
-        dt = self._require(table)
+        dt = self._lake.require(table)
         current = check_until(table, dt.version(), after_version, until_version)
         if current != dt.version():
-            dt = self._require(table, current)
+            dt = self._lake.require(table, current)
         if after_version is None:
             return TableChanges(table, self._snapshot(table, dt, columns), 0, current)
-        schema = spark_schema_to_arrow(self._schema_of(dt))
+        schema = spark_schema_to_arrow(schema_of(dt))
         names = list(schema.names if columns is None else columns)
         if after_version == current:
             empty = pa.schema([schema.field(n) for n in names]).empty_table()
@@ -169,7 +166,7 @@ class LocalReads:
                 table, self._snapshot(table, dt, columns), after_version + 1, current, True
             )
         try:
-            with self._errors("read the change data feed of", table):
+            with self._lake.errors("read the change data feed of", table):
                 # Every column: delta-rs' column list is parsed as SQL, which folds the case of
                 # names such as "Id".
                 reader = dt.load_cdf(starting_version=after_version + 1, ending_version=current)
@@ -194,3 +191,27 @@ class LocalReads:
         inserted = changes.filter(pc.equal(changes.column("_change_type"), "insert"))
         rows = inserted.drop_columns(["_change_type"])
         return TableChanges(table, rows, after_version + 1, current)
+
+    def history(self, table: TableRef, *, limit: int = 20) -> list[HistoryEntry]:
+        dt = self._lake.require(table)
+        with self._lake.errors("read the history of", table):
+            commits = dt.history(limit)
+        return [_history_entry(c) for c in commits]
+
+
+def _history_entry(commit: Mapping[str, Any]) -> HistoryEntry:
+    metadata, txn = decode_user_metadata(commit.get("userMetadata"))
+    parameters = {
+        str(k): v if isinstance(v, str) else json.dumps(v)
+        for k, v in (commit.get("operationParameters") or {}).items()
+    }
+    timestamp = datetime.fromtimestamp(int(commit.get("timestamp", 0)) / 1000, tz=timezone.utc)
+    return HistoryEntry(
+        version=int(commit["version"]),
+        timestamp=timestamp,
+        operation=str(commit.get("operation", "")),
+        parameters=parameters,
+        metrics=dict(commit.get("operationMetrics") or {}),
+        metadata=metadata,
+        txn=txn,
+    )

@@ -1,8 +1,10 @@
-"""Writes of the local engine: appends, overwrites and MERGE through delta-rs, each recording
-its transaction (app id and version) in the commit so a retried write is skipped.
+"""Writes of the local engine: table creation and schema growth, appends, overwrites and MERGE
+through delta-rs, each recording its transaction (app id and version) in the commit so a
+retried write is skipped.
 
-:class:`LocalWrites` is part of :class:`~pipelines.engines.local.LocalEngine`; it uses the
-engine's table cache, error translation, rewrite lock and view refresh. Appends whose rows
+:class:`LocalWriter` is the writing role of :class:`~pipelines.engines.local.LocalEngine`; it
+uses the table cache, error translation, rewrite lock, direct-write policy and write hook of
+:class:`~pipelines.engines.local_tables.LocalTables`. Appends whose rows
 already have the table's schema go to :class:`~pipelines.engines.deltalog.DirectAppender`
 first, a MERGE to :class:`~pipelines.engines.direct_merge.DirectMerger` when it accepts it; a
 commit that removes files (overwrite, MERGE) holds the table's rewrite lock.
@@ -10,16 +12,16 @@ commit that removes files (overwrite, MERGE) holds the table's rewrite lock.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from deltalake import (
     ColumnProperties,
     CommitProperties,
     DeltaTable,
+    Schema,
     Transaction,
     WriterProperties,
     write_deltalake,
@@ -31,6 +33,7 @@ from pipelines.engines.arrow import (
     arrow_schema_to_spark,
     conform_to_schema,
     normalize_arrow,
+    same_type,
     spark_schema_to_arrow,
 )
 from pipelines.engines.base import (
@@ -46,8 +49,9 @@ from pipelines.engines.base import (
 )
 from pipelines.engines.deltalog import DirectAppender, DirectWritesUnavailable, StaleTable
 from pipelines.engines.direct_merge import DirectMerger
+from pipelines.engines.local_tables import LocalTables, as_arrow, schema_of
 
-__all__ = ["LocalWrites"]
+__all__ = ["LocalWriter"]
 
 # The engine's log lines stay under its module's logger, whichever module writes them.
 _log = logging.getLogger("pipelines.engines.local")
@@ -58,37 +62,80 @@ def _dq(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-class LocalWrites:
-    """Appends, overwrites and MERGE of :class:`~pipelines.engines.local.LocalEngine`."""
+class LocalWriter:
+    """Table creation, appends, overwrites and MERGE of the tables of ``lake``.
 
-    if TYPE_CHECKING:
-        _clock: Callable[[], float]
-        _direct: DirectAppender
-        _merger: DirectMerger
+    Appends go to ``appender`` and MERGEs to ``merger`` while ``lake`` allows direct commits;
+    ``clock`` times merges; a table created here gets ``default_properties``.
+    """
 
-        def _load(self, table: TableRef) -> DeltaTable | None: ...
-        def _require(self, table: TableRef, version: int | None = None) -> DeltaTable: ...
-        def _rewriting(
-            self, table: TableRef, action: str
-        ) -> contextlib.AbstractContextManager[None]: ...
-        def _errors(
-            self, action: str, table: TableRef
-        ) -> contextlib.AbstractContextManager[None]: ...
-        def _after_write(self, table: TableRef) -> None: ...
-        def _direct_allowed(self) -> bool: ...
-        def _direct_failed(self, exc: Exception) -> None: ...
-        def ensure_table(
-            self,
-            table: TableRef,
-            schema: StructType,
-            *,
-            properties: Mapping[str, str] | None = None,
-            deletion_vectors: bool = False,
-        ) -> None: ...
-        @staticmethod
-        def _schema_of(dt: DeltaTable) -> StructType: ...
-        @staticmethod
-        def _to_arrow(data: Any) -> pa.Table: ...
+    def __init__(
+        self,
+        lake: LocalTables,
+        *,
+        appender: DirectAppender,
+        merger: DirectMerger,
+        clock: Callable[[], float],
+        default_properties: Mapping[str, str],
+    ) -> None:
+        self._lake = lake
+        self._direct = appender
+        self._merger = merger
+        self._clock = clock
+        self.default_properties = default_properties
+
+    def ensure_table(
+        self,
+        table: TableRef,
+        schema: StructType,
+        *,
+        properties: Mapping[str, str] | None = None,
+        deletion_vectors: bool = False,
+    ) -> None:
+        # delta-rs neither writes deletion vectors nor reads a table that has them: a MERGE
+        # here rewrites the files it touches, whatever deletion_vectors asks.
+        lake = self._lake
+        wanted = {**self.default_properties, **(properties or {})}
+        dt = lake.load(table)
+        if dt is None:
+            if lake.where.local is not None:
+                lake.path(table).mkdir(parents=True, exist_ok=True)
+            with lake.errors("create", table):
+                DeltaTable.create(
+                    lake.uri(table),
+                    spark_schema_to_arrow(schema),
+                    mode="ignore",
+                    configuration=wanted or None,
+                    storage_options=lake.storage_options,
+                )
+            _log.info("created %s at %s", table, lake.uri(table))
+            lake.after_write(table)
+            return
+        current = schema_of(dt)
+        by_name = {f.name.lower(): f for f in current.fields}
+        missing = []
+        for f in schema.fields:
+            existing = by_name.get(f.name.lower())
+            if existing is None:
+                missing.append(f)
+            elif not same_type(existing.dataType, f.dataType):
+                raise LakeError(
+                    f"column {f.name!r} of {table} is {existing.dataType.simpleString()}, not "
+                    f"{f.dataType.simpleString()}; changing a column type needs a rewrite"
+                )
+        with lake.errors("alter", table):
+            if missing:
+                # Existing rows have no value for a new column, so it cannot be NOT NULL.
+                fields = pa.schema(
+                    [f.with_nullable(True) for f in spark_schema_to_arrow(StructType(missing))]
+                )
+                dt.alter.add_columns(Schema.from_arrow(fields).fields)
+                _log.info("%s: added columns %s", table, ", ".join(f.name for f in missing))
+            changed = {k: v for k, v in wanted.items() if dt.metadata().configuration.get(k) != v}
+            if changed:
+                dt.alter.set_table_properties(changed)
+        if missing or changed:
+            lake.after_write(table)
 
     @staticmethod
     def _commit_properties(txn: Txn | None, metadata: Mapping[str, str] | None) -> CommitProperties:
@@ -127,17 +174,17 @@ class LocalWrites:
         evolve_schema: bool = True,
         layout: WriteLayout | None = None,
     ) -> CommitResult:
-        arrow = normalize_arrow(self._to_arrow(data))
+        arrow = normalize_arrow(as_arrow(data))
         direct = self._direct_append(table, [(arrow, txn)], metadata=metadata, layout=layout)
         if direct is not None:
             return direct[0]
-        dt = self._load(table)
+        dt = self._lake.load(table)
         if dt is None:
             if arrow.num_rows == 0 and txn is None:
                 return CommitResult(table, None, skipped=False, rows=0)
             self.ensure_table(table, arrow_schema_to_spark(arrow.schema))
-            dt = self._require(table)
-        target = spark_schema_to_arrow(self._schema_of(dt))
+            dt = self._lake.require(table)
+        target = spark_schema_to_arrow(schema_of(dt))
         arrow, grows = conform_to_schema(arrow, target, evolve=evolve_schema, table_name=str(table))
         if not grows:
             direct = self._direct_append(table, [(arrow, txn)], metadata=metadata, layout=layout)
@@ -150,7 +197,7 @@ class LocalWrites:
         writer = self._writer_properties(layout)
         # delta-rs takes no explicit None for its writer defaults.
         tuning: dict[str, Any] = {"writer_properties": writer} if writer is not None else {}
-        with self._errors("append to", table):
+        with self._lake.errors("append to", table):
             write_deltalake(
                 dt,
                 arrow,
@@ -162,7 +209,7 @@ class LocalWrites:
             dt.update_incremental()
         self._direct.forget(table)
         _log.debug("%s: appended %d rows as version %d", table, arrow.num_rows, dt.version())
-        self._after_write(table)
+        self._lake.after_write(table)
         return CommitResult(table, dt.version(), skipped=False, rows=arrow.num_rows)
 
     def append_parts(
@@ -178,9 +225,9 @@ class LocalWrites:
         direct = self._direct_append(table, fitted, metadata=metadata)
         if direct is not None:
             return direct
-        dt = self._load(table)
+        dt = self._lake.load(table)
         if dt is not None:
-            target = spark_schema_to_arrow(self._schema_of(dt))
+            target = spark_schema_to_arrow(schema_of(dt))
             fitted = [
                 (conform_to_schema(data, target, evolve=False, table_name=str(table))[0], txn)
                 for data, txn in parts
@@ -201,7 +248,7 @@ class LocalWrites:
         """The parts committed by :class:`~pipelines.engines.deltalog.DirectAppender` when it
         takes them (they have the table's exact schema and the table a plain protocol);
         ``None`` when they must go through delta-rs."""
-        if not self._direct_allowed():
+        if not self._lake.direct_allowed():
             return None
         if not all(self._direct.accepts(table, data.schema) for data, _ in parts):
             return None
@@ -210,10 +257,10 @@ class LocalWrites:
         except StaleTable:
             return None
         except DirectWritesUnavailable as exc:
-            self._direct_failed(exc)
+            self._lake.direct_failed(exc)
             return None
         if any(r.version is not None and not r.skipped for r in results):
-            self._after_write(table)
+            self._lake.after_write(table)
         return results
 
     def overwrite(
@@ -225,16 +272,16 @@ class LocalWrites:
         metadata: Mapping[str, str] | None = None,
         replace_schema: bool = False,
     ) -> CommitResult:
-        dt = self._load(table)
+        dt = self._lake.load(table)
         if self._already_applied(dt, table, txn):
             assert dt is not None
             return CommitResult(table, dt.version(), skipped=True, rows=0)
-        arrow = self._to_arrow(data)
+        arrow = as_arrow(data)
         props = self._commit_properties(txn, metadata)
         if dt is None:
             self.ensure_table(table, arrow_schema_to_spark(normalize_arrow(arrow).schema))
-            dt = self._require(table)
-        with self._rewriting(table, "overwrite"), self._errors("overwrite", table):
+            dt = self._lake.require(table)
+        with self._lake.rewriting(table, "overwrite"), self._lake.errors("overwrite", table):
             dt.update_incremental()  # every file of the latest version goes (see merge)
             if replace_schema:
                 arrow = normalize_arrow(arrow)
@@ -242,7 +289,7 @@ class LocalWrites:
                     dt, arrow, mode="overwrite", schema_mode="overwrite", commit_properties=props
                 )
             else:
-                target = spark_schema_to_arrow(self._schema_of(dt))
+                target = spark_schema_to_arrow(schema_of(dt))
                 arrow, grows = conform_to_schema(arrow, target, evolve=True, table_name=str(table))
                 write_deltalake(
                     dt,
@@ -254,7 +301,7 @@ class LocalWrites:
             dt.update_incremental()
         self._direct.forget(table)
         _log.info("%s: overwrote with %d rows as version %d", table, arrow.num_rows, dt.version())
-        self._after_write(table)
+        self._lake.after_write(table)
         return CommitResult(table, dt.version(), skipped=False, rows=arrow.num_rows)
 
     def merge(
@@ -272,11 +319,11 @@ class LocalWrites:
     ) -> MergeMetrics:
         keys = merge_keys(on)
         started = self._clock()
-        dt = self._load(table)
+        dt = self._lake.load(table)
         if self._already_applied(dt, table, txn):
             assert dt is not None
             return MergeMetrics(table, 0, 0, 0, 0, dt.version(), True, self._clock() - started)
-        arrow = normalize_arrow(self._to_arrow(source))
+        arrow = normalize_arrow(as_arrow(source))
         lower = {c.lower() for c in arrow.column_names}
         absent = [k for k in keys if k.lower() not in lower]
         if absent:
@@ -286,13 +333,13 @@ class LocalWrites:
             )
         if dt is None:
             self.ensure_table(table, arrow_schema_to_spark(arrow.schema))
-            dt = self._require(table)
-        target = spark_schema_to_arrow(self._schema_of(dt))
+            dt = self._lake.require(table)
+        target = spark_schema_to_arrow(schema_of(dt))
         arrow, _grows = conform_to_schema(
             arrow, target, evolve=evolve_schema, table_name=str(table), fill_missing=False
         )
         predicate = " AND ".join(f"target.{_dq(k)} = source.{_dq(k)}" for k in keys)
-        with self._rewriting(table, "merge"), self._errors("merge into", table):
+        with self._lake.rewriting(table, "merge"), self._lake.errors("merge into", table):
             # The latest version, read under the lock: merged into an older one, delta-rs
             # would let this commit remove files a compaction has already replaced.
             dt.update_incremental()
@@ -306,7 +353,7 @@ class LocalWrites:
                     delete_condition=delete_condition,
                     insert=insert,
                 )
-                if self._direct_allowed()
+                if self._lake.direct_allowed()
                 else None
             )
             direct = None
@@ -314,7 +361,7 @@ class LocalWrites:
                 try:
                     direct = self._merger.merge(dt, plan, txn=txn, metadata=metadata)
                 except DirectWritesUnavailable as exc:
-                    self._direct_failed(exc)
+                    self._lake.direct_failed(exc)
             reported: Mapping[str, Any]
             if direct is not None:
                 reported = direct
@@ -362,7 +409,7 @@ class LocalWrites:
             metrics.deleted,
             metrics.version,
         )
-        self._after_write(table)
+        self._lake.after_write(table)
         return metrics
 
     def update_columns(
@@ -378,22 +425,22 @@ class LocalWrites:
         keys = merge_keys(on)
         started = self._clock()
         names = updated_columns(table, columns, keys)
-        dt = self._require(table)
+        dt = self._lake.require(table)
         if self._already_applied(dt, table, txn):
             return MergeMetrics(table, 0, 0, 0, 0, dt.version(), True, self._clock() - started)
-        target = spark_schema_to_arrow(self._schema_of(dt))
+        target = spark_schema_to_arrow(schema_of(dt))
         missing = [c for c in (*keys, *names) if target.get_field_index(c) < 0]
         if missing:
             raise LakeError(
                 f"update of columns in {table}: {missing} are not columns of the table "
                 "(ensure_table adds them first)"
             )
-        arrow = normalize_arrow(self._to_arrow(source)).select([*keys, *names])
+        arrow = normalize_arrow(as_arrow(source)).select([*keys, *names])
         arrow, _grows = conform_to_schema(
             arrow, target, evolve=False, table_name=str(table), fill_missing=False
         )
         predicate = " AND ".join(f"target.{_dq(k)} = source.{_dq(k)}" for k in keys)
-        with self._rewriting(table, "merge"), self._errors("update columns of", table):
+        with self._lake.rewriting(table, "merge"), self._lake.errors("update columns of", table):
             dt.update_incremental()
             before = dt.version()
             # A MERGE of its own: the direct merger replaces whole rows, this sets a few columns
@@ -439,7 +486,7 @@ class LocalWrites:
             metrics.source_rows,
             metrics.version,
         )
-        self._after_write(table)
+        self._lake.after_write(table)
         return metrics
 
     @staticmethod
