@@ -257,11 +257,10 @@ DEFAULT_ON_SPARK = (
     "tests/integration/cli/test_first_run_tables.py",
     "tests/integration/cli/test_unactivated_venv.py",
 )
-# Over Spark Connect the default run keeps the engine's own contract (every table operation
-# over Connect, tests/spark/test_engines.py); the layer jobs, the oracle, the demo and the
-# GoldSink over Connect take about 70 worker-minutes on two cores, more than CI has to spare,
-# and run with ``-m spark_connect`` (or ``-m long``).
-DEFAULT_ON_CONNECT = ("tests/spark/test_engines.py",)
+# A Spark Connect case is long exactly where its classic spark case is: the default run has
+# every table test of the engine and the layer jobs over Connect; the gold oracle, the demo,
+# the kill loops of the Spark source and the fold's batch-size equivalence over Connect (about
+# 16 worker-minutes more) run with ``-m spark_connect`` (or ``-m long``).
 # The gold fold's batch-size equivalence is the engine's fold, not its tables: its local case
 # stays in the default run, its spark cases (minutes of MERGEs each) are long.
 LONG_ON_SPARK_TESTS = ("tests/spark/gold/test_batch_sizes.py",)
@@ -269,23 +268,21 @@ LONG_ON_SPARK_TESTS = ("tests/spark/gold/test_batch_sizes.py",)
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Which tests are ``long``, left out of the default run (``python -m pytest -m long`` runs
-    them): a ``slow`` test on the spark engine or of the Spark source (it starts a Spark driver
-    in a subprocess again and again), and the spark-engine case of an integration test of a
-    layer or command (:data:`LONG_ON_SPARK`, :data:`LONG_ON_SPARK_TESTS`), and a Spark
-    Connect case outside the engine's own tests (:data:`DEFAULT_ON_CONNECT`)."""
-    spark_engine = item.get_closest_marker("spark_engine") is not None
-    connect = item.get_closest_marker("spark_connect") is not None
+    them): a ``slow`` test on the spark engine (classic or over Spark Connect) or of the Spark
+    source (it starts a Spark driver in a subprocess again and again), and the spark-engine
+    case, classic or Connect, of an integration test of a layer or command
+    (:data:`LONG_ON_SPARK`, :data:`LONG_ON_SPARK_TESTS`)."""
+    spark_engine = (
+        item.get_closest_marker("spark_engine") is not None
+        or item.get_closest_marker("spark_connect") is not None
+    )
     if (
-        (
-            item.get_closest_marker("slow")
-            and (spark_engine or item.get_closest_marker("spark_source"))
-        )
-        or (
-            spark_engine
-            and item.nodeid.startswith(LONG_ON_SPARK + LONG_ON_SPARK_TESTS)
-            and not item.nodeid.startswith(DEFAULT_ON_SPARK)
-        )
-        or (connect and not item.nodeid.startswith(DEFAULT_ON_CONNECT))
+        item.get_closest_marker("slow")
+        and (spark_engine or item.get_closest_marker("spark_source"))
+    ) or (
+        spark_engine
+        and item.nodeid.startswith(LONG_ON_SPARK + LONG_ON_SPARK_TESTS)
+        and not item.nodeid.startswith(DEFAULT_ON_SPARK)
     ):
         item.add_marker(pytest.mark.long)
 
