@@ -52,6 +52,7 @@ __all__ = [
     "MaintenanceResult",
     "MergeMetrics",
     "Rows",
+    "RowsWhere",
     "TableChanges",
     "TableFunction",
     "TableRef",
@@ -117,7 +118,22 @@ engine. Jobs never look inside; they hand them back to the engine that made them
 
 BatchFunction = Callable[[Iterator["pa.RecordBatch"]], Iterator["pa.RecordBatch"]]
 """A pure layer function over Arrow record batches (what Spark's ``mapInArrow`` runs):
-module-level or an instance of a module-level class, so that it pickles to executors."""
+module-level or an instance of a module-level class, so that it pickles to executors.
+
+A function may say more of itself, for an engine that can do part of its work without it
+(:class:`RowsWhere`): ``reads``, the only columns it reads (a tuple of names); ``keeps``, a
+:class:`RowsWhere` outside of which it yields nothing for a row; ``selects``, the names of the
+columns it yields when that is all it does with the rows it keeps. The function itself stays the
+definition: the local engine calls it, and the spark engine's tests compare the two."""
+
+
+@dataclass(frozen=True)
+class RowsWhere:
+    """The rows whose ``column`` is null (``null=True``) or set (``null=False``)."""
+
+    column: str
+    null: bool
+
 
 TableFunction = Callable[["pa.Table"], "pa.Table"]
 """A pure layer function over an Arrow table holding every row of each key it sees."""

@@ -65,6 +65,7 @@ from pipelines.engines.base import (
     HistoryEntry,
     MaintenanceResult,
     MergeMetrics,
+    RowsWhere,
     TableChanges,
     TableFunction,
     TableRef,
@@ -374,7 +375,20 @@ class SparkEngine:
         return self._access.rows(data, schema)
 
     def map_batches(self, rows: Any, function: BatchFunction, schema: StructType) -> DataFrame:
-        return self._access.dataframe(rows).mapInArrow(function, schema)  # type: ignore[arg-type]
+        # What a function says of itself (BatchFunction) is done here as a filter and a
+        # projection, so that fewer rows and columns go to a Python worker, or none.
+        frame = self._access.dataframe(rows)
+        keeps: RowsWhere | None = getattr(function, "keeps", None)
+        if keeps is not None:
+            column = frame[quote_identifier(keeps.column)]
+            frame = frame.where(column.isNull() if keeps.null else column.isNotNull())
+        selects: Sequence[str] | None = getattr(function, "selects", None)
+        if selects is not None:
+            return frame.select(*[quote_identifier(name) for name in selects])
+        reads: Sequence[str] | None = getattr(function, "reads", None)
+        if reads is not None:
+            frame = frame.select(*[quote_identifier(name) for name in reads])
+        return frame.mapInArrow(function, schema)  # type: ignore[arg-type]
 
     def map_groups(
         self,

@@ -24,13 +24,16 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from pipelines.engines.arrow import spark_schema_to_arrow
+from pipelines.engines.base import RowsWhere
 
 __all__ = [
     "COUNTS_SCHEMA",
     "ERROR_COLUMNS",
+    "FAILURES_SCHEMA",
     "QUARANTINE_KEYS",
     "QUARANTINE_SCHEMA",
     "AfterBatch",
+    "Failures",
     "QuarantinePart",
     "SchemaCounts",
     "SilverPart",
@@ -60,6 +63,8 @@ QUARANTINE_SCHEMA = T.StructType(
 QUARANTINE_KEYS = ("bronze_table", "bronze_batch_id", "bronze_batch_seq")
 # The columns after the silver columns of a decoded row (null on the rows that decoded).
 ERROR_COLUMNS = ("_cdc_error", "_cdc_error_kind", "_cdc_payload")
+# What :class:`Failures` yields.
+FAILURES_SCHEMA = T.StructType([T.StructField("_cdc_error", T.StringType())])
 # Bronze rows per schema id in a batch (SchemaCounts).
 COUNTS_SCHEMA = T.StructType(
     [
@@ -90,8 +95,11 @@ class SilverPart:
     """Decoded and shaped rows (silver columns, then :data:`ERROR_COLUMNS`) -> the rows that
     decoded, with the silver columns ``names``."""
 
+    keeps = RowsWhere("_cdc_error", null=True)
+
     def __init__(self, names: Sequence[str]) -> None:
         self.names = list(names)
+        self.selects = tuple(self.names)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -103,10 +111,36 @@ class SilverPart:
                 yield rows.select(self.names)
 
 
+class Failures:
+    """Decoded and shaped rows -> the error (:data:`FAILURES_SCHEMA`) of each row that did
+    not decode: what tells a job whether it has quarantine rows to build."""
+
+    keeps = RowsWhere("_cdc_error", null=False)
+    selects = ("_cdc_error",)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            errors = batch.column("_cdc_error")
+            if errors.null_count < batch.num_rows:
+                yield batch.filter(pc.is_valid(errors)).select(list(self.selects))
+
+
 class QuarantinePart:
     """Decoded and shaped rows -> :data:`QUARANTINE_SCHEMA` rows of those that could not be
     decoded. ``bronze_table`` and ``topic`` say where they came from, ``entity`` whose decoder
     refused them, ``at`` when the run started (one value per run keeps it deterministic)."""
+
+    keeps = RowsWhere("_cdc_error", null=False)
+    reads = (
+        "_cdc_bronze_batch_id",
+        "_cdc_bronze_batch_seq",
+        "_cdc_replay_id",
+        "_cdc_event_id",
+        "_cdc_schema_id",
+        "_cdc_error_kind",
+        "_cdc_error",
+        "_cdc_payload",
+    )
 
     def __init__(self, *, bronze_table: str, topic: str, at: datetime, entity: str) -> None:
         self.bronze_table = bronze_table
@@ -241,6 +275,8 @@ class AfterBatch:
 class SchemaCounts:
     """Bronze rows -> rows and highest batch id per schema id (:data:`COUNTS_SCHEMA`), per
     batch; the job sums them."""
+
+    reads = ("schema_id", "batch_id")
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:

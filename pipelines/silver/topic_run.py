@@ -32,9 +32,11 @@ from pipelines.silver.columns import SilverLayout
 from pipelines.silver.decode import BRONZE_COLUMNS, DecodePlan, SilverRows
 from pipelines.silver.quarantine import (
     COUNTS_SCHEMA,
+    FAILURES_SCHEMA,
     QUARANTINE_KEYS,
     QUARANTINE_SCHEMA,
     AfterBatch,
+    Failures,
     QuarantinePart,
     SchemaCounts,
     SilverPart,
@@ -467,15 +469,17 @@ class TopicRun:
         held.append(decoded)
         schema = layout.silver_schema()
         silver = engine.map_batches(decoded, SilverPart(schema.names), schema)
-        function = QuarantinePart(
-            bronze_table=self.bronze.name, topic=self.topic, at=self.at, entity=obj.api_name
-        )
-        bad = engine.persist(engine.map_batches(decoded, function, QUARANTINE_SCHEMA))
-        held.append(bad)
+        bad = None
+        if engine.count(engine.map_batches(decoded, Failures(), FAILURES_SCHEMA)):
+            function = QuarantinePart(
+                bronze_table=self.bronze.name, topic=self.topic, at=self.at, entity=obj.api_name
+            )
+            bad = engine.persist(engine.map_batches(decoded, function, QUARANTINE_SCHEMA))
+            held.append(bad)
         seconds = self.clock() - started
         _log.debug("silver: %s decoded in %.2f s", obj.api_name, seconds)
         self.progress[obj.api_name].seconds += seconds
-        return obj, layout, silver, bad if engine.count(bad) else None, events
+        return obj, layout, silver, bad, events
 
     def _write(
         self,
