@@ -45,6 +45,7 @@ __all__ = [
     "Operation",
     "QueryJob",
     "ResultSet",
+    "poll_pause",
     "typed_value",
 ]
 
@@ -52,6 +53,8 @@ _log = logging.getLogger(__name__)
 
 Operation = Literal["query", "queryAll"]
 DEFAULT_MAX_RECORDS = 50_000
+# The shortest pause between two reads of a job's state (a poll_initial_seconds of 0 included).
+_SHORTEST_POLL = 0.01
 _DONE = ("JobComplete", "Failed", "Aborted")
 _BOOLEANS = {"true": True, "false": False}
 _INTEGER_TYPES = frozenset({"int", "long"})
@@ -151,13 +154,23 @@ def typed_value(text: str | None, sf_type: str, *, where: str = "value") -> Any:
     return text
 
 
+def poll_pause(ran: float, initial: float, longest: float, fraction: float) -> float:
+    """How long to wait before reading again the state of a job that has run ``ran`` seconds:
+    ``fraction`` of that, at least ``initial`` and at most ``longest``. A job that finishes
+    between two reads is seen at most ``fraction`` of its run time late (or ``initial``, or
+    ``longest``), and the number of reads grows with the logarithm of its run time."""
+    return min(longest, max(initial, fraction * ran, _SHORTEST_POLL))
+
+
 class BulkQueryClient:
     """Runs Bulk API 2.0 query jobs (see the module docstring) through ``rest``.
 
     ``max_records`` asks for sets of at most that many records. A job's state is first read
     ``poll_initial_seconds`` after it was created (a short pause: a small job's records are
-    read soon), then at intervals growing by ``poll_multiplier`` up to ``poll_max_seconds`` (a
-    job that runs for minutes is read a few times a minute); a job not finished
+    read soon), then after pauses of ``poll_fraction`` of the time the job has run so far
+    (:func:`poll_pause`; with the default a job is seen finished at most a quarter of its run
+    time late) up to ``poll_max_seconds`` (a job that runs for minutes is read a few times a
+    minute); a job not finished
     ``timeout_seconds`` after creation is aborted. ``clock`` and ``sleep`` are injected so
     tests never wait. ``last_job`` is the latest job, as last read (its ``records_processed``
     is the number of records a completed job returns).
@@ -170,7 +183,7 @@ class BulkQueryClient:
         max_records: int = DEFAULT_MAX_RECORDS,
         poll_initial_seconds: float = 0.1,
         poll_max_seconds: float = 10.0,
-        poll_multiplier: float = 1.5,
+        poll_fraction: float = 0.25,
         timeout_seconds: float = 4 * 3600.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -183,14 +196,14 @@ class BulkQueryClient:
                 "poll_initial_seconds must be >= 0 and poll_max_seconds at least as large "
                 f"(got {poll_initial_seconds}, {poll_max_seconds})"
             )
-        if poll_multiplier < 1 or timeout_seconds <= 0:
+        if poll_fraction <= 0 or timeout_seconds <= 0:
             raise ValueError(
-                f"poll_multiplier must be >= 1 and timeout_seconds > 0 (got {poll_multiplier}, "
+                f"poll_fraction and timeout_seconds must be > 0 (got {poll_fraction}, "
                 f"{timeout_seconds})"
             )
         self.rest = rest
         self.max_records = max_records
-        self._poll = (poll_initial_seconds, poll_max_seconds, poll_multiplier)
+        self._poll = (poll_initial_seconds, poll_max_seconds, poll_fraction)
         self._timeout = timeout_seconds
         self._clock = clock
         self._sleep = sleep
@@ -276,7 +289,7 @@ class BulkQueryClient:
         """Poll ``job`` until it is finished; returns it completed, or raises
         :class:`~ingest.errors.BulkJobError` when it failed, was aborted or took longer than
         the timeout (it is aborted then)."""
-        initial, longest, multiplier = self._poll
+        initial, longest, fraction = self._poll
         started = self._clock()
         pause = initial
         while job.state not in _DONE:
@@ -290,7 +303,7 @@ class BulkQueryClient:
                     state=job.state,
                 )
             self._sleep(pause)
-            pause = min(longest, max(pause * multiplier, 0.05))
+            pause = poll_pause(self._clock() - started, initial, longest, fraction)
             job = self.job(job.id)
         if job.state == "Failed":
             raise BulkJobError(
