@@ -53,9 +53,11 @@ from pipelines.engines import LakeEngine, SparkEngine, TableRef, Txn
 from pipelines.engines.arrow import arrow_schema_to_spark, spark_schema_to_arrow
 from pipelines.engines.local import LocalEngine
 from pipelines.gold.columns import CONTROL_COLUMNS, body_fields, gold_schema
-from pipelines.gold.fold import encode_order_key, fold_plan, merge_conditions
 from pipelines.gold.folding import GoldPart
 from pipelines.gold.job import fold_rows
+from pipelines.gold.object_run import merge_conditions
+from pipelines.gold.order_keys import encode_order_key
+from pipelines.gold.plan import fold_plan
 from pipelines.silver.columns import SilverLayout, build_layout
 
 GOLD = TableRef("gold", "account")

@@ -54,9 +54,10 @@ from ingest.schema import parse_event_schema
 from pipelines.engines import SparkEngine, TableRef, Txn
 from pipelines.engines.sql import quote_identifier
 from pipelines.gold.columns import body_fields, gold_schema
-from pipelines.gold.fold import fold_plan, merge_conditions
 from pipelines.gold.folding import GoldPart
 from pipelines.gold.job import fold_rows
+from pipelines.gold.object_run import merge_conditions
+from pipelines.gold.plan import fold_plan
 from pipelines.silver.columns import build_layout
 from pipelines.silver.job import run_silver
 from pipelines.spec.models import ObjectSpec

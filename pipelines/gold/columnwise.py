@@ -17,7 +17,7 @@ pass over the changes' field lists), and leaves every other record to the per-re
   diff-encoded field is left to the per-record fold (it needs the previous value).
 
 Changes gold already reflects (an order key not above gold's, or gold's last event again) are
-ignored here as there. The output rows have :func:`~pipelines.gold.fold.fold_output_schema`'s
+ignored here as there. The output rows have :func:`~pipelines.gold.plan.fold_output_schema`'s
 columns, like the per-record fold's.
 """
 
@@ -44,15 +44,13 @@ from pipelines.gold.columns import (
     RESYNC_REASON,
     UPDATED_AT,
 )
-from pipelines.gold.fold import (
-    _CHANGE_TYPE,
-    _CHANGED,
-    _COMMIT_NUMBER,
-    _COMMIT_TS,
-    _DIFF,
-    _EVENT_ID,
-    _NULLED,
-    _REPLAY_ID,
+from pipelines.gold.plan import (
+    CHANGE_TYPE,
+    CHANGED_FIELDS,
+    COMMIT_NUMBER,
+    COMMIT_TS,
+    DIFF_FIELDS,
+    EVENT_ID,
     FOLD_APPLIED,
     FOLD_CHANGES,
     FOLD_GOLD,
@@ -61,6 +59,8 @@ from pipelines.gold.fold import (
     FOLD_RESYNC,
     FOLD_TOMBSTONE,
     FOLD_VERSIONS,
+    NULLED_FIELDS,
+    REPLAY_ID,
     FoldPlan,
 )
 
@@ -163,9 +163,9 @@ def _combinations(changes: pa.Table, rows: np.ndarray) -> tuple[list[_Fields], n
     """The distinct (changed, nulled, diffed) field combinations of the changes' ``rows`` and
     each row's code into them (-1: a list holding a null name)."""
     picked = pa.array(rows, pa.int64())
-    changed, broken = _field_sets(_chunk(changes.column(_CHANGED)).take(picked))
-    nulled, also_broken = _field_sets(_chunk(changes.column(_NULLED)).take(picked))
-    diffs = _chunk(changes.column(_DIFF)).take(picked)
+    changed, broken = _field_sets(_chunk(changes.column(CHANGED_FIELDS)).take(picked))
+    nulled, also_broken = _field_sets(_chunk(changes.column(NULLED_FIELDS)).take(picked))
+    diffs = _chunk(changes.column(DIFF_FIELDS)).take(picked)
     diffed = pc.if_else(_flags(pc.greater(pc.list_value_length(diffs), 0)), "1", "0")
     encoded = pc.dictionary_encode(pc.binary_join_element_wise(changed, nulled, diffed, _PART_SEP))
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -209,7 +209,7 @@ def _select(
     # Distinct order keys, and each event once (the record fold keeps a first delivery).
     sorted_keys = keys.take(in_order)
     rejected[record[1:][~first[1:] & _flags(pc.equal(sorted_keys[1:], sorted_keys[:-1]))]] = True
-    events = _chunk(changes.column(_EVENT_ID))
+    events = _chunk(changes.column(EVENT_ID))
     pairs = pa.table({"id": ids, "event": events})
     by_event = pc.sort_indices(
         pairs, sort_keys=[("id", "ascending"), ("event", "ascending")]
@@ -237,7 +237,7 @@ def _select(
     )
     applied = ~reflected
 
-    kinds = _chunk(changes.column(_CHANGE_TYPE)).take(in_order)
+    kinds = _chunk(changes.column(CHANGE_TYPE)).take(in_order)
     create, update, delete = (_flags(pc.equal(kinds, k)) for k in ("CREATE", "UPDATE", "DELETE"))
     rejected[record[applied & ~(create | update | delete)]] = True
     before = np.cumsum(applied) - applied  # applied changes before each position
@@ -398,7 +398,7 @@ def _build(
 
     last_index = chosen.rows(chosen.last)
     applied_any = last_index >= 0
-    last_kinds = _chunk(changes.column(_CHANGE_TYPE)).take(_masked(last_index))
+    last_kinds = _chunk(changes.column(CHANGE_TYPE)).take(_masked(last_index))
     deleted = _flags(pc.equal(last_kinds, "DELETE"))
     unset = np.zeros(m, dtype=bool)
 
@@ -407,11 +407,11 @@ def _build(
         return merged(gold_column(name, t), new_values, last_index, unset)
 
     for name, source in (
-        (LAST_CHANGE_TYPE, _CHANGE_TYPE),
-        (LAST_COMMIT_TS, _COMMIT_TS),
-        (LAST_COMMIT_NUMBER, _COMMIT_NUMBER),
-        (LAST_REPLAY_ID, _REPLAY_ID),
-        (LAST_EVENT_ID, _EVENT_ID),
+        (LAST_CHANGE_TYPE, CHANGE_TYPE),
+        (LAST_COMMIT_TS, COMMIT_TS),
+        (LAST_COMMIT_NUMBER, COMMIT_NUMBER),
+        (LAST_REPLAY_ID, REPLAY_ID),
+        (LAST_EVENT_ID, EVENT_ID),
     ):
         arrays[name] = stamp(name, source, by_name[name].type)
     arrays[ORDER_KEY] = merged(
@@ -423,7 +423,7 @@ def _build(
         gold_column(UPDATED_AT, by_name[UPDATED_AT].type),
     )
     arrays[DELETED] = pa.array(deleted)
-    commit_ts = stamp(DELETED_AT, _COMMIT_TS, by_name[DELETED_AT].type)
+    commit_ts = stamp(DELETED_AT, COMMIT_TS, by_name[DELETED_AT].type)
     arrays[DELETED_AT] = pc.if_else(
         pa.array(deleted), commit_ts, gold_column(DELETED_AT, by_name[DELETED_AT].type)
     )

@@ -18,16 +18,8 @@ from pyspark.sql import types as T
 from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
 from pipelines.engines.base import LakeEngine, Rows
 from pipelines.gold.columns import ID
-from pipelines.gold.fold import FoldPlan
-from pipelines.gold.folding import (
-    ROLE_GOLD,
-    ROLE_TOMBSTONE,
-    ChangeRows,
-    FoldTable,
-    StateRows,
-    Wildcards,
-    fold_input_schema,
-)
+from pipelines.gold.folding import ChangeRows, FoldTable, StateRows, Wildcards
+from pipelines.gold.plan import ROLE_GOLD, ROLE_TOMBSTONE, FoldPlan, fold_input_schema
 from pipelines.gold.scd2 import (
     CURRENT_VERSION,
     HISTORY_ROLE,
@@ -63,7 +55,7 @@ def fold_rows(
 ) -> Rows:
     """The fold of silver ``changes`` (rows of the silver ``schema``) onto the ``gold`` rows
     and hard-delete ``tombstones`` of the records they touch, run by ``engine``: one row of
-    :func:`~pipelines.gold.fold.fold_output_schema` per record (and per GAP_OVERFLOW), split
+    :func:`~pipelines.gold.plan.fold_output_schema` per record (and per GAP_OVERFLOW), split
     into ``plan.partitions`` groups by ``Id``.
 
     ``gold`` and ``tombstones`` are rows of the engine with (some of) their tables' columns,

@@ -7,10 +7,10 @@ executors (spark):
 
 1. :class:`ChangeRows` and :class:`StateRows` bring the batch's silver rows, the gold rows
    and the tombstones of the records they touch into one row type
-   (:func:`fold_input_schema`), each tagged with its role;
+   (:func:`~pipelines.gold.plan.fold_input_schema`), each tagged with its role;
 2. :class:`FoldTable` folds a table holding every row of the records it sees (the engine's
    :meth:`~pipelines.engines.base.LakeEngine.map_groups` by ``Id``) into one output row per
-   record (:func:`~pipelines.gold.fold.fold_output_schema`). Records a batch only creates,
+   record (:func:`~pipelines.gold.plan.fold_output_schema`). Records a batch only creates,
    and records a batch's wildcard changes set the same way, are built column-wise; the rest
    are folded one record at a time in Python;
 3. :class:`GoldPart`, :class:`TombstonePart`, :class:`ResyncPart`, :class:`VersionsPart`,
@@ -48,27 +48,19 @@ from pipelines.gold.columns import (
     RESYNC_REASON,
     UPDATED_AT,
     body_fields,
-    gold_schema,
     tombstone_schema,
 )
 from pipelines.gold.columnwise import fold_columnwise, null_if_empty
-from pipelines.gold.fold import (
-    _CHANGE_TYPE,
-    _CHANGED,
-    _COMMIT_NUMBER,
-    _COMMIT_TS,
-    _DIFF,
-    _EVENT_ID,
-    _HEADER,
-    _KEY,
-    _NULLED,
-    _OVERFLOW,
-    _REPLAY_ID,
-    _ROLE,
-    _ROLE_CHANGE,
-    _ROLE_GOLD,
-    _ROLE_TOMBSTONE,
-    _WILDCARD,
+from pipelines.gold.fold import OVERFLOW, fold_record, in_order
+from pipelines.gold.order_keys import encode_order_key, order_keys
+from pipelines.gold.plan import (
+    CHANGE_KEY,
+    CHANGE_TYPE,
+    CHANGED_FIELDS,
+    COMMIT_NUMBER,
+    COMMIT_TS,
+    DIFF_FIELDS,
+    EVENT_ID,
     FOLD_APPLIED,
     FOLD_CHANGES,
     FOLD_GOLD,
@@ -77,20 +69,22 @@ from pipelines.gold.fold import (
     FOLD_RESYNC,
     FOLD_TOMBSTONE,
     FOLD_VERSIONS,
+    IS_WILDCARD,
+    NULLED_FIELDS,
+    REPLAY_ID,
+    ROLE,
+    ROLE_CHANGE,
+    ROLE_GOLD,
+    ROLE_TOMBSTONE,
     FoldPlan,
-    _check_plan,
-    _in_order,
-    encode_order_key,
+    change_columns,
+    check_plan,
     fold_output_schema,
-    fold_record,
 )
-from pipelines.gold.order_keys import order_keys
 
 __all__ = [
     "FOLD_COUNTS_SCHEMA",
     "RESOLVED_SCHEMA",
-    "ROLE_GOLD",
-    "ROLE_TOMBSTONE",
     "ChangeRows",
     "FoldCounts",
     "FoldTable",
@@ -101,37 +95,10 @@ __all__ = [
     "TombstonePart",
     "VersionsPart",
     "Wildcards",
-    "fold_input_schema",
-    "versions_schema",
 ]
 
 
 # ---------------------------------------------------------------------------- the input
-
-# The roles of fold input rows that come from tables (the gold table, the tombstones).
-ROLE_GOLD, ROLE_TOMBSTONE = _ROLE_GOLD, _ROLE_TOMBSTONE
-
-
-def _change_columns(plan: FoldPlan, silver: T.StructType) -> list[str]:
-    body = [f.name for f in body_fields(silver)]
-    return list(dict.fromkeys([ID, *_HEADER, *plan.order_by, *body]))
-
-
-def fold_input_schema(plan: FoldPlan, silver: T.StructType) -> T.StructType:
-    """The row type the fold reads: the silver columns it uses (in silver's types), the gold
-    and tombstone columns (a column both have takes the change's type), then the role."""
-    body = body_fields(silver)
-    _check_plan(plan, body, silver)
-    by_name = {f.name: f for f in silver.fields}
-    fields = [by_name[c] for c in _change_columns(plan, silver)]
-    seen = {f.name.lower() for f in fields}
-    for f in (*gold_schema(body).fields, *tombstone_schema().fields):
-        if f.name.lower() not in seen:
-            fields.append(T.StructField(f.name, f.dataType))
-            seen.add(f.name.lower())
-    return T.StructType(
-        [T.StructField(f.name, f.dataType) for f in fields] + [T.StructField(_ROLE, T.StringType())]
-    )
 
 
 class ChangeRows:
@@ -147,8 +114,8 @@ class ChangeRows:
         for batch in batches:
             table = pa.Table.from_batches([batch])
             if self.without_wildcards:
-                table = table.filter(pc.invert(pc.fill_null(table.column(_WILDCARD), False)))
-            table = table.append_column(_ROLE, pa.repeat(pa.scalar(_ROLE_CHANGE), table.num_rows))
+                table = table.filter(pc.invert(pc.fill_null(table.column(IS_WILDCARD), False)))
+            table = table.append_column(ROLE, pa.repeat(pa.scalar(ROLE_CHANGE), table.num_rows))
             yield from fit_to_schema(table, target).to_batches()
 
 
@@ -164,7 +131,7 @@ class StateRows:
         target = spark_schema_to_arrow(self.schema)
         for batch in batches:
             table = pa.Table.from_batches([batch])
-            table = table.append_column(_ROLE, pa.repeat(pa.scalar(self.role), table.num_rows))
+            table = table.append_column(ROLE, pa.repeat(pa.scalar(self.role), table.num_rows))
             yield from fit_to_schema(table, target).to_batches()
 
 
@@ -178,7 +145,7 @@ class Wildcards:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         target = spark_schema_to_arrow(self.schema)
         for batch in batches:
-            rows = batch.filter(pc.fill_null(batch.column(_WILDCARD), False))
+            rows = batch.filter(pc.fill_null(batch.column(IS_WILDCARD), False))
             if rows.num_rows:
                 yield from fit_to_schema(pa.Table.from_batches([rows]), target).to_batches()
 
@@ -220,9 +187,9 @@ class FoldTable:
     ) -> None:
         body = body_fields(silver)
         self.columnwise = columnwise
-        _check_plan(plan, body, silver)
+        check_plan(plan, body, silver)
         self.plan = plan
-        self.columns = _change_columns(plan, silver)
+        self.columns = change_columns(plan, silver)
         self.body = tuple(f.name for f in body)
         self.output = fold_output_schema(body, plan.track)
         self.function = _FoldFunction(
@@ -234,12 +201,12 @@ class FoldTable:
             return self._fold(combined)
 
     def _fold(self, combined: pa.Table) -> pa.Table:
-        role = combined.column(_ROLE)
+        role = combined.column(ROLE)
         schema = spark_schema_to_arrow(self.output)
-        rows = combined.filter(pc.equal(role, _ROLE_CHANGE))
-        rows = rows.select([*self.columns, _ROLE])
-        gold_rows = combined.filter(pc.equal(role, _ROLE_GOLD))
-        stones = combined.filter(pc.equal(role, _ROLE_TOMBSTONE))
+        rows = combined.filter(pc.equal(role, ROLE_CHANGE))
+        rows = rows.select([*self.columns, ROLE])
+        gold_rows = combined.filter(pc.equal(role, ROLE_GOLD))
+        stones = combined.filter(pc.equal(role, ROLE_TOMBSTONE))
         function = self.function
         parts = [rows]
         wildcard_only: pa.Table | None = None
@@ -301,7 +268,7 @@ def _lone_creates(
     single = counts.filter(pc.equal(counts.column(f"{ID}_count"), 1)).column(ID)
     # A change without a record id is not a record's (the per-record fold flags it).
     mask = pc.and_(pc.is_valid(ids), pc.is_in(ids, value_set=pc.drop_null(single)))
-    mask = pc.and_(mask, pc.equal(changes.column(_CHANGE_TYPE), "CREATE"))
+    mask = pc.and_(mask, pc.equal(changes.column(CHANGE_TYPE), "CREATE"))
     for other in known:
         mask = pc.and_(mask, pc.invert(pc.is_in(ids, value_set=pc.drop_null(other))))
     mask = pc.fill_null(mask, False)
@@ -312,11 +279,11 @@ def _lone_creates(
     keys = order_keys(lone, plan.order_by)
     stamped = {
         ID: lone.column(ID),
-        LAST_CHANGE_TYPE: lone.column(_CHANGE_TYPE),
-        LAST_COMMIT_TS: lone.column(_COMMIT_TS),
-        LAST_COMMIT_NUMBER: lone.column(_COMMIT_NUMBER),
-        LAST_REPLAY_ID: lone.column(_REPLAY_ID),
-        LAST_EVENT_ID: lone.column(_EVENT_ID),
+        LAST_CHANGE_TYPE: lone.column(CHANGE_TYPE),
+        LAST_COMMIT_TS: lone.column(COMMIT_TS),
+        LAST_COMMIT_NUMBER: lone.column(COMMIT_NUMBER),
+        LAST_REPLAY_ID: lone.column(REPLAY_ID),
+        LAST_EVENT_ID: lone.column(EVENT_ID),
         ORDER_KEY: keys,
     }
     constants: dict[str, Any] = {
@@ -370,15 +337,15 @@ def _wildcard_template(
     wildcards do not all apply one after the other; each record is then folded alone."""
     if plan.track is not None:
         return None  # SCD2 versions carry each record's tracked values
-    keyed = _in_order(wildcards, lambda c: c[_KEY])
+    keyed = in_order(wildcards, lambda c: c[CHANGE_KEY])
     keys = [k for k, _ in keyed]
     if not keyed or any(a >= b for a, b in itertools.pairwise(keys)):
         return None
     columns: set[str] = set()
     for _key, change in keyed:
-        if change.get(_CHANGE_TYPE) == _OVERFLOW or change.get(_DIFF):
+        if change.get(CHANGE_TYPE) == OVERFLOW or change.get(DIFF_FIELDS):
             return None
-        for path in (*(change.get(_CHANGED) or ()), *(change.get(_NULLED) or ())):
+        for path in (*(change.get(CHANGED_FIELDS) or ()), *(change.get(NULLED_FIELDS) or ())):
             targets = plan.targets.get(path)
             if targets is None or any(t.child is not None for t in targets):
                 return None
@@ -388,7 +355,7 @@ def _wildcard_template(
     folded = fold_record(plan, body, "", gold=blank, tombstone=None, changes=[c for _, c in keyed])
     if folded.row is None or folded.resync or folded.applied != len(keyed):
         return None
-    return folded.row, frozenset(columns), keys[0], keyed[0][1].get(_EVENT_ID), len(keyed)
+    return folded.row, frozenset(columns), keys[0], keyed[0][1].get(EVENT_ID), len(keyed)
 
 
 def _wildcard_only(
@@ -467,7 +434,7 @@ class _FoldFunction:
         self.body = body
         self.schema = schema
         self.wildcards = [
-            {**w, _KEY: encode_order_key(w.get(c) for c in plan.order_by)} for w in wildcards
+            {**w, CHANGE_KEY: encode_order_key(w.get(c) for c in plan.order_by)} for w in wildcards
         ]
 
     def _keys(self, batch: pa.RecordBatch) -> list[str]:
@@ -481,7 +448,7 @@ class _FoldFunction:
         for batch in batches:
             keys = self._keys(batch)
             for row, key in zip(batch.to_pylist(), keys, strict=True):
-                row[_KEY] = key
+                row[CHANGE_KEY] = key
                 rid = row.get(ID)
                 if rid != current and group:
                     self._emit(current, group, out)
@@ -502,15 +469,15 @@ class _FoldFunction:
         gold = tombstone = None
         changes = []
         for row in group:
-            role = row[_ROLE]
-            if role == _ROLE_GOLD:
+            role = row[ROLE]
+            if role == ROLE_GOLD:
                 gold = row
-            elif role == _ROLE_TOMBSTONE:
+            elif role == ROLE_TOMBSTONE:
                 tombstone = row
             else:
-                if row.get(_WILDCARD):
+                if row.get(IS_WILDCARD):
                     raise ValueError(
-                        f"{self.plan.object_name}: wildcard change {row.get(_EVENT_ID)} reached "
+                        f"{self.plan.object_name}: wildcard change {row.get(EVENT_ID)} reached "
                         "the per-record fold; pass the batch's wildcard changes with "
                         "fold_rows(wildcards=...)"
                     )
@@ -631,7 +598,8 @@ class ResyncPart:
 
 
 class VersionsPart:
-    """Fold output -> the SCD2 versions the fold started (:func:`versions_schema`)."""
+    """Fold output -> the SCD2 versions the fold started
+    (:func:`~pipelines.gold.plan.versions_schema`)."""
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
@@ -652,10 +620,3 @@ class ResolvedPart:
                     [rows.column(ID), rows.column(FOLD_RESOLVED_BY)],
                     names=["record_id", "resolved_by"],
                 )
-
-
-def versions_schema(output: T.StructType) -> T.StructType:
-    """The SCD2 version rows of a fold output schema."""
-    element = output[FOLD_VERSIONS].dataType
-    assert isinstance(element, T.ArrayType) and isinstance(element.elementType, T.StructType)
-    return element.elementType

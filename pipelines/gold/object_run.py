@@ -23,9 +23,15 @@ from ingest.schema import HEADER_FIELD
 from pipelines.chunking import plan_chunks, version_sizes
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.engines.base import LakeEngine, MergeMetrics, Rows, TableRef, Txn, concurrent_write
-from pipelines.gold.columns import ID, body_fields, gold_schema, tombstone_schema
+from pipelines.gold.columns import (
+    DELETED,
+    ID,
+    ORDER_KEY,
+    body_fields,
+    gold_schema,
+    tombstone_schema,
+)
 from pipelines.gold.dataflow import batch_wildcards, fold_counts, fold_rows, history_changes
-from pipelines.gold.fold import FoldPlan, fold_plan, merge_conditions
 from pipelines.gold.folding import (
     FOLD_COUNTS_SCHEMA,
     RESOLVED_SCHEMA,
@@ -36,6 +42,7 @@ from pipelines.gold.folding import (
     TombstonePart,
     VersionsPart,
 )
+from pipelines.gold.plan import FoldPlan, fold_plan
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE, open_rows_to_resolve_arrow
 from pipelines.gold.scd2 import HISTORY_KEYS, history_schema
 from pipelines.gold.tables import (
@@ -54,7 +61,13 @@ from pipelines.silver.registry import silver_layout
 from pipelines.spec.models import ObjectSpec
 from pipelines.spec.sections import DeleteMode
 
-__all__ = ["RESYNC_COMPACT_EVERY", "ObjectResult", "ObjectRun", "tombstone_condition"]
+__all__ = [
+    "RESYNC_COMPACT_EVERY",
+    "ObjectResult",
+    "ObjectRun",
+    "merge_conditions",
+    "tombstone_condition",
+]
 
 # Gold's log lines stay under the job's logger, whichever module writes them.
 _log = logging.getLogger("pipelines.gold.job")
@@ -64,6 +77,15 @@ _META_SILVER_VERSIONS = "sfcdc.gold.silver_versions"
 # Re-sync table versions between compactions of its small files.
 RESYNC_COMPACT_EVERY = 25
 _RESYNC_ARROW = spark_schema_to_arrow(RESYNC_SCHEMA)
+
+
+def merge_conditions(deletes: DeleteMode) -> tuple[str, str | None]:
+    """``(update_condition, delete_condition)`` of the gold MERGE on ``Id``: a row is updated
+    only by a newer order key, and (hard deletes) deleted by a newer delete."""
+    newer = f"(target.{ORDER_KEY} IS NULL OR source.{ORDER_KEY} > target.{ORDER_KEY})"
+    if deletes == "hard":
+        return newer, f"source.{DELETED} = true AND {newer}"
+    return newer, None
 
 
 def tombstone_condition(deletes: DeleteMode) -> tuple[str, str]:

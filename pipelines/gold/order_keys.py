@@ -1,22 +1,88 @@
-"""Order keys computed column by column: the strings :func:`~pipelines.gold.fold.encode_order_key`
-makes value by value, for a whole batch at once.
+"""Order keys: one string per change that sorts like the tuple of its order columns' values
+(see :mod:`pipelines.gold.fold` for how the fold uses them).
 
-Integers, timestamps and dates (every column of the default ``sequence_by``) and text are
-encoded with Arrow and NumPy; text holding a character up to ``'!'`` (which the encoding
-escapes) and the rarer types (booleans, doubles, binary) take the value-by-value path.
+:func:`encode_order_key` makes one key value by value; :func:`order_keys` makes the same
+strings for a whole batch at once, column by column. Integers, timestamps and dates (every
+column of the default ``sequence_by``) and text are encoded with Arrow and NumPy; text holding
+a character up to ``'!'`` (which the encoding escapes) and the rarer types (booleans, doubles,
+binary) take the value-by-value path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import struct
+from collections.abc import Iterable, Sequence
+from datetime import date, datetime, timezone
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.gold.fold import _component, _text_part
+__all__ = ["column_key_parts", "encode_order_key", "order_keys"]
 
-__all__ = ["column_key_parts", "order_keys"]
+# ---------------------------------------------------------------------- value by value
+
+_I64 = 1 << 63
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH_DAY = date(1970, 1, 1)
+
+
+def _int_part(value: int) -> str:
+    if not -_I64 <= value < _I64:
+        raise ValueError(f"order key values must fit in 64 bits (got {value})")
+    return f"1{value + _I64:016x}"
+
+
+def _text_part(text: str) -> str:
+    # Characters up to '!' are escaped as '!' + two hex digits and the part ends with ' ',
+    # which sorts below every character the escaped text can hold: the encoding is prefix-free
+    # and sorts like the text (UTF-8 byte order = code point order, in Python, Spark and
+    # DataFusion alike).
+    if text and min(text) > "!":
+        return f"1{text} "
+    escaped = "".join(f"!{ord(c):02x}" if c <= "!" else c for c in text)
+    return f"1{escaped} "
+
+
+def _component(value: object) -> str:
+    if value is None:
+        return "0"
+    if isinstance(value, bool):
+        return "11" if value else "10"
+    if isinstance(value, int):
+        return _int_part(value)
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+        delta = aware - _EPOCH
+        micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        return _int_part(micros)
+    if isinstance(value, date):
+        return _int_part((value - _EPOCH_DAY).days)
+    if isinstance(value, float):
+        if math.isnan(value):
+            raise ValueError("an order key value cannot be NaN")
+        # -0.0 == 0.0, so both get the key of 0.0.
+        (bits,) = struct.unpack(">Q", struct.pack(">d", value + 0.0))
+        bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits >> 63 else bits | (1 << 63)
+        return f"1{bits:016x}"
+    if isinstance(value, str):
+        return _text_part(value)
+    if isinstance(value, bytes | bytearray):
+        return _text_part(bytes(value).hex())
+    raise TypeError(
+        "order key columns must be integers, timestamps, dates, booleans, doubles, strings or "
+        f"binary (got a {type(value).__name__})"
+    )
+
+
+def encode_order_key(values: Iterable[object]) -> str:
+    """One string that sorts like the tuple ``values`` (nulls first), for any mix of
+    integers, timestamps, dates, booleans, doubles, strings and bytes."""
+    return "".join(_component(v) for v in values)
+
+
+# ---------------------------------------------------------------------- column by column
 
 # Two lowercase hex digits per byte value, as bytes.
 _HEX = np.frombuffer(b"".join(f"{i:02x}".encode() for i in range(256)), np.uint8).reshape(256, 2)

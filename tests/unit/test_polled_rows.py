@@ -10,7 +10,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipelines.gold.fold import fold_plan, fold_record
+from pipelines.gold.fold import fold_record
+from pipelines.gold.plan import fold_plan
 from pipelines.polled.layout import (
     calculated_fields,
     describe_fingerprint,

@@ -27,15 +27,9 @@ from pipelines.engines import LakeEngine, Rows
 from pipelines.engines.arrow import arrow_schema_to_spark, spark_schema_to_arrow
 from pipelines.engines.local import LocalEngine
 from pipelines.gold.columns import tombstone_schema
-from pipelines.gold.fold import FoldPlan, fold_plan
-from pipelines.gold.folding import (
-    GoldPart,
-    ResyncPart,
-    TombstonePart,
-    VersionsPart,
-    versions_schema,
-)
+from pipelines.gold.folding import GoldPart, ResyncPart, TombstonePart, VersionsPart
 from pipelines.gold.job import batch_wildcards, fold_rows
+from pipelines.gold.plan import FoldPlan, fold_plan, versions_schema
 from pipelines.gold.resync import RESYNC_SCHEMA
 from pipelines.silver.columns import FieldLayout, LeafLayout, SilverLayout
 

@@ -7,7 +7,7 @@ import pyarrow.compute as pc
 import pytest
 
 from pipelines.engines import LakeEngine
-from pipelines.gold.fold import FOLD_APPLIED, FOLD_CHANGES, FOLD_GOLD
+from pipelines.gold.plan import FOLD_APPLIED, FOLD_CHANGES, FOLD_GOLD
 from tests.lake_helpers import by_id
 from tests.spark.gold.conftest import T0, Silver, fold, gold_of, resync_entries
 from tests.spark.gold.helpers import assert_rows

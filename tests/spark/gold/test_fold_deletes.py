@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from pipelines.engines import LakeEngine
-from pipelines.gold.fold import FOLD_GOLD, FOLD_TOMBSTONE
+from pipelines.gold.plan import FOLD_GOLD, FOLD_TOMBSTONE
 from tests.spark.gold.conftest import (
     T0,
     Silver,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from pipelines.engines import LakeEngine
-from pipelines.gold.fold import FOLD_GOLD, FOLD_RESOLVED_BY
+from pipelines.gold.plan import FOLD_GOLD, FOLD_RESOLVED_BY
 from tests.spark.gold.conftest import (
     RUN_AT,
     T0,

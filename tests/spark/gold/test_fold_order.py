@@ -7,7 +7,8 @@ from datetime import timedelta
 
 from ingest.emulator.textdiff import unified_diff
 from pipelines.engines import LakeEngine
-from pipelines.gold.fold import FOLD_IGNORED, merge_conditions
+from pipelines.gold.object_run import merge_conditions
+from pipelines.gold.plan import FOLD_IGNORED
 from tests.spark.gold.conftest import T0, Silver, fold, gold_changes, gold_of, plan
 from tests.spark.gold.helpers import assert_rows
 

@@ -13,8 +13,9 @@ import pytest
 
 from pipelines.engines import LakeEngine, Rows
 from pipelines.gold.columns import body_fields
-from pipelines.gold.fold import _KEY, encode_order_key
 from pipelines.gold.folding import _wildcard_template
+from pipelines.gold.order_keys import encode_order_key
+from pipelines.gold.plan import CHANGE_KEY
 from tests.spark.gold.conftest import (
     T0,
     Silver,
@@ -113,7 +114,7 @@ def test_a_wildcard_needing_the_records_values_is_folded_record_by_record(
 
 def _keyed(silver: Silver) -> list[dict[str, object]]:
     order = plan().order_by
-    return [{**r, _KEY: encode_order_key(r.get(c) for c in order)} for r in silver.rows]
+    return [{**r, CHANGE_KEY: encode_order_key(r.get(c) for c in order)} for r in silver.rows]
 
 
 def test_which_wildcards_the_shortcut_takes() -> None:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.gold.fold import encode_order_key, order_columns
-from pipelines.gold.order_keys import column_key_parts
+from pipelines.gold.order_keys import column_key_parts, encode_order_key
+from pipelines.gold.plan import order_columns
 
 UTC = timezone.utc
 
