@@ -26,7 +26,8 @@ each channel's durable position (in the consuming thread): the open batches are 
 first, so the new session resumes right after the last notification received.
 
 This module is the receiving side (the consuming thread and the ticker); the committing side
-is :mod:`pipelines.bronze.cometd_commit`, the batches :mod:`pipelines.bronze.cometd_batches`
+is :mod:`pipelines.bronze.cometd_commit` (in the thread of
+:mod:`pipelines.bronze.commit_thread`), the batches :mod:`pipelines.bronze.cometd_batches`
 and a channel's state :mod:`pipelines.bronze.cometd_state` (their public names are
 re-exported here).
 """
@@ -60,10 +61,11 @@ from pipelines.bronze.cometd_batches import (
     shown_position,
 )
 from pipelines.bronze.cometd_checkpoints import REPLAY_ALL, REPLAY_NEW, CometdCheckpoints
-from pipelines.bronze.cometd_commit import CometdCommitter, CometdCommitThread
+from pipelines.bronze.cometd_commit import CometdCommitter
 from pipelines.bronze.cometd_setup import StreamSetup, prepare_streams
 from pipelines.bronze.cometd_state import StreamState
 from pipelines.bronze.cometd_tables import cometd_tables, ensure_cometd_tables
+from pipelines.bronze.commit_thread import CommitThread
 from pipelines.bronze.landing_state import LandingResult
 from pipelines.spec.models import CometdApiSpec, IngestSpec
 
@@ -78,7 +80,6 @@ if TYPE_CHECKING:
     from pipelines.spec.cometd import CometdObjectSpec
 
 __all__ = [
-    "CometdCommitThread",
     "CometdCommitter",
     "CometdLanding",
     "CometdOpenBatch",
@@ -166,8 +167,13 @@ class CometdLanding:
             clock=clock,
             monotonic=monotonic,
         )
-        self._committer = CometdCommitThread(
-            self._batch_committer.commit, limit=len(specs), logger=_log
+        self._committer = CommitThread(
+            self._batch_committer.commit,
+            stream=CometdCommitter.stream,
+            describe=CometdCommitter.describe,
+            name="sfcdc-streaming-committer",
+            logger=_log,
+            limit=len(specs),
         )
         self._done = threading.Event()
         self._started = self._monotonic()

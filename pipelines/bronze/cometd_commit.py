@@ -1,20 +1,19 @@
-"""The commit side of the Streaming API landing: the committer thread, which lands the batches
-the consuming thread seals (:class:`~pipelines.bronze.cometd.CometdLanding`).
+"""The commit side of the Streaming API landing: what the committer thread does with the
+batches the consuming thread seals (:class:`~pipelines.bronze.cometd.CometdLanding`).
 
-:class:`CometdCommitThread` takes sealed batches in rounds (at most one batch per channel, so
-each channel's batches stay in order) and :class:`CometdCommitter` lands each round with the
-protocol of :mod:`pipelines.bronze.cometd_checkpoints`: each batch's rows into its channel's
-bronze table, then every batch's checkpoint row in one commit. It then updates the channel's
-committed state (under the landing's state lock), logs one INFO line per batch, records each
-commit (and a channel caught up) with the ``ops`` recorder, and maintains a bronze table every
-``ingest.maintain_every_commits`` commits.
+:class:`~pipelines.bronze.commit_thread.CommitThread` takes sealed batches in rounds (at most
+one batch per channel, so each channel's batches stay in order) and :class:`CometdCommitter`
+lands each round with the protocol of :mod:`pipelines.bronze.cometd_checkpoints`: each batch's
+rows into its channel's bronze table, then every batch's checkpoint row in one commit. It then
+updates the channel's committed state (under the landing's state lock), logs one INFO line per
+batch, records each commit (and a channel caught up) with the ``ops`` recorder, and maintains a
+bronze table every ``ingest.maintain_every_commits`` commits.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -39,112 +38,17 @@ if TYPE_CHECKING:
     from pipelines.engines.base import LakeEngine
     from pipelines.ops.recorder import OpsRecorder
 
-__all__ = ["CometdCommitThread", "CometdCommitter"]
-
-_WAIT = 0.1
-
-
-class CometdCommitThread:
-    """The one thread that writes Delta: rounds of at most one batch per channel (so each
-    channel's batches stay in order), their checkpoint rows in one commit. :meth:`submit`
-    waits while a batch of every channel is already waiting, which bounds memory.
-
-    A failed ``commit`` is logged with ``logger`` and raised by the next :meth:`check`,
-    :meth:`submit` or :meth:`wait_idle`."""
-
-    def __init__(
-        self,
-        commit: Callable[[list[CometdSealedBatch]], None],
-        *,
-        limit: int,
-        logger: logging.Logger,
-    ) -> None:
-        self._commit = commit
-        self._limit = max(1, limit)
-        self._log = logger
-        self._cond = threading.Condition()
-        self._pending: deque[CometdSealedBatch] = deque()
-        self._busy = False
-        self._closing = False
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, name="sfcdc-streaming-committer", daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def check(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def submit(self, sealed: CometdSealedBatch) -> None:
-        with self._cond:
-            while len(self._pending) >= self._limit:
-                self.check()
-                self._cond.wait(_WAIT)
-            self.check()
-            self._pending.append(sealed)
-            self._cond.notify_all()
-
-    def wait_idle(self) -> None:
-        with self._cond:
-            while self._pending or self._busy:
-                self.check()
-                self._cond.wait(_WAIT)
-        self.check()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _take_round(self) -> list[CometdSealedBatch]:
-        taken: list[CometdSealedBatch] = []
-        keys: set[str] = set()
-        rest: deque[CometdSealedBatch] = deque()
-        for sealed in self._pending:
-            if sealed.key in keys:
-                rest.append(sealed)
-            else:
-                keys.add(sealed.key)
-                taken.append(sealed)
-        self._pending = rest
-        return taken
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending and not self._closing:
-                    self._cond.wait()
-                if not self._pending:
-                    return
-                round_, self._busy = self._take_round(), True
-                self._cond.notify_all()
-            try:
-                self._commit(round_)
-            except BaseException as exc:  # surfaced in the consuming thread, which stops
-                self._log.error("streaming: committing %s failed: %s", [s.key for s in round_], exc)
-                with self._cond:
-                    self._error = exc
-                    self._busy = False
-                    self._cond.notify_all()
-                return
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
+__all__ = ["CometdCommitter"]
 
 
 class CometdCommitter:
-    """Lands the rounds :class:`CometdCommitThread` takes (:meth:`commit`, in the committer
-    thread) through ``engine`` and ``store`` (the checkpoint table): bronze rows, then the
-    checkpoint rows; then it updates the channel's committed state in ``streams`` (keyed by
-    channel key) under ``lock`` (both shared with the consuming thread), logs the commit with
-    ``logger``, records it with ``ops`` (flushed when due) and maintains a bronze table every
-    ``maintain_every`` commits of it (0: never). ``clock`` (epoch seconds) stamps the records;
-    ``monotonic`` times the commits.
+    """Lands the rounds :class:`~pipelines.bronze.commit_thread.CommitThread` takes
+    (:meth:`commit`, in the committer thread) through ``engine`` and ``store`` (the
+    checkpoint table): bronze rows, then the checkpoint rows; then it updates the channel's
+    committed state in ``streams`` (keyed by channel key) under ``lock`` (both shared with the
+    consuming thread), logs the commit with ``logger``, records it with ``ops`` (flushed when
+    due) and maintains a bronze table every ``maintain_every`` commits of it (0: never).
+    ``clock`` (epoch seconds) stamps the records; ``monotonic`` times the commits.
     """
 
     def __init__(
@@ -169,6 +73,16 @@ class CometdCommitter:
         self._log = logger
         self._clock = clock
         self._monotonic = monotonic
+
+    @staticmethod
+    def stream(sealed: CometdSealedBatch) -> str:
+        """The stream of a batch, for the committer thread's rounds: its channel key."""
+        return sealed.key
+
+    @staticmethod
+    def describe(round_: list[CometdSealedBatch]) -> str:
+        """What a round commits, as the committer thread's failure line says it."""
+        return f"streaming: committing {[s.key for s in round_]}"
 
     def commit(self, round_: list[CometdSealedBatch]) -> None:
         """Land a round (at most one batch per channel): each batch's rows, then every batch's

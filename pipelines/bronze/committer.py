@@ -1,13 +1,14 @@
-"""The commit side of bronze landing: the committer thread, which lands the batches the
+"""The commit side of bronze landing: what the committer thread does with the batches the
 consuming thread seals (:class:`~pipelines.bronze.landing.BronzeLanding`), and the maintenance
 thread beside it.
 
-:class:`CommitThread` takes sealed batches in rounds (the oldest waiting batch of each topic) and
-:class:`BatchCommitter` lands each round: it builds the Arrow columns, registers new schema ids,
-and commits bronze, then the checkpoint, then (ManagedSubscribe) the server position, topic
-after topic in hand-over order (the protocol, and why a kill at any instant neither loses nor
-duplicates an event, are in :mod:`pipelines.bronze.checkpoint`). It logs one INFO line per
-landing commit (topic, batch, events, bytes, replay id, duration).
+:class:`~pipelines.bronze.commit_thread.CommitThread` takes sealed batches in rounds (the
+oldest waiting batch of each topic) and :class:`BatchCommitter` lands each round: it builds the
+Arrow columns, registers new schema ids, and commits bronze, then the checkpoint, then
+(ManagedSubscribe) the server position, topic after topic in hand-over order (the protocol,
+and why a kill at any instant neither loses nor duplicates an event, are in
+:mod:`pipelines.bronze.checkpoint`). It logs one INFO line per landing commit (topic, batch,
+events, bytes, replay id, duration).
 
 Lag. Each events batch records its newest commit time (a change event batch: its last
 event's, commit order being stream order; a platform event batch: the latest ``CreatedDate``
@@ -25,7 +26,6 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -46,124 +46,9 @@ if TYPE_CHECKING:
     from pipelines.ops.recorder import OpsRecorder
     from pipelines.progress import Progress
 
-__all__ = ["BatchCommitter", "CommitThread", "Maintainer"]
+__all__ = ["BatchCommitter", "Maintainer"]
 
-_WAIT = 0.1  # poll interval of waits that must notice a failed committer
 _REMEMBERED_POSITIONS = 10_000
-
-
-class CommitThread:
-    """The one thread that writes Delta. Batches are committed in rounds: a round takes the
-    oldest waiting batch of each topic (so each topic's batches stay in hand-over order) and
-    ``commit`` lands them together, their checkpoint rows in one commit.
-
-    Batches of ``limit`` topics, or of ``max_bytes`` payload bytes, may wait while a round is
-    under way; :meth:`submit` waits beyond that, which bounds memory whatever the backlog.
-    """
-
-    def __init__(
-        self,
-        commit: Callable[[list[SealedBatch]], None],
-        *,
-        logger: logging.Logger,
-        limit: int = 1,
-        max_bytes: int | None = None,
-    ) -> None:
-        self._commit = commit
-        self._log = logger
-        self._limit = max(1, limit)
-        self._max_bytes = max_bytes
-        self._cond = threading.Condition()
-        self._pending: deque[SealedBatch] = deque()
-        self._pending_bytes = 0
-        self._busy = False
-        self._closing = False
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="sfcdc-committer", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def check(self) -> None:
-        """Raise the committer's failure, if it failed."""
-        error = self._error
-        if error is not None:
-            raise error
-
-    def _full(self) -> bool:
-        if not self._pending:
-            return False
-        if len(self._pending) >= self._limit:
-            return True
-        return self._max_bytes is not None and self._pending_bytes >= self._max_bytes
-
-    def submit(self, sealed: SealedBatch) -> None:
-        """Hand a batch over; waits while as many as the committer holds are waiting."""
-        with self._cond:
-            while self._full():
-                self.check()
-                self._cond.wait(_WAIT)
-            self.check()
-            self._pending.append(sealed)
-            self._pending_bytes += sealed.batch.nbytes
-            self._cond.notify_all()
-
-    def wait_idle(self) -> None:
-        """Wait until every batch handed over is committed."""
-        with self._cond:
-            while self._pending or self._busy:
-                self.check()
-                self._cond.wait(_WAIT)
-        self.check()
-
-    def close(self) -> None:
-        """Let the round under way finish, then stop the thread."""
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _take_round(self) -> list[SealedBatch]:
-        # Under the lock: the oldest waiting batch of each topic, in hand-over order.
-        taken: list[SealedBatch] = []
-        topics: set[str] = set()
-        rest: deque[SealedBatch] = deque()
-        for sealed in self._pending:
-            if sealed.topic in topics:
-                rest.append(sealed)
-            else:
-                topics.add(sealed.topic)
-                taken.append(sealed)
-        self._pending = rest
-        self._pending_bytes = sum(s.batch.nbytes for s in rest)
-        return taken
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending and not self._closing:
-                    self._cond.wait()
-                if not self._pending:
-                    return
-                round_, self._busy = self._take_round(), True
-                self._cond.notify_all()
-            try:
-                self._commit(round_)
-            except BaseException as exc:  # surfaced in the consuming thread, which stops
-                self._log.error(
-                    "committing %s failed: %s",
-                    ", ".join(f"{s.topic} batch {s.batch_id}" for s in round_),
-                    exc,
-                )
-                with self._cond:
-                    self._error = exc
-                    self._busy = False
-                    self._cond.notify_all()
-                return
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
 
 
 class Maintainer:
@@ -224,7 +109,8 @@ class Maintainer:
 
 
 class BatchCommitter:
-    """Lands the rounds :class:`CommitThread` takes (:meth:`commit`, in the committer thread)
+    """Lands the rounds :class:`~pipelines.bronze.commit_thread.CommitThread` takes
+    (:meth:`commit`, in the committer thread)
     through ``engine`` and ``store``: bronze rows, schemas (fetched through ``schemas``) and
     checkpoint rows; then it updates the topic's committed state in ``topics`` under ``lock``
     (both shared with the consuming thread), commits ManagedSubscribe positions, logs the
@@ -267,6 +153,16 @@ class BatchCommitter:
         # Schema ids GetSchema refused in this run (asked again by the next run).
         self._unavailable_schemas: set[str] = set()
         self._checkpoint_commits = 0
+
+    @staticmethod
+    def stream(sealed: SealedBatch) -> str:
+        """The stream of a batch, for the committer thread's rounds: its topic."""
+        return sealed.topic
+
+    @staticmethod
+    def describe(round_: list[SealedBatch]) -> str:
+        """What a round commits, as the committer thread's failure line says it."""
+        return "committing " + ", ".join(f"{s.topic} batch {s.batch_id}" for s in round_)
 
     def load_schemas(self) -> None:
         """Read the schema ids already registered (before the first commit)."""

@@ -4,7 +4,8 @@
 merged by :class:`~ingest.client.MultiSubscription`) and lands their events in batches, with
 the replay checkpoint of each batch committed after it in Delta (the protocol, and why a kill
 at any instant neither loses nor duplicates an event, are in :mod:`pipelines.bronze.checkpoint`).
-This module is the receiving side; the committing side is :mod:`pipelines.bronze.committer`.
+This module is the receiving side; the committing side is :mod:`pipelines.bronze.committer`
+(in the thread of :mod:`pipelines.bronze.commit_thread`).
 
 Threads and memory. The consuming thread appends each received response to the topic's open
 batch (plain lists: replay ids, event ids, schema ids, payloads; :mod:`pipelines.bronze.batches`)
@@ -72,7 +73,8 @@ from pipelines.bookkeeping import ensure_bookkeeping
 from pipelines.bronze.batches import OpenBatch, SealedBatch
 from pipelines.bronze.bookkeeping import BOOKKEEPING
 from pipelines.bronze.checkpoint import CheckpointStore, describe_position
-from pipelines.bronze.committer import BatchCommitter, CommitThread, Maintainer
+from pipelines.bronze.commit_thread import CommitThread
+from pipelines.bronze.committer import BatchCommitter, Maintainer
 from pipelines.bronze.landing_state import LandingResult, TopicResult, TopicState
 from pipelines.bronze.lease import LeaseHolder, LeaseStore
 from pipelines.bronze.tables import BronzeTables, CheckpointKind, bronze_tables, ensure_tables
@@ -159,6 +161,9 @@ class BronzeLanding:
         # A batch of each topic may wait while a round commits (within one batch's bytes).
         self._committer = CommitThread(
             self._batch_committer.commit,
+            stream=BatchCommitter.stream,
+            describe=BatchCommitter.describe,
+            name="sfcdc-committer",
             logger=self._log,
             limit=len(specs),
             max_bytes=max(t.batching.max_bytes for t in specs),

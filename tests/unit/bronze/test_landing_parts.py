@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,10 @@ import pytest
 from ingest.errors import ConfigError, LakeError
 from ingest.replay import ReplayId
 from pipelines.bronze.batches import OpenBatch, SealedBatch, bronze_rows
-from pipelines.bronze.committer import CommitThread, Maintainer
+from pipelines.bronze.cometd_batches import CometdOpenBatch, CometdSealedBatch
+from pipelines.bronze.cometd_commit import CometdCommitter
+from pipelines.bronze.commit_thread import CommitThread
+from pipelines.bronze.committer import BatchCommitter, Maintainer
 from pipelines.bronze.tables import BRONZE_SCHEMA
 from pipelines.commands.ingest import select_topics
 from pipelines.engines import LocalEngine, TableRef
@@ -27,7 +31,22 @@ def _sealed(batch_id: int, topic: str = "/event/Order__e", nbytes: int = 0) -> S
     return SealedBatch(topic, batch_id, "keepalive", ReplayId(b"\x01"), batch)
 
 
-def _submitting(committer: CommitThread, sealed: SealedBatch) -> threading.Thread:
+def _committer(
+    commit: Callable[[list[SealedBatch]], None], *, limit: int = 1, max_bytes: int | None = None
+) -> CommitThread[SealedBatch]:
+    """The committer thread as the Pub/Sub landing makes it."""
+    return CommitThread(
+        commit,
+        stream=BatchCommitter.stream,
+        describe=BatchCommitter.describe,
+        name="sfcdc-committer",
+        logger=LOG,
+        limit=limit,
+        max_bytes=max_bytes,
+    )
+
+
+def _submitting(committer: CommitThread[SealedBatch], sealed: SealedBatch) -> threading.Thread:
     thread = threading.Thread(target=committer.submit, args=(sealed,))
     thread.start()
     thread.join(0.3)
@@ -44,7 +63,7 @@ def test_a_batch_may_wait_while_a_round_commits_and_the_next_hand_over_blocks() 
         release.wait(10)
         rounds.append([s.batch_id for s in round_])
 
-    committer = CommitThread(commit, logger=LOG)
+    committer = _committer(commit)
     committer.start()
     committer.submit(_sealed(1))
     assert started.wait(10)
@@ -70,7 +89,7 @@ def test_a_round_takes_the_oldest_waiting_batch_of_each_topic() -> None:
         release.wait(10)
         rounds.append([(s.topic[-1], s.batch_id) for s in round_])
 
-    committer = CommitThread(commit, logger=LOG, limit=3, max_bytes=100)
+    committer = _committer(commit, limit=3, max_bytes=100)
     committer.start()
     committer.submit(_sealed(1, "/event/A"))
     assert started.wait(10)
@@ -97,7 +116,7 @@ def test_waiting_batches_are_bounded_by_bytes_too() -> None:
         started.set()
         release.wait(10)
 
-    committer = CommitThread(commit, logger=LOG, limit=10, max_bytes=100)
+    committer = _committer(commit, limit=10, max_bytes=100)
     committer.start()
     committer.submit(_sealed(1, "/event/A", nbytes=80))
     assert started.wait(10)
@@ -112,18 +131,35 @@ def test_waiting_batches_are_bounded_by_bytes_too() -> None:
     committer.close()
 
 
-def test_a_failed_commit_surfaces_in_the_consuming_thread() -> None:
+def test_a_failed_commit_surfaces_in_the_consuming_thread(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     def commit(round_: list[SealedBatch]) -> None:
         raise LakeError(f"disk full while writing batch {round_[0].batch_id}")
 
-    committer = CommitThread(commit, logger=LOG)
+    committer = _committer(commit)
     committer.start()
-    committer.submit(_sealed(7))
-    with pytest.raises(LakeError, match="batch 7"):
-        committer.wait_idle()
+    with caplog.at_level(logging.ERROR, logger=LOG.name):
+        committer.submit(_sealed(7))
+        with pytest.raises(LakeError, match="batch 7"):
+            committer.wait_idle()
     with pytest.raises(LakeError, match="batch 7"):
         committer.submit(_sealed(8))
     committer.close()
+    assert caplog.messages == [
+        "committing /event/Order__e batch 7 failed: disk full while writing batch 7"
+    ]
+
+
+def test_each_landing_names_a_failed_round_its_own_way() -> None:
+    pubsub = [_sealed(3, "/event/A"), _sealed(5, "/event/B")]
+    assert BatchCommitter.describe(pubsub) == "committing /event/A batch 3, /event/B batch 5"
+    streaming = [
+        CometdSealedBatch("Account", 1, "events", 4, CometdOpenBatch()),
+        CometdSealedBatch("Contact", 2, "events", 9, CometdOpenBatch()),
+    ]
+    assert CometdCommitter.describe(streaming) == ("streaming: committing ['Account', 'Contact']")
+    assert [CometdCommitter.stream(s) for s in streaming] == ["Account", "Contact"]
 
 
 def test_a_batch_becomes_bronze_rows_in_stream_order() -> None:

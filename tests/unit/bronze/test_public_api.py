@@ -15,6 +15,7 @@ MODULES = [
     "pipelines.bronze.landing",
     "pipelines.bronze.landing_state",
     "pipelines.bronze.batches",
+    "pipelines.bronze.commit_thread",
     "pipelines.bronze.committer",
     "pipelines.bronze.cometd",
     "pipelines.bronze.cometd_batches",
