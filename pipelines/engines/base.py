@@ -47,6 +47,7 @@ __all__ = [
     "BatchFunction",
     "CommitResult",
     "Condition",
+    "CountsOf",
     "HistoryEntry",
     "LakeEngine",
     "MaintenanceResult",
@@ -123,8 +124,20 @@ module-level or an instance of a module-level class, so that it pickles to execu
 A function may say more of itself, for an engine that can do part of its work without it
 (:class:`RowsWhere`): ``reads``, the only columns it reads (a tuple of names); ``keeps``, a
 :class:`RowsWhere` outside of which it yields nothing for a row; ``selects``, the names of the
-columns it yields when that is all it does with the rows it keeps. The function itself stays the
-definition: the local engine calls it, and the spark engine's tests compare the two."""
+columns it yields when that is all it does with the rows it keeps; ``counts``, a
+:class:`CountsOf` when that is all it does. The function itself stays the definition: the local
+engine calls it, and the spark engine's tests compare the two."""
+
+
+@dataclass(frozen=True)
+class CountsOf:
+    """Rows -> for each value of ``key``, how many rows have it and the highest ``highest``
+    among them: the three columns of the function's schema, in that order. A function yields
+    them per batch and its caller adds them up, so one row per key over all batches is the
+    same answer."""
+
+    key: str
+    highest: str
 
 
 @dataclass(frozen=True)

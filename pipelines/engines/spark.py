@@ -62,6 +62,7 @@ from pipelines.engines.base import (
     BatchFunction,
     CommitResult,
     Condition,
+    CountsOf,
     HistoryEntry,
     MaintenanceResult,
     MergeMetrics,
@@ -378,6 +379,9 @@ class SparkEngine:
         # What a function says of itself (BatchFunction) is done here as a filter and a
         # projection, so that fewer rows and columns go to a Python worker, or none.
         frame = self._access.dataframe(rows)
+        counts: CountsOf | None = getattr(function, "counts", None)
+        if counts is not None:
+            return _counts_of(frame, counts, schema)
         keeps: RowsWhere | None = getattr(function, "keeps", None)
         if keeps is not None:
             column = frame[quote_identifier(keeps.column)]
@@ -542,3 +546,18 @@ def _tables_under(location: str, prefix: str) -> list[TableRef]:
             ):
                 found.append(TableRef(layer, name))
     return found
+
+
+def _counts_of(frame: DataFrame, counts: CountsOf, schema: StructType) -> DataFrame:
+    """``counts`` of ``frame`` as ``schema``'s three columns, grouped by Spark (the aggregate
+    is named as a dictionary ``agg`` names it: no pyspark.sql.functions, which build columns of
+    one kind of session only)."""
+    key, rows, highest = schema.fields
+    grouped = frame.selectExpr(
+        f"{quote_identifier(counts.key)} AS k", f"{quote_identifier(counts.highest)} AS h"
+    ).groupBy("k")
+    return grouped.agg({"*": "count", "h": "max"}).selectExpr(
+        f"CAST(k AS {spark_type_sql(key.dataType)}) AS {quote_identifier(key.name)}",
+        f"CAST(`count(1)` AS {spark_type_sql(rows.dataType)}) AS {quote_identifier(rows.name)}",
+        f"CAST(`max(h)` AS {spark_type_sql(highest.dataType)}) AS {quote_identifier(highest.name)}",
+    )

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from pipelines.engines.arrow import spark_schema_to_arrow
-from pipelines.engines.base import RowsWhere
+from pipelines.engines.base import CountsOf, RowsWhere
 
 __all__ = [
     "COUNTS_SCHEMA",
@@ -276,7 +276,7 @@ class SchemaCounts:
     """Bronze rows -> rows and highest batch id per schema id (:data:`COUNTS_SCHEMA`), per
     batch; the job sums them."""
 
-    reads = ("schema_id", "batch_id")
+    counts = CountsOf("schema_id", "batch_id")
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
