@@ -24,11 +24,19 @@ struct<...>               struct<...>                  struct
 Arrow types without a Delta twin are widened when that loses nothing (``large_string``,
 ``string_view``, dictionaries, ``uint8``..``uint32``, other timestamp units and zones) and
 refused otherwise (``uint64``, ``null``, time-of-day, durations), with the column named.
+
+The local engine works in Arrow alone: :func:`delta_schema` (the Arrow types Delta stores for
+an Arrow schema), :func:`arrow_schema_from_delta_json` (a table's schema from its log),
+:func:`same_delta_type` and :func:`delta_type_name` need no Spark type, and neither do
+:func:`normalize_arrow`, :func:`conform_to_schema` and :func:`fit_to_schema`. The Spark
+functions (``spark_*``, ``arrow_*_to_spark``, :func:`same_type`) serve the spark engine and
+the edges where a Spark schema comes in or goes out.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,13 +49,18 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
+    "arrow_schema_from_delta_json",
     "arrow_schema_to_spark",
     "arrow_to_dataframe",
     "arrow_type_to_spark",
     "conform_to_schema",
     "dataframe_to_arrow",
+    "delta_schema",
+    "delta_type",
+    "delta_type_name",
     "fit_to_schema",
     "normalize_arrow",
+    "same_delta_type",
     "same_type",
     "spark_schema_from_delta_json",
     "spark_schema_to_arrow",
@@ -206,6 +219,209 @@ def spark_schema_from_delta_json(schema_json: str) -> T.StructType:
     return parsed
 
 
+# ------------------------------------------------------------------------ Arrow alone
+
+_DELTA_INTS: dict[Any, pa.DataType] = {
+    pa.int8(): pa.int8(),
+    pa.int16(): pa.int16(),
+    pa.int32(): pa.int32(),
+    pa.int64(): pa.int64(),
+    # Delta has no unsigned integers: widen to the next signed type that holds every value.
+    pa.uint8(): pa.int16(),
+    pa.uint16(): pa.int32(),
+    pa.uint32(): pa.int64(),
+    pa.float16(): pa.float32(),
+    pa.float32(): pa.float32(),
+    pa.float64(): pa.float64(),
+    pa.date32(): pa.date32(),
+    pa.date64(): pa.date32(),
+}
+
+
+def delta_type(t: pa.DataType, *, column: str = "") -> pa.DataType:
+    """The Arrow type Delta stores for values of the Arrow type ``t``, widening where that
+    loses nothing (the same as mapping ``t`` to Spark and back, without Spark)."""
+    types = pa.types
+    if types.is_string(t) or types.is_large_string(t) or types.is_string_view(t):
+        return pa.string()
+    if (
+        types.is_binary(t)
+        or types.is_large_binary(t)
+        or types.is_binary_view(t)
+        or types.is_fixed_size_binary(t)
+    ):
+        return pa.binary()
+    if types.is_boolean(t):
+        return pa.bool_()
+    if t in _DELTA_INTS:
+        return _DELTA_INTS[t]
+    if types.is_timestamp(t):
+        return pa.timestamp("us", tz="UTC") if t.tz is not None else pa.timestamp("us")
+    if types.is_decimal(t) and t.precision <= 38:
+        return pa.decimal128(t.precision, t.scale)
+    if types.is_dictionary(t):
+        return delta_type(t.value_type, column=column)
+    if (
+        types.is_list(t)
+        or types.is_large_list(t)
+        or types.is_fixed_size_list(t)
+        or types.is_list_view(t)
+        or types.is_large_list_view(t)
+    ):
+        item = t.value_field
+        element = delta_type(item.type, column=f"{column}[]")
+        return pa.list_(pa.field("element", element, nullable=item.nullable))
+    if types.is_map(t):
+        key = delta_type(t.key_type, column=f"{column}.key")
+        value = delta_type(t.item_type, column=f"{column}.value")
+        return pa.map_(key, pa.field("value", value, nullable=t.item_field.nullable))
+    if types.is_struct(t):
+        return pa.struct(
+            [
+                pa.field(
+                    t.field(i).name,
+                    delta_type(t.field(i).type, column=_sub(column, t.field(i).name)),
+                    nullable=t.field(i).nullable,
+                )
+                for i in range(t.num_fields)
+            ]
+        )
+    advice = {
+        "uint64": "cast it to int64 or decimal(20, 0) first",
+        "null": "its values are all null so its type is unknown; give it a type",
+    }.get(str(t), "convert it to a supported type first")
+    raise LakeError(f"column {column or '?'!r}: Arrow type {t} has no Delta Lake type; {advice}")
+
+
+def delta_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every column in the Arrow type Delta stores for it (nullability kept,
+    metadata dropped)."""
+    return pa.schema(
+        [pa.field(f.name, delta_type(f.type, column=f.name), nullable=f.nullable) for f in schema]
+    )
+
+
+_DELTA_NAMES: dict[Any, str] = {
+    pa.string(): "string",
+    pa.binary(): "binary",
+    pa.bool_(): "boolean",
+    pa.int8(): "tinyint",
+    pa.int16(): "smallint",
+    pa.int32(): "int",
+    pa.int64(): "bigint",
+    pa.float32(): "float",
+    pa.float64(): "double",
+    pa.date32(): "date",
+    pa.timestamp("us", tz="UTC"): "timestamp",
+    pa.timestamp("us"): "timestamp_ntz",
+}
+
+
+def delta_type_name(t: pa.DataType) -> str:
+    """The name of the Delta type an Arrow type is stored as, spelled as Spark SQL spells it
+    (``bigint``, ``array<string>``, ``struct<City:string>``)."""
+    t = delta_type(t)
+    if t in _DELTA_NAMES:
+        return _DELTA_NAMES[t]
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    if pa.types.is_list(t):
+        return f"array<{delta_type_name(t.value_type)}>"
+    if pa.types.is_map(t):
+        return f"map<{delta_type_name(t.key_type)},{delta_type_name(t.item_type)}>"
+    fields = (t.field(i) for i in range(t.num_fields))
+    return "struct<" + ",".join(f"{f.name}:{delta_type_name(f.type)}" for f in fields) + ">"
+
+
+def same_delta_type(a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether two Arrow types are stored as the same Delta type, ignoring nullability and
+    field metadata (what :func:`same_type` says of their Spark types)."""
+    return bool(_loose(delta_type(a)).equals(_loose(delta_type(b))))
+
+
+def _loose(t: pa.DataType) -> pa.DataType:
+    """A Delta Arrow type with every nested field nullable and without metadata."""
+    if pa.types.is_list(t):
+        return pa.list_(pa.field("element", _loose(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(_loose(t.key_type), pa.field("value", _loose(t.item_type)))
+    if pa.types.is_struct(t):
+        return pa.struct(
+            [pa.field(t.field(i).name, _loose(t.field(i).type)) for i in range(t.num_fields)]
+        )
+    return t
+
+
+_DELTA_PRIMITIVES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "boolean": pa.bool_(),
+    "byte": pa.int8(),
+    "short": pa.int16(),
+    "integer": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "timestamp_ntz": pa.timestamp("us"),
+}
+_DELTA_DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(-?\d+)\s*\)")
+_DELTA_CHARS = re.compile(r"(char|varchar)\(\s*\d+\s*\)")
+
+
+def arrow_schema_from_delta_json(schema_json: str) -> pa.Schema:
+    """A Delta ``schemaString`` (as in the log's metaData action) as the Arrow schema of the
+    types Delta stores (what :func:`spark_schema_to_arrow` makes of its Spark schema)."""
+    parsed = json.loads(schema_json)
+    return pa.schema(
+        [
+            pa.field(f["name"], _delta_json_type(f["type"], f["name"]), nullable=f["nullable"])
+            for f in parsed["fields"]
+        ]
+    )
+
+
+def _delta_json_type(value: Any, column: str) -> pa.DataType:
+    if isinstance(value, str):
+        if value in _DELTA_PRIMITIVES:
+            return _DELTA_PRIMITIVES[value]
+        if value == "decimal":
+            return pa.decimal128(10, 0)
+        decimal = _DELTA_DECIMAL.fullmatch(value)
+        if decimal is not None:
+            return pa.decimal128(int(decimal.group(1)), int(decimal.group(2)))
+        if _DELTA_CHARS.fullmatch(value):
+            return pa.string()
+        name = value
+    else:
+        kind = value.get("type")
+        if kind == "array":
+            element = _delta_json_type(value["elementType"], f"{column}[]")
+            return pa.list_(pa.field("element", element, nullable=value["containsNull"]))
+        if kind == "map":
+            key = _delta_json_type(value["keyType"], f"{column}.key")
+            item = _delta_json_type(value["valueType"], f"{column}.value")
+            return pa.map_(key, pa.field("value", item, nullable=value["valueContainsNull"]))
+        if kind == "struct":
+            return pa.struct(
+                [
+                    pa.field(
+                        f["name"],
+                        _delta_json_type(f["type"], _sub(column, f["name"])),
+                        nullable=f["nullable"],
+                    )
+                    for f in value["fields"]
+                ]
+            )
+        name = str(kind)
+    raise LakeError(
+        f"column {column or '?'!r}: Spark type {name} has no Delta Lake equivalent "
+        "(supported: string, binary, boolean, integers, float, double, decimal, date, "
+        "timestamp, timestamp_ntz, array, map, struct)"
+    )
+
+
 def _cast_column(column: pa.ChunkedArray, target: pa.DataType, name: str) -> pa.ChunkedArray:
     if column.type == target:
         return column
@@ -214,13 +430,13 @@ def _cast_column(column: pa.ChunkedArray, target: pa.DataType, name: str) -> pa.
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise LakeError(
             f"column {name!r}: cannot store Arrow {column.type} as Delta "
-            f"{arrow_type_to_spark(target).simpleString()} without losing data ({exc})"
+            f"{delta_type_name(target)} without losing data ({exc})"
         ) from exc
 
 
 def normalize_arrow(table: pa.Table) -> pa.Table:
     """``table`` with every column in the Arrow type Delta stores for it (see module doc)."""
-    target = spark_schema_to_arrow(arrow_schema_to_spark(table.schema))
+    target = delta_schema(table.schema)
     if table.schema.equals(target, check_metadata=False):
         return table
     columns = [
@@ -286,8 +502,8 @@ def conform_to_schema(
             arrays.append(column.cast(field.type, safe=True))
             fields.append(field)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            expected = arrow_type_to_spark(field.type).simpleString()
-            got = arrow_type_to_spark(column.type).simpleString()
+            expected = delta_type_name(field.type)
+            got = delta_type_name(column.type)
             raise LakeError(
                 f"column {field.name!r}: {table_name} stores {expected}, the data has {got} "
                 f"and cannot be cast without losing data ({exc})"

@@ -11,10 +11,15 @@ from pyspark.sql import types as T
 
 from ingest.errors import LakeError
 from pipelines.engines.arrow import (
+    arrow_schema_from_delta_json,
     arrow_schema_to_spark,
     arrow_type_to_spark,
     conform_to_schema,
+    delta_schema,
+    delta_type,
+    delta_type_name,
     normalize_arrow,
+    same_delta_type,
     same_type,
     spark_schema_from_delta_json,
     spark_schema_to_arrow,
@@ -209,6 +214,70 @@ def test_same_type_ignores_nullability() -> None:
     b = T.StructType([T.StructField("x", T.ArrayType(T.LongType(), False), False)])
     assert same_type(a, b)
     assert not same_type(a, T.StructType([T.StructField("y", T.ArrayType(T.LongType()))]))
+
+
+# Arrow types as data arrive in them: the Arrow-alone functions must say of each what the
+# Spark mapping says.
+ARROW_TYPES: list[pa.DataType] = [
+    *(arrow for _spark, arrow in PAIRS),
+    pa.large_string(),
+    pa.string_view(),
+    pa.binary(16),
+    pa.uint8(),
+    pa.uint32(),
+    pa.float16(),
+    pa.date64(),
+    pa.timestamp("ns", tz="Europe/Paris"),
+    pa.timestamp("s"),
+    pa.decimal256(38, 10),
+    pa.dictionary(pa.int32(), pa.large_string()),
+    pa.large_list(pa.field("x", pa.uint16(), nullable=False)),
+    pa.list_(pa.int32(), 3),
+    pa.map_(pa.large_string(), pa.field("v", pa.list_(pa.uint8()), nullable=False)),
+    pa.struct(
+        [
+            pa.field("A", pa.int32(), nullable=False),
+            pa.field("b", pa.struct([("c", pa.map_(pa.string(), pa.timestamp("ms")))])),
+        ]
+    ),
+]
+
+
+@pytest.mark.parametrize("arrow", ARROW_TYPES, ids=str)
+def test_arrow_alone_agrees_with_the_spark_mapping(arrow: pa.DataType) -> None:
+    spark = arrow_type_to_spark(arrow)
+    assert delta_type(arrow) == spark_type_to_arrow(spark)
+    assert delta_type_name(arrow) == spark.simpleString()
+    schema = pa.schema([pa.field("c", arrow, nullable=False), pa.field("d", arrow)])
+    stored = spark_schema_to_arrow(arrow_schema_to_spark(schema))
+    assert delta_schema(schema).equals(stored)
+    # A table's schema read from its log is the same Arrow schema.
+    assert arrow_schema_from_delta_json(arrow_schema_to_spark(schema).json()).equals(stored)
+    for other in ARROW_TYPES:
+        assert same_delta_type(arrow, other) == same_type(spark, arrow_type_to_spark(other))
+
+
+def test_arrow_alone_refuses_what_the_spark_mapping_refuses() -> None:
+    with pytest.raises(LakeError, match=r"column 'c\[\]': Arrow type null has no Delta Lake"):
+        delta_schema(pa.schema([pa.field("c", pa.list_(pa.null()))]))
+    variant = '{"type":"struct","fields":[{"name":"v","type":"variant","nullable":true}]}'
+    with pytest.raises(LakeError, match=r"column 'v': Spark type variant has no Delta Lake"):
+        arrow_schema_from_delta_json(variant)
+
+
+def test_delta_json_chars_and_bare_decimals() -> None:
+    spark = T.StructType(
+        [
+            T.StructField("a", T.CharType(3)),
+            T.StructField("b", T.VarcharType(4)),
+            T.StructField("d", T.DecimalType()),
+        ]
+    )
+    assert arrow_schema_from_delta_json(spark.json()) == pa.schema(
+        [("a", pa.string()), ("b", pa.string()), ("d", pa.decimal128(10, 0))]
+    )
+    bare = '{"type":"struct","fields":[{"name":"d","type":"decimal","nullable":true}]}'
+    assert arrow_schema_from_delta_json(bare) == pa.schema([("d", pa.decimal128(10, 0))])
 
 
 # --------------------------------------------------------------------------------- SQL
