@@ -26,6 +26,11 @@ writes them too.
 - A Spark session is needed only to query tables with Spark SQL (:meth:`LocalEngine.sql`):
   ``register_sql`` creates views named like the tables over their current files
   (:mod:`pipelines.engines.local_views`) and refreshes them after every write of this engine.
+- Schemas are Arrow schemas inside the engine, in the Arrow types Delta stores
+  (:mod:`pipelines.engines.arrow`). A method that takes a schema takes a Spark ``StructType``
+  or a ``pyarrow.Schema`` and turns it into that once (:func:`_arrow_schema`); :meth:`schema`
+  answers a ``StructType``, read from the table's log. Nothing below this module sees a Spark
+  type.
 
 :class:`LocalEngine` is composed of roles that share one
 :class:`~pipelines.engines.local_tables.LocalTables` (where each table lives, the cache of
@@ -47,7 +52,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 from pyspark.sql.types import StructType
 
-from pipelines.engines.arrow import fit_to_schema, normalize_arrow, spark_schema_to_arrow
+from pipelines.engines.arrow import (
+    delta_schema,
+    fit_to_schema,
+    normalize_arrow,
+    spark_schema_from_delta_json,
+    spark_schema_to_arrow,
+)
 from pipelines.engines.base import (
     DEFAULT_PROPERTIES,
     BatchFunction,
@@ -68,7 +79,7 @@ from pipelines.engines.lake_location import LakeLocation
 from pipelines.engines.local_maintenance import LocalMaintainer
 from pipelines.engines.local_reads import NATIVE_READER_FEATURES, LocalReader
 from pipelines.engines.local_sql import LocalSql
-from pipelines.engines.local_tables import LocalTables, as_arrow, schema_of
+from pipelines.engines.local_tables import LocalTables, as_arrow
 from pipelines.engines.local_writes import LocalWriter
 from pipelines.engines.writable import check_writable
 from pipelines.spec.models import LakeSpec, SchemasSpec, StorageSpec
@@ -82,6 +93,14 @@ __all__ = ["NATIVE_READER_FEATURES", "LocalEngine"]
 
 # Rows per batch handed to a layer function (what Spark's Arrow batches hold here too).
 BATCH_ROWS = 20_000
+
+
+def _arrow_schema(schema: StructType | pa.Schema) -> pa.Schema:
+    """``schema`` (a Spark or an Arrow schema) in the Arrow types Delta stores: the schema
+    the engine's roles work in."""
+    if isinstance(schema, pa.Schema):
+        return delta_schema(schema)
+    return spark_schema_to_arrow(schema)
 
 
 class LocalEngine:
@@ -198,7 +217,8 @@ class LocalEngine:
 
     def schema(self, table: TableRef) -> StructType | None:
         dt = self._lake.load(table)
-        return None if dt is None else schema_of(dt)
+        # The interface answers in Spark types: straight from the log's JSON schema.
+        return None if dt is None else spark_schema_from_delta_json(dt.schema().to_json())
 
     def txn_version(self, table: TableRef, app_id: str) -> int | None:
         dt = self._lake.load(table)
@@ -210,24 +230,26 @@ class LocalEngine:
     def ensure_table(
         self,
         table: TableRef,
-        schema: StructType,
+        schema: StructType | pa.Schema,
         *,
         properties: Mapping[str, str] | None = None,
         deletion_vectors: bool = False,
     ) -> None:
         self._writes.ensure_table(
-            table, schema, properties=properties, deletion_vectors=deletion_vectors
+            table, _arrow_schema(schema), properties=properties, deletion_vectors=deletion_vectors
         )
 
     # ---------------------------------------------------------------------- execution
 
-    def rows(self, data: pa.Table, schema: StructType | None = None) -> pa.Table:
+    def rows(self, data: pa.Table, schema: StructType | pa.Schema | None = None) -> pa.Table:
         if schema is None:
             return normalize_arrow(data)
-        return fit_to_schema(data, spark_schema_to_arrow(schema))
+        return fit_to_schema(data, _arrow_schema(schema))
 
-    def map_batches(self, rows: Any, function: BatchFunction, schema: StructType) -> pa.Table:
-        target = spark_schema_to_arrow(schema)
+    def map_batches(
+        self, rows: Any, function: BatchFunction, schema: StructType | pa.Schema
+    ) -> pa.Table:
+        target = _arrow_schema(schema)
         batches = as_arrow(rows).to_batches(max_chunksize=BATCH_ROWS)
         out = [fit_to_schema(pa.Table.from_batches([b]), target) for b in function(iter(batches))]
         return pa.concat_tables(out) if out else target.empty_table()
@@ -238,14 +260,14 @@ class LocalEngine:
         *,
         key: str,
         function: TableFunction,
-        schema: StructType,
+        schema: StructType | pa.Schema,
         partitions: int | None = None,
     ) -> pa.Table:
         # One call over every row: the rows are in this process already.
-        return fit_to_schema(function(as_arrow(rows)), spark_schema_to_arrow(schema))
+        return fit_to_schema(function(as_arrow(rows)), _arrow_schema(schema))
 
-    def union(self, parts: Sequence[Any], schema: StructType) -> pa.Table:
-        target = spark_schema_to_arrow(schema)
+    def union(self, parts: Sequence[Any], schema: StructType | pa.Schema) -> pa.Table:
+        target = _arrow_schema(schema)
         tables = [fit_to_schema(as_arrow(p), target) for p in parts]
         return pa.concat_tables(tables) if tables else target.empty_table()
 

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from ingest.errors import LakeError
-from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
+from pipelines.engines.arrow import fit_to_schema
 from pipelines.engines.base import (
     CDF_PROPERTY,
     Condition,
@@ -74,7 +74,7 @@ class LocalReader:
         columns: Sequence[str] | None,
         conditions: Sequence[Condition] = (),
     ) -> pa.Table:
-        schema = spark_schema_to_arrow(schema_of(dt))
+        schema = schema_of(dt)
         names = list(schema.names if columns is None else columns)
         unknown = sorted({*names, *(c for c, _op, _v in conditions)} - set(schema.names))
         if unknown:
@@ -129,7 +129,7 @@ class LocalReader:
     ) -> pa.Table:
         values = pc.unique(pc.drop_null(as_arrow(keys).column(key))).to_pylist()
         if not values:
-            schema = spark_schema_to_arrow(schema_of(self._lake.require(table)))
+            schema = schema_of(self._lake.require(table))
             names = list(schema.names if columns is None else columns)
             return pa.schema([schema.field(n) for n in names]).empty_table()
         return self.read_arrow(table, columns=columns, where=[(key, "in", values)])
@@ -148,7 +148,7 @@ class LocalReader:
             dt = self._lake.require(table, current)
         if after_version is None:
             return TableChanges(table, self._snapshot(table, dt, columns), 0, current)
-        schema = spark_schema_to_arrow(schema_of(dt))
+        schema = schema_of(dt)
         names = list(schema.names if columns is None else columns)
         if after_version == current:
             empty = pa.schema([schema.field(n) for n in names]).empty_table()

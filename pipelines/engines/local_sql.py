@@ -27,7 +27,7 @@ from deltalake import DeltaTable, QueryBuilder
 from ingest.errors import LakeError
 from pipelines.engines.base import TableRef
 from pipelines.engines.local_reads import reads_natively
-from pipelines.engines.local_tables import LocalTables, schema_of
+from pipelines.engines.local_tables import LocalTables
 from pipelines.engines.parquet_read import data_file
 from pipelines.engines.sql import quote_identifier
 from pipelines.spec.models import SchemasSpec
@@ -146,7 +146,7 @@ class LocalSql:
         self._views.create(
             self.schemas.for_layer(table.layer),
             self.qualified_name(table),
-            schema_of(dt),
+            dt.schema().to_json(),
             [data_file(u) for u in dt.file_uris()],
         )
 

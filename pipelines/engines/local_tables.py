@@ -20,10 +20,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
-from pyspark.sql.types import StructType
 
 from ingest.errors import LakeError
-from pipelines.engines.arrow import dataframe_to_arrow, spark_schema_from_delta_json
+from pipelines.engines.arrow import arrow_schema_from_delta_json, dataframe_to_arrow
 from pipelines.engines.base import LAYERS, TableRef
 from pipelines.engines.deltalog import links_work
 from pipelines.engines.lake_location import LakeLocation
@@ -49,9 +48,10 @@ def as_arrow(data: Any) -> pa.Table:
     )
 
 
-def schema_of(dt: DeltaTable) -> StructType:
-    """The Spark schema of the Delta table ``dt``."""
-    return spark_schema_from_delta_json(dt.schema().to_json())
+def schema_of(dt: DeltaTable) -> pa.Schema:
+    """The Arrow schema of the Delta table ``dt``: the Arrow types Delta stores for its
+    columns (:func:`~pipelines.engines.arrow.arrow_schema_from_delta_json`)."""
+    return arrow_schema_from_delta_json(dt.schema().to_json())
 
 
 class LocalTables:

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
-from pyspark.sql.types import StructType
 
 from pipelines.engines.arrow import arrow_schema_to_spark, spark_schema_from_delta_json
 from pipelines.engines.sql import conform_expression, quote_identifier, spark_type_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = ["ViewRegistry"]
 
@@ -43,13 +43,12 @@ class ViewRegistry:
         self.spark = spark
         self._footers: dict[str, StructType] = {}
 
-    def create(
-        self, database: str, qualified: str, schema: StructType, files: Sequence[str]
-    ) -> None:
-        """(Re)create the view ``qualified`` (in ``database``) over ``files`` typed as
-        ``schema``."""
+    def create(self, database: str, qualified: str, schema_json: str, files: Sequence[str]) -> None:
+        """(Re)create the view ``qualified`` (in ``database``) over ``files`` typed as the
+        table's schema ``schema_json`` (Delta's JSON schema, as its log holds it: the view is
+        Spark's, so the schema goes straight to Spark types)."""
         self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(database)}")
-        body = self._query(schema, files)
+        body = self._query(spark_schema_from_delta_json(schema_json), files)
         self._make_room(qualified)
         self.spark.sql(f"CREATE OR REPLACE VIEW {qualified} AS {body}")
         _log.debug("view %s refreshed over %d files", qualified, len(files))

@@ -26,15 +26,14 @@ from deltalake import (
     WriterProperties,
     write_deltalake,
 )
-from pyspark.sql.types import StructType
 
 from ingest.errors import LakeError
 from pipelines.engines.arrow import (
-    arrow_schema_to_spark,
     conform_to_schema,
+    delta_schema,
+    delta_type_name,
     normalize_arrow,
-    same_type,
-    spark_schema_to_arrow,
+    same_delta_type,
 )
 from pipelines.engines.base import (
     CommitResult,
@@ -87,11 +86,13 @@ class LocalWriter:
     def ensure_table(
         self,
         table: TableRef,
-        schema: StructType,
+        schema: pa.Schema,
         *,
         properties: Mapping[str, str] | None = None,
         deletion_vectors: bool = False,
     ) -> None:
+        """``schema`` is in the Arrow types Delta stores
+        (:func:`~pipelines.engines.arrow.delta_schema`)."""
         # delta-rs neither writes deletion vectors nor reads a table that has them: a MERGE
         # here rewrites the files it touches, whatever deletion_vectors asks.
         lake = self._lake
@@ -103,7 +104,7 @@ class LocalWriter:
             with lake.errors("create", table):
                 DeltaTable.create(
                     lake.uri(table),
-                    spark_schema_to_arrow(schema),
+                    schema,
                     mode="ignore",
                     configuration=wanted or None,
                     storage_options=lake.storage_options,
@@ -111,24 +112,21 @@ class LocalWriter:
             _log.info("created %s at %s", table, lake.uri(table))
             lake.after_write(table)
             return
-        current = schema_of(dt)
-        by_name = {f.name.lower(): f for f in current.fields}
+        by_name = {f.name.lower(): f for f in schema_of(dt)}
         missing = []
-        for f in schema.fields:
+        for f in schema:
             existing = by_name.get(f.name.lower())
             if existing is None:
                 missing.append(f)
-            elif not same_type(existing.dataType, f.dataType):
+            elif not same_delta_type(existing.type, f.type):
                 raise LakeError(
-                    f"column {f.name!r} of {table} is {existing.dataType.simpleString()}, not "
-                    f"{f.dataType.simpleString()}; changing a column type needs a rewrite"
+                    f"column {f.name!r} of {table} is {delta_type_name(existing.type)}, not "
+                    f"{delta_type_name(f.type)}; changing a column type needs a rewrite"
                 )
         with lake.errors("alter", table):
             if missing:
                 # Existing rows have no value for a new column, so it cannot be NOT NULL.
-                fields = pa.schema(
-                    [f.with_nullable(True) for f in spark_schema_to_arrow(StructType(missing))]
-                )
+                fields = pa.schema([f.with_nullable(True) for f in missing])
                 dt.alter.add_columns(Schema.from_arrow(fields).fields)
                 _log.info("%s: added columns %s", table, ", ".join(f.name for f in missing))
             changed = {k: v for k, v in wanted.items() if dt.metadata().configuration.get(k) != v}
@@ -182,9 +180,9 @@ class LocalWriter:
         if dt is None:
             if arrow.num_rows == 0 and txn is None:
                 return CommitResult(table, None, skipped=False, rows=0)
-            self.ensure_table(table, arrow_schema_to_spark(arrow.schema))
+            self.ensure_table(table, delta_schema(arrow.schema))
             dt = self._lake.require(table)
-        target = spark_schema_to_arrow(schema_of(dt))
+        target = schema_of(dt)
         arrow, grows = conform_to_schema(arrow, target, evolve=evolve_schema, table_name=str(table))
         if not grows:
             direct = self._direct_append(table, [(arrow, txn)], metadata=metadata, layout=layout)
@@ -227,7 +225,7 @@ class LocalWriter:
             return direct
         dt = self._lake.load(table)
         if dt is not None:
-            target = spark_schema_to_arrow(schema_of(dt))
+            target = schema_of(dt)
             fitted = [
                 (conform_to_schema(data, target, evolve=False, table_name=str(table))[0], txn)
                 for data, txn in parts
@@ -279,7 +277,7 @@ class LocalWriter:
         arrow = as_arrow(data)
         props = self._commit_properties(txn, metadata)
         if dt is None:
-            self.ensure_table(table, arrow_schema_to_spark(normalize_arrow(arrow).schema))
+            self.ensure_table(table, delta_schema(normalize_arrow(arrow).schema))
             dt = self._lake.require(table)
         with self._lake.rewriting(table, "overwrite"), self._lake.errors("overwrite", table):
             dt.update_incremental()  # every file of the latest version goes (see merge)
@@ -289,7 +287,7 @@ class LocalWriter:
                     dt, arrow, mode="overwrite", schema_mode="overwrite", commit_properties=props
                 )
             else:
-                target = spark_schema_to_arrow(schema_of(dt))
+                target = schema_of(dt)
                 arrow, grows = conform_to_schema(arrow, target, evolve=True, table_name=str(table))
                 write_deltalake(
                     dt,
@@ -332,9 +330,9 @@ class LocalWriter:
                 f"{', '.join(arrow.column_names)})"
             )
         if dt is None:
-            self.ensure_table(table, arrow_schema_to_spark(arrow.schema))
+            self.ensure_table(table, delta_schema(arrow.schema))
             dt = self._lake.require(table)
-        target = spark_schema_to_arrow(schema_of(dt))
+        target = schema_of(dt)
         arrow, _grows = conform_to_schema(
             arrow, target, evolve=evolve_schema, table_name=str(table), fill_missing=False
         )
@@ -428,7 +426,7 @@ class LocalWriter:
         dt = self._lake.require(table)
         if self._already_applied(dt, table, txn):
             return MergeMetrics(table, 0, 0, 0, 0, dt.version(), True, self._clock() - started)
-        target = spark_schema_to_arrow(schema_of(dt))
+        target = schema_of(dt)
         missing = [c for c in (*keys, *names) if target.get_field_index(c) < 0]
         if missing:
             raise LakeError(

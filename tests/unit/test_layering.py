@@ -30,6 +30,43 @@ def test_ingest_never_imports_spark_delta_or_pipelines() -> None:
     assert not offenders, "\n".join(offenders)
 
 
+# The local engine works in Arrow schemas: a Spark schema given to LocalEngine is turned into
+# Arrow there, once. local_views is left out: it writes Spark SQL for a Spark session.
+LOCAL_ENGINE = (
+    "local_maintenance",
+    "local_reads",
+    "local_sql",
+    "local_tables",
+    "local_writes",
+    "direct_merge",
+    "deltalog",
+    "parquet_read",
+    "writable",
+)
+
+
+def _spark_type_imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("pyspark.sql.types")]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith("pyspark.sql.types"):
+                found.append(node.module)
+            elif node.module == "pyspark.sql" and any(a.name == "types" for a in node.names):
+                found.append("pyspark.sql.types")
+    return found
+
+
+def test_local_engine_roles_never_see_spark_types() -> None:
+    offenders = [
+        f"pipelines/engines/{stem}.py imports {name}"
+        for stem in LOCAL_ENGINE
+        for name in _spark_type_imports(ROOT / "pipelines" / "engines" / f"{stem}.py")
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
 def test_library_code_never_configures_logging() -> None:
     offenders = []
     for package in ("ingest", "pipelines"):
