@@ -293,6 +293,11 @@ class LakeEngine(Protocol):
     as pure functions over Arrow batches (:data:`BatchFunction`, :data:`TableFunction`);
     :meth:`map_batches` and :meth:`map_groups` run them -- in this process (local engine) or
     on Spark executors (spark engine). Jobs never ask which engine they have.
+
+    A method that takes a schema (:meth:`ensure_table`, :meth:`rows`, :meth:`map_batches`,
+    :meth:`map_groups`, :meth:`union`) takes a Spark ``StructType`` or a ``pyarrow.Schema``;
+    an Arrow schema means the Delta types its columns are stored as
+    (:mod:`pipelines.engines.arrow`). :meth:`schema` answers a ``StructType``.
     """
 
     @property
@@ -326,7 +331,7 @@ class LakeEngine(Protocol):
     def ensure_table(
         self,
         table: TableRef,
-        schema: StructType,
+        schema: StructType | pa.Schema,
         *,
         properties: Mapping[str, str] | None = None,
         deletion_vectors: bool = False,
@@ -394,11 +399,13 @@ class LakeEngine(Protocol):
 
     # ------------------------------------------------------------------------ execution
 
-    def rows(self, data: pa.Table, schema: StructType | None = None) -> Rows:
+    def rows(self, data: pa.Table, schema: StructType | pa.Schema | None = None) -> Rows:
         """Rows of this engine holding ``data`` (typed as ``schema`` when given)."""
         ...
 
-    def map_batches(self, rows: Rows, function: BatchFunction, schema: StructType) -> Rows:
+    def map_batches(
+        self, rows: Rows, function: BatchFunction, schema: StructType | pa.Schema
+    ) -> Rows:
         """``function`` applied to ``rows`` batch by batch; it yields batches of ``schema``."""
         ...
 
@@ -408,7 +415,7 @@ class LakeEngine(Protocol):
         *,
         key: str,
         function: TableFunction,
-        schema: StructType,
+        schema: StructType | pa.Schema,
         partitions: int | None = None,
     ) -> Rows:
         """``function`` applied to tables of ``rows`` that each hold every row of the ``key``
@@ -417,7 +424,7 @@ class LakeEngine(Protocol):
         them (default: the engine's choice)."""
         ...
 
-    def union(self, parts: Sequence[Rows], schema: StructType) -> Rows:
+    def union(self, parts: Sequence[Rows], schema: StructType | pa.Schema) -> Rows:
         """The rows of ``parts`` (each of ``schema``'s columns) as one."""
         ...
 

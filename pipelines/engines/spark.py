@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from ingest.errors import LakeError
-from pipelines.engines.arrow import dataframe_to_arrow
+from pipelines.engines.arrow import arrow_schema_to_spark, dataframe_to_arrow
 from pipelines.engines.base import (
     DEFAULT_PROPERTIES,
     LAYERS,
@@ -89,6 +89,11 @@ if TYPE_CHECKING:
 __all__ = ["SparkEngine"]
 
 _log = logging.getLogger(__name__)
+
+
+def _spark_schema(schema: StructType | pa.Schema) -> StructType:
+    """``schema`` as a Spark schema (an Arrow schema in the Spark types of its Delta types)."""
+    return arrow_schema_to_spark(schema) if isinstance(schema, pa.Schema) else schema
 
 
 class _PerPartition:
@@ -227,13 +232,13 @@ class SparkEngine:
     def ensure_table(
         self,
         table: TableRef,
-        schema: StructType,
+        schema: StructType | pa.Schema,
         *,
         properties: Mapping[str, str] | None = None,
         deletion_vectors: bool = False,
     ) -> None:
         self._tables.ensure_table(
-            table, schema, properties=properties, deletion_vectors=deletion_vectors
+            table, _spark_schema(schema), properties=properties, deletion_vectors=deletion_vectors
         )
 
     def history(self, table: TableRef, *, limit: int = 20) -> list[HistoryEntry]:
@@ -372,10 +377,13 @@ class SparkEngine:
 
     # ---------------------------------------------------------------------- execution
 
-    def rows(self, data: pa.Table, schema: StructType | None = None) -> DataFrame:
-        return self._access.rows(data, schema)
+    def rows(self, data: pa.Table, schema: StructType | pa.Schema | None = None) -> DataFrame:
+        return self._access.rows(data, None if schema is None else _spark_schema(schema))
 
-    def map_batches(self, rows: Any, function: BatchFunction, schema: StructType) -> DataFrame:
+    def map_batches(
+        self, rows: Any, function: BatchFunction, schema: StructType | pa.Schema
+    ) -> DataFrame:
+        schema = _spark_schema(schema)
         # What a function says of itself (BatchFunction) is done here as a filter and a
         # projection, so that fewer rows and columns go to a Python worker, or none.
         frame = self._access.dataframe(rows)
@@ -400,15 +408,17 @@ class SparkEngine:
         *,
         key: str,
         function: TableFunction,
-        schema: StructType,
+        schema: StructType | pa.Schema,
         partitions: int | None = None,
     ) -> DataFrame:
+        schema = _spark_schema(schema)
         frame = self._access.dataframe(rows)
         column = frame[quote_identifier(key)]
         grouped = frame.repartition(partitions, column) if partitions else frame.repartition(column)
         return grouped.mapInArrow(_PerPartition(function), schema)  # type: ignore[arg-type]
 
-    def union(self, parts: Sequence[Any], schema: StructType) -> DataFrame:
+    def union(self, parts: Sequence[Any], schema: StructType | pa.Schema) -> DataFrame:
+        schema = _spark_schema(schema)
         frames = [self.rows(p, schema) if isinstance(p, pa.Table) else p for p in parts] or [
             self._access.spark.createDataFrame([], schema)
         ]

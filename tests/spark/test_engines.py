@@ -246,6 +246,31 @@ def test_ensure_table_creates_and_evolves(lake_engine: LakeEngine) -> None:
         lake_engine.append(GOLD, pa.table({"Name": ["x"]}))  # Id is NOT NULL
 
 
+def test_schemas_may_be_given_in_arrow(lake_engine: LakeEngine) -> None:
+    # An Arrow schema means the Delta types of its columns (large_string: string, uint8: short).
+    arrow = pa.schema(
+        [pa.field("Id", pa.large_string(), nullable=False), pa.field("Rank", pa.uint8())]
+    )
+    lake_engine.ensure_table(GOLD, arrow)
+    spark = T.StructType(
+        [T.StructField("Id", T.StringType(), False), T.StructField("Rank", T.ShortType())]
+    )
+    assert lake_engine.schema(GOLD) == spark
+    created = lake_engine.version(GOLD)
+    lake_engine.ensure_table(GOLD, spark)  # the same schema: nothing to do
+    assert lake_engine.version(GOLD) == created
+    with pytest.raises(LakeError, match=r"column 'Rank' of .* is smallint, not bigint"):
+        lake_engine.ensure_table(GOLD, pa.schema([("Rank", pa.int64())]))
+    kn = pa.schema([("k", pa.large_string()), ("n", pa.int64())])
+    rows = lake_engine.rows(pa.table({"k": ["a", "b"], "n": [1, 2]}), kn)
+    mapped = lake_engine.map_batches(rows, PlusOne(), kn)
+    both = lake_engine.union([rows, mapped], kn)
+    totals = lake_engine.map_groups(both, key="k", function=Totals(), schema=kn)
+    got = lake_engine.to_arrow(totals)
+    assert got.schema.field("k").type == pa.string()
+    assert {r["k"]: r["n"] for r in got.to_pylist()} == {"a": 3, "b": 5}
+
+
 def test_ensure_table_checks_again_after_another_writers_commit(
     lake_engine: LakeEngine, make_engine: Any
 ) -> None:
