@@ -620,11 +620,13 @@ def _nulls(arrow_type: pa.DataType) -> _Column:
 
 
 def _leaf(arrow_type: pa.DataType, target: LeafKind, source: LeafKind) -> _Column:
-    if target == source or (
-        target not in ("string", "json") and source not in ("string", "json", "boolean", "binary")
+    if source != "json" and (
+        target == source
+        or (target not in ("string", "json") and source not in ("string", "boolean", "binary"))
     ):
         # Same kind, or a lossless widening Arrow does on its own (int -> long -> double;
-        # a date's epoch ms as a timestamp's).
+        # a date's epoch ms as a timestamp's). A "json" value (a record, or a list) is
+        # always written as text, even into a column of that kind.
         return _Build(
             lambda values, _n: pa.array(values, arrow_type),
             lambda value, _n: _cast(value, arrow_type),
@@ -656,12 +658,13 @@ def _branch_value(arrow_type: pa.DataType, target: LeafKind) -> _Column:
 
 
 def _converting_children(f: FieldLayout, info: FieldInfo) -> dict[str, Callable[[Any], str]]:
-    """Children whose values this version writes in another kind than the column's."""
+    """Children whose values this version writes in another kind than the column's, and
+    children whose values are written as JSON text (a record, or a list)."""
     out: dict[str, Callable[[Any], str]] = {}
     for c in info.children:
         target = f.child(c.name).kind
         source: LeafKind = "json" if c.children else leaf_kind(c)
-        if target in ("string", "json") and source not in ("string", "json"):
+        if source == "json" or (target in ("string", "json") and source != "string"):
             out[c.name] = _text(source)
     return out
 

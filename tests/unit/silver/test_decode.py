@@ -216,6 +216,52 @@ def test_a_field_that_changed_type_is_written_as_text() -> None:
     assert [r["Flag__c"] for r in rows] == ["true", "Maybe"]
 
 
+def test_a_field_that_is_a_record_in_one_version_and_a_value_in_another_is_json_text() -> None:
+    # Both versions land in one JSON text column: the record as its JSON, the value as it is.
+    from tests.unit.silver.support import ADDRESS, HEADER, change_schema, opt
+
+    head = {"name": "ChangeEventHeader", "type": HEADER, "doc": "Data:ComplexValueType"}
+    v1 = change_schema("Widget__c", [head, opt("Spot__c", ADDRESS, "Data:Address")])
+    v2 = change_schema("Widget__c", [head, opt("Spot__c", "string", "Data:Text")])
+    events = [
+        (v1.schema_id, change_event(v1, "CREATE", ["a01A"], {"Spot__c": {"City": "Paris"}})),
+        (v2.schema_id, change_event(v2, "CREATE", ["a01B"], {"Spot__c": "here"})),
+        (v1.schema_id, change_event(v1, "CREATE", ["a01C"])),
+    ]
+    rows = run(plan_for(v1, v2), events)
+    assert [r["_cdc_error"] for r in rows] == [None, None, None]
+    assert [r["Spot__c"] for r in rows] == [
+        '{"City": "Paris", "Latitude": null, "Longitude": null, "PostalCode": null, '
+        '"Street": null}',
+        "here",
+        None,
+    ]
+
+
+def test_a_record_inside_a_compound_is_json_text() -> None:
+    from tests.unit.silver.support import HEADER, change_schema, opt
+
+    head = {"name": "ChangeEventHeader", "type": HEADER, "doc": "Data:ComplexValueType"}
+    inner = {
+        "type": "record",
+        "name": "Inner",
+        "fields": [{"name": "X", "type": ["null", "long"], "default": None}],
+    }
+    outer = {
+        "type": "record",
+        "name": "Outer",
+        "fields": [
+            {"name": "Street", "type": ["null", "string"], "default": None},
+            {"name": "Geo", "type": ["null", inner], "default": None},
+        ],
+    }
+    s = change_schema("Widget__c", [head, opt("Spot__c", outer, "Data:Address")])
+    values = {"Spot__c": {"Street": "1 Main", "Geo": {"X": 5}}}
+    (row,) = run(plan_for(s), [(s.schema_id, change_event(s, "CREATE", ["a01A"], values))])
+    assert row["_cdc_error"] is None
+    assert row["Spot__c"] == {"Street": "1 Main", "Geo": '{"X": 5}'}
+
+
 def test_decoders_are_built_once_per_worker() -> None:
     s = ACCOUNT_V1
     plan = plan_for(s)
