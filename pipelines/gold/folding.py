@@ -173,9 +173,10 @@ class FoldTable:
     rows of a record in one call): one output row per record the changes touch, and one per
     GAP_OVERFLOW (null ``Id``). ``silver`` is the silver schema the changes came with.
 
-    Records a batch only creates, and the plainest others, are folded column-wise
-    (:mod:`pipelines.gold.columnwise`); ``columnwise=False`` folds every record one by one
-    with :func:`~pipelines.gold.fold.fold_record`, the definition those paths must equal."""
+    Records a batch only creates, the plainest others (:mod:`pipelines.gold.columnwise`)
+    and records only a batch's wildcard changes touch are folded column-wise;
+    ``columnwise=False`` folds every record one by one with
+    :func:`~pipelines.gold.fold.fold_record`, the definition those paths must equal."""
 
     def __init__(
         self,
@@ -211,7 +212,7 @@ class FoldTable:
         parts = [rows]
         wildcard_only: pa.Table | None = None
         if gold_rows.num_rows:
-            if function.wildcards:
+            if function.wildcards and self.columnwise:
                 gold_rows, wildcard_only = _wildcard_only(
                     gold_rows,
                     rows,
