@@ -100,7 +100,7 @@ def versions(draw: st.DrawFn) -> tuple[list[Field], list[Field]]:
         change = draw(st.integers(0, 9))
         if change == 0:
             continue  # dropped
-        if change == 1 and f[1] != "switchable":
+        if change in (1, 2) and f[1] != "switchable":
             second.append(draw(_field(f[0])))  # retyped (or a compound made leaf, or back)
         else:
             second.append(f)
@@ -186,7 +186,9 @@ _VALUES: dict[str, st.SearchStrategy[Any]] = {
     "enum": st.sampled_from(["LOW", "HIGH", "MID_1"]),
     "date": st.integers(-(10**5), 10**5).map(lambda d: d * 86_400_000),
     "time": st.integers(0, 86_399_999),
-    "datetime": _INT64,
+    # Salesforce's DateTime range (years 1700 to 4000): a field retyped to text writes it
+    # as an ISO date-time.
+    "datetime": st.integers(-8_520_000_000_000, 64_000_000_000_000),
 }
 
 
