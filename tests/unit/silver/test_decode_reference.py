@@ -39,8 +39,8 @@ from pipelines.silver.columns import build_layout
 from pipelines.silver.decode import BRONZE_COLUMNS, DecodePlan, decode_batches, decoded_schema
 from tests.unit.silver.support import CHANGE_TYPES, HEADER, bronze_batch
 
-# SFCDC_HYPOTHESIS_EXAMPLES raises the number of examples for a longer hunt; CI runs the
-# same examples every time.
+# SFCDC_HYPOTHESIS_EXAMPLES raises the number of examples for a longer, random hunt; by
+# default the examples are derandomized (the same seed on every run).
 EXAMPLES = int(os.environ.get("SFCDC_HYPOTHESIS_EXAMPLES", "0"))
 ENTITY = "Widget__c"
 
