@@ -620,6 +620,13 @@ def _nulls(arrow_type: pa.DataType) -> _Column:
 
 
 def _leaf(arrow_type: pa.DataType, target: LeafKind, source: LeafKind) -> _Column:
+    if target == "double" and source in ("int", "long"):
+        # An integer widened to a double rounds to the nearest one, as Arrow's cast does on
+        # the columnar path (pa.array refuses an integer beyond 2**53 it cannot hold exactly).
+        return _Build(
+            lambda values, _n: pa.array(values, pa.int64()).cast(arrow_type, safe=False),
+            lambda value, _n: _cast(value, arrow_type),
+        )
     if source != "json" and (
         target == source
         or (target not in ("string", "json") and source not in ("string", "boolean", "binary"))
@@ -657,15 +664,18 @@ def _branch_value(arrow_type: pa.DataType, target: LeafKind) -> _Column:
     return _Build(build, arrow)
 
 
-def _converting_children(f: FieldLayout, info: FieldInfo) -> dict[str, Callable[[Any], str]]:
-    """Children whose values this version writes in another kind than the column's, and
-    children whose values are written as JSON text (a record, or a list)."""
-    out: dict[str, Callable[[Any], str]] = {}
+def _converting_children(f: FieldLayout, info: FieldInfo) -> dict[str, Callable[[Any], Any]]:
+    """Children whose values this version writes in another kind than the column's (as
+    text, or an integer as a double), and children whose values are written as JSON text (a
+    record, or a list)."""
+    out: dict[str, Callable[[Any], Any]] = {}
     for c in info.children:
         target = f.child(c.name).kind
         source: LeafKind = "json" if c.children else leaf_kind(c)
         if source == "json" or (target in ("string", "json") and source != "string"):
             out[c.name] = _text(source)
+        elif target == "double" and source in ("int", "long"):
+            out[c.name] = float  # rounds to the nearest double, as the columnar path's cast
     return out
 
 
@@ -714,6 +724,9 @@ def _records(arrow_type: pa.DataType, f: FieldLayout, info: FieldInfo) -> _Colum
         ]
         return pa.array(fixed, arrow_type)
 
+    if all(c is float for c in convert.values()):
+        # Integers widened to doubles: the decoded record column's cast does the same.
+        return _Build(build, lambda value, _n: _struct(value, arrow_type))
     return _Build(build, _no_arrow)
 
 

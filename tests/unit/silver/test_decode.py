@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import pyarrow as pa
 import pytest
@@ -260,6 +261,43 @@ def test_a_record_inside_a_compound_is_json_text() -> None:
     (row,) = run(plan_for(s), [(s.schema_id, change_event(s, "CREATE", ["a01A"], values))])
     assert row["_cdc_error"] is None
     assert row["Spot__c"] == {"Street": "1 Main", "Geo": '{"X": 5}'}
+
+
+def test_an_integer_widened_to_a_double_rounds_to_the_nearest_one() -> None:
+    # A field that is a double in one version and a long in another is a DOUBLE column;
+    # a long that no double holds exactly (2**53 + 1) rounds, on the row path as on the
+    # columnar one, top-level and inside a compound.
+    from tests.unit.silver.support import HEADER, change_schema, opt
+
+    head = {"name": "ChangeEventHeader", "type": HEADER, "doc": "Data:ComplexValueType"}
+
+    def spot(kind: str) -> dict[str, Any]:
+        return {
+            "type": "record",
+            "name": "Spot",
+            "fields": [{"name": "N", "type": ["null", kind], "default": None}],
+        }
+
+    v1 = change_schema(
+        "Widget__c",
+        [
+            head,
+            opt("Amount__c", "double", "Data:Double"),
+            opt("Spot__c", spot("double"), "Data:Address"),
+        ],
+    )
+    v2 = change_schema(
+        "Widget__c",
+        [head, opt("Amount__c", "long", "Data:Long"), opt("Spot__c", spot("long"), "Data:Address")],
+    )
+    values = {"Amount__c": 2**53 + 1, "Spot__c": {"N": 2**53 + 1}}
+    event = change_event(v2, "CREATE", ["a01B"], values)
+    plan = plan_for(v1, v2)
+    (row,) = run(plan, [(v2.schema_id, event)])
+    assert row["_cdc_error"] is None
+    assert row["Amount__c"] == float(2**53) and row["Spot__c"] == {"N": float(2**53)}
+    with mock.patch.object(decode, "COLUMNAR_MIN_BYTES", 0):
+        assert run(plan, [(v2.schema_id, event)]) == [row]
 
 
 def test_decoders_are_built_once_per_worker() -> None:
