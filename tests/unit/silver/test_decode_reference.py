@@ -171,7 +171,9 @@ def event_schema(fields: Sequence[Field], *, version: int, change_events: bool) 
 
 _TEXT = st.text(st.characters(codec="utf-8"), max_size=12)
 _INT32 = st.integers(-(2**31), 2**31 - 1)
-_INT64 = st.integers(-(2**63), 2**63 - 1)
+# Longs at the edges: those no double holds exactly, the extremes.
+_EDGES = st.sampled_from([2**53 + 1, -(2**53) - 1, 2**63 - 1, -(2**63), 2**31, -(2**31) - 1])
+_INT64 = st.integers(-(2**63), 2**63 - 1) | _EDGES
 _VALUES: dict[str, st.SearchStrategy[Any]] = {
     "text": _TEXT,
     "long_text": _TEXT | st.text(st.characters(codec="utf-8"), min_size=200, max_size=400),
