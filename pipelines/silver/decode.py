@@ -631,9 +631,9 @@ def _leaf(arrow_type: pa.DataType, target: LeafKind, source: LeafKind) -> _Colum
         target == source
         or (target not in ("string", "json") and source not in ("string", "boolean", "binary"))
     ):
-        # Same kind, or a lossless widening Arrow does on its own (int -> long -> double;
-        # a date's epoch ms as a timestamp's). A "json" value (a record, or a list) is
-        # always written as text, even into a column of that kind.
+        # Same kind, or a lossless widening Arrow does on its own (int -> long; a date's
+        # epoch ms as a timestamp's). A "json" value (a record, or a list) is always
+        # written as text, even into a column of that kind.
         return _Build(
             lambda values, _n: pa.array(values, arrow_type),
             lambda value, _n: _cast(value, arrow_type),
