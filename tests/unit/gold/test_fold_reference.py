@@ -32,15 +32,8 @@ from ingest.emulator.textdiff import unified_diff
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.gold import folding
 from pipelines.gold.columns import tombstone_schema
-from pipelines.gold.folding import (
-    ROLE_GOLD,
-    ROLE_TOMBSTONE,
-    ChangeRows,
-    FoldTable,
-    StateRows,
-    Wildcards,
-    fold_input_schema,
-)
+from pipelines.gold.folding import ChangeRows, FoldTable, StateRows, Wildcards
+from pipelines.gold.plan import ROLE_GOLD, ROLE_TOMBSTONE, fold_input_schema
 from tests.spark.gold.conftest import ADDRESS, PERSON, Silver, plan
 
 # SFCDC_HYPOTHESIS_EXAMPLES raises the number of examples for a longer, random hunt; by
