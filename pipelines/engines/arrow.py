@@ -133,73 +133,36 @@ def _sub(column: str, name: str) -> str:
 
 
 def arrow_type_to_spark(t: pa.DataType, *, column: str = "") -> T.DataType:
-    """The Spark type of an Arrow type, widening where that loses nothing."""
+    """The Spark type of an Arrow type, widening where that loses nothing: the Spark type of
+    the Arrow type Delta stores for it (:func:`delta_type`)."""
+    return _spark_type_of_delta(delta_type(t, column=column))
+
+
+def _spark_type_of_delta(t: pa.DataType) -> T.DataType:
+    """The Spark type of an Arrow type :func:`delta_type` gives, one for one."""
+    simple = _SPARK_OF_DELTA.get(t)
+    if simple is not None:
+        return simple
     types = pa.types
-    if types.is_string(t) or types.is_large_string(t) or types.is_string_view(t):
-        return T.StringType()
-    if (
-        types.is_binary(t)
-        or types.is_large_binary(t)
-        or types.is_binary_view(t)
-        or types.is_fixed_size_binary(t)
-    ):
-        return T.BinaryType()
-    if types.is_boolean(t):
-        return T.BooleanType()
-    simple_ints: dict[Any, T.DataType] = {
-        pa.int8(): T.ByteType(),
-        pa.int16(): T.ShortType(),
-        pa.int32(): T.IntegerType(),
-        pa.int64(): T.LongType(),
-        # Delta has no unsigned integers: widen to the next signed type that holds every value.
-        pa.uint8(): T.ShortType(),
-        pa.uint16(): T.IntegerType(),
-        pa.uint32(): T.LongType(),
-        pa.float16(): T.FloatType(),
-        pa.float32(): T.FloatType(),
-        pa.float64(): T.DoubleType(),
-        pa.date32(): T.DateType(),
-        pa.date64(): T.DateType(),
-    }
-    if t in simple_ints:
-        return simple_ints[t]
     if types.is_timestamp(t):
         return T.TimestampType() if t.tz is not None else T.TimestampNTZType()
-    if types.is_decimal(t) and t.precision <= 38:
+    if types.is_decimal(t):
         return T.DecimalType(t.precision, t.scale)
-    if types.is_dictionary(t):
-        return arrow_type_to_spark(t.value_type, column=column)
-    if (
-        types.is_list(t)
-        or types.is_large_list(t)
-        or types.is_fixed_size_list(t)
-        or types.is_list_view(t)
-        or types.is_large_list_view(t)
-    ):
-        item = t.value_field
-        return T.ArrayType(arrow_type_to_spark(item.type, column=f"{column}[]"), item.nullable)
+    if types.is_list(t):
+        return T.ArrayType(_spark_type_of_delta(t.value_type), t.value_field.nullable)
     if types.is_map(t):
         return T.MapType(
-            arrow_type_to_spark(t.key_type, column=f"{column}.key"),
-            arrow_type_to_spark(t.item_type, column=f"{column}.value"),
+            _spark_type_of_delta(t.key_type),
+            _spark_type_of_delta(t.item_type),
             t.item_field.nullable,
         )
-    if types.is_struct(t):
-        return T.StructType(
-            [
-                T.StructField(
-                    t.field(i).name,
-                    arrow_type_to_spark(t.field(i).type, column=_sub(column, t.field(i).name)),
-                    t.field(i).nullable,
-                )
-                for i in range(t.num_fields)
-            ]
-        )
-    advice = {
-        "uint64": "cast it to int64 or decimal(20, 0) first",
-        "null": "its values are all null so its type is unknown; give it a type",
-    }.get(str(t), "convert it to a supported type first")
-    raise LakeError(f"column {column or '?'!r}: Arrow type {t} has no Delta Lake type; {advice}")
+    assert types.is_struct(t), t
+    return T.StructType(
+        [
+            T.StructField(f.name, _spark_type_of_delta(f.type), f.nullable)
+            for f in (t.field(i) for i in range(t.num_fields))
+        ]
+    )
 
 
 def arrow_schema_to_spark(schema: pa.Schema) -> T.StructType:
@@ -235,6 +198,21 @@ _DELTA_INTS: dict[Any, pa.DataType] = {
     pa.float64(): pa.float64(),
     pa.date32(): pa.date32(),
     pa.date64(): pa.date32(),
+}
+
+
+# The Spark type of each Arrow type delta_type gives that has no parameters.
+_SPARK_OF_DELTA: dict[Any, T.DataType] = {
+    pa.string(): T.StringType(),
+    pa.binary(): T.BinaryType(),
+    pa.bool_(): T.BooleanType(),
+    pa.int8(): T.ByteType(),
+    pa.int16(): T.ShortType(),
+    pa.int32(): T.IntegerType(),
+    pa.int64(): T.LongType(),
+    pa.float32(): T.FloatType(),
+    pa.float64(): T.DoubleType(),
+    pa.date32(): T.DateType(),
 }
 
 
