@@ -110,16 +110,20 @@ class Driver:
         proc.wait(timeout=30)
 
     def wait_for(
-        self, proc: subprocess.Popen[str], done: Callable[[], bool], timeout: float = 150.0
+        self,
+        proc: subprocess.Popen[str],
+        done: Callable[[], bool],
+        timeout: float = 150.0,
+        what: str = "land every event",
     ) -> None:
-        """Wait until ``done()`` (checked on the table, not in the driver) or fail when the
-        driver ends first."""
+        """Wait until ``done()`` (checked on the table or the checkpoint, not in the driver)
+        or fail when the driver ends first; ``what`` the query did not do in time."""
         deadline = time.monotonic() + timeout
         while not done():
             if proc.poll() is not None:
                 raise AssertionError(f"the driver ended with status {proc.returncode}")
             if time.monotonic() > deadline:
-                raise AssertionError("the query did not land every event in time")
+                raise AssertionError(f"the query did not {what} in time")
             time.sleep(0.5)
 
     def close(self) -> None:
