@@ -148,13 +148,25 @@ def engine_params(*, connect: bool = False) -> list[Any]:
     return params
 
 
+def _parametrized_by_the_test(metafunc: pytest.Metafunc, name: str) -> bool:
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if name in names:
+            return True
+    return False
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """``engine_name`` runs each test once per lake engine; tests that make their engines
     with ``make_engine`` and run no command through ``lake_kind`` (whose subprocesses start
     drivers of their own) also run over Spark Connect. Tests marked ``append_parts`` run the
-    classic session's spark engine once more, with its one-commit append of parts on."""
+    classic session's spark engine once more, with its one-commit append of parts on. A test
+    that parametrizes ``engine_name`` itself (``indirect``, with :func:`engine_params`' cases)
+    picks its own cases."""
     names = metafunc.fixturenames
-    if "engine_name" not in names:
+    if "engine_name" not in names or _parametrized_by_the_test(metafunc, "engine_name"):
         return
     connect = "make_engine" in names and "lake_kind" not in names
     params = engine_params(connect=connect)
@@ -257,25 +269,26 @@ DEFAULT_ON_SPARK = (
     "tests/integration/cli/test_first_run_tables.py",
     "tests/integration/cli/test_unactivated_venv.py",
 )
-# A Spark Connect case is long exactly where its classic spark case is: the default run has
-# every table test of the engine and the layer jobs over Connect; the gold oracle, the demo,
-# the kill loops of the Spark source and the fold's batch-size equivalence over Connect (about
-# 16 worker-minutes more) run with ``-m spark_connect`` (or ``-m long``).
 # The gold fold's batch-size equivalence is the engine's fold, not its tables: its local case
-# stays in the default run, its spark cases (minutes of MERGEs each) are long.
+# stays in the default run, its classic spark cases (minutes of MERGEs each) are long.
 LONG_ON_SPARK_TESTS = ("tests/spark/gold/test_batch_sizes.py",)
+# No Spark Connect case is long: the default run (what CI runs) has every ``spark_connect``
+# test, so ``python -m pytest -m spark_connect`` runs nothing the default run leaves out. The
+# Connect cases of the slow tests are cut to what Connect adds, about four worker-minutes
+# together: the gold oracle (silver and gold over Connect, a smaller stream, two kills), the
+# demo inside a Connect session next to a classic one, the Spark source's kill loop (two kills)
+# and one batch-size case (hard deletes, SCD2 and steps).
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Which tests are ``long``, left out of the default run (``python -m pytest -m long`` runs
-    them): a ``slow`` test on the spark engine (classic or over Spark Connect) or of the Spark
-    source (it starts a Spark driver in a subprocess again and again), and the spark-engine
-    case, classic or Connect, of an integration test of a layer or command
-    (:data:`LONG_ON_SPARK`, :data:`LONG_ON_SPARK_TESTS`)."""
-    spark_engine = (
-        item.get_closest_marker("spark_engine") is not None
-        or item.get_closest_marker("spark_connect") is not None
-    )
+    them): a ``slow`` test on the classic spark engine or of the Spark source (it starts a
+    Spark driver in a subprocess again and again), and the classic spark-engine case of an
+    integration test of a layer or command (:data:`LONG_ON_SPARK`,
+    :data:`LONG_ON_SPARK_TESTS`). Spark Connect cases never are."""
+    if item.get_closest_marker("spark_connect") is not None:
+        return
+    spark_engine = item.get_closest_marker("spark_engine") is not None
     if (
         item.get_closest_marker("slow")
         and (spark_engine or item.get_closest_marker("spark_source"))

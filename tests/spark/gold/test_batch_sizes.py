@@ -18,6 +18,7 @@ from pipelines.gold import object_run
 from pipelines.gold.job import app_id, history_table, tombstone_table
 from pipelines.gold.resync import RESYNC_TABLE
 from pipelines.silver.columns import FieldLayout
+from tests.conftest import engine_params
 from tests.spark.gold.conftest import Silver, account_schema_json
 from tests.spark.gold.lakes import GOLD, RATING, SILVER, Lake, LakeFactory, register
 
@@ -96,16 +97,21 @@ def _local_lake(root: Path, gold: str, batches: list[Silver]) -> Lake:
     return env
 
 
-@pytest.mark.parametrize(
-    "gold",
-    [
-        "",
-        # Hard deletes and SCD2 history together: one Spark run less than one each; the
-        # backlog in two steps.
-        f"gold: {{{HARD_SCD2}, {CHUNKED}}}\n",
-    ],
-    ids=["soft", "hard-scd2-chunked"],
-)
+def _cases() -> list[Any]:
+    """Each engine with soft deletes, and with hard deletes and SCD2 history together (one
+    Spark run less than one each) and the backlog in two steps. Over Spark Connect only the
+    latter, which writes every table the former writes and more: each spark case is a minute
+    or more of MERGEs on two cores."""
+    golds = {"soft": "", "hard-scd2-chunked": f"gold: {{{HARD_SCD2}, {CHUNKED}}}\n"}
+    return [
+        pytest.param(engine.values[0], gold, id=f"{engine.id}-{name}", marks=engine.marks)
+        for engine in engine_params(connect=True)
+        for name, gold in golds.items()
+        if engine.id != "spark_connect" or name == "hard-scd2-chunked"
+    ]
+
+
+@pytest.mark.parametrize(("engine_name", "gold"), _cases(), indirect=["engine_name"])
 def test_small_batches_and_one_large_batch_build_the_same_tables(
     lake: LakeFactory, tmp_path: Path, gold: str
 ) -> None:
