@@ -10,6 +10,7 @@ each of its parts (:mod:`pipelines.engines.spark_txns`, :mod:`pipelines.engines.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import threading
@@ -152,6 +153,19 @@ class SparkTableAccess:
         with self.errors("read the history of", table):
             return [row.asDict(recursive=True) for row in self.sql(text).collect()]
 
+    def newest_commit(self, table: TableRef) -> dict[str, Any]:
+        """The table's newest commit, as its ``DESCRIBE HISTORY`` row says what a write did:
+        ``version``, ``operation``, ``operationMetrics`` and ``userMetadata``. A table on this
+        machine's disk: from the commit information of the newest commit file in its log, the
+        record ``DESCRIBE HISTORY`` reads (in a Spark job, after every write); elsewhere, or
+        when that file holds none, ``DESCRIBE HISTORY ... LIMIT 1``."""
+        directory = self.local_dir(table)
+        found = None if directory is None else _newest_commit_info(directory / "_delta_log")
+        if found is not None:
+            return found
+        (latest,) = self.history_rows(table, 1)
+        return latest
+
     def require(self, table: TableRef) -> int:
         """The table's version; a :class:`LakeError` when it does not exist."""
         version = self.version(table)
@@ -289,6 +303,37 @@ def _newest_commit(log: Path) -> int | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     return max(versions, default=None)
+
+
+def _newest_commit_info(log: Path) -> dict[str, Any] | None:
+    """What :meth:`SparkTableAccess.newest_commit` reads from a local ``_delta_log``: the
+    ``commitInfo`` action of its newest commit file (``None``: no commit file, or none in it)."""
+    try:
+        with os.scandir(log) as entries:
+            versions = [
+                int(e.name[:20])
+                for e in entries
+                if len(e.name) == 25 and e.name[:20].isdigit() and e.name.endswith(".json")
+            ]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not versions:
+        return None
+    version = max(versions)
+    try:
+        with Path(log, f"{version:020d}.json").open(encoding="utf-8") as commit:
+            for line in commit:
+                info = json.loads(line).get("commitInfo") if line.strip() else None
+                if info is not None:
+                    return {
+                        "version": version,
+                        "operation": info.get("operation"),
+                        "operationMetrics": info.get("operationMetrics"),
+                        "userMetadata": info.get("userMetadata"),
+                    }
+    except FileNotFoundError:
+        return None
+    return None
 
 
 def has_commit(log: Path) -> bool:

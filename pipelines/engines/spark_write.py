@@ -117,7 +117,7 @@ class SparkWrites:
                 writer.saveAsTable(self._access.qualified_name(table))
             else:
                 writer.save(self._access.path(table))
-        (latest,) = self._access.history_rows(table, 1)
+        latest = self._access.newest_commit(table)
         after = int(latest["version"])
         if after == before:
             # Delta skipped the write itself: the txn had been committed by another process.
@@ -401,5 +401,4 @@ class SparkWrites:
                     self._access.sql(statement(view)).collect()
             finally:
                 self._access.spark.catalog.dropTempView(view)
-        (latest,) = self._access.history_rows(table, 1)
-        return latest
+        return self._access.newest_commit(table)

@@ -638,6 +638,31 @@ def test_history_records_operations_metadata_and_txn(lake_engine: LakeEngine) ->
     assert len(lake_engine.history(BRONZE, limit=1)) == 1
 
 
+def test_the_spark_engine_reads_its_commits_from_the_log_as_describe_history_shows_them(
+    spark: Any, tmp_path: Path
+) -> None:
+    # After each write the spark engine reads what it committed (version, row counts, txn)
+    # from the newest commit file of a local table's log, without DESCRIBE HISTORY's job.
+    engine = SparkEngine(spark, location=tmp_path / "lake")
+    access = engine._access
+    fields = ("version", "operation", "operationMetrics", "userMetadata")
+
+    def described() -> dict[str, Any]:
+        (row,) = access.history_rows(BRONZE, 1)
+        return {k: row[k] for k in fields}
+
+    written = engine.append(BRONZE, events(0, 3), txn=Txn("bronze", 1), metadata={"b": "1"})
+    assert access.newest_commit(BRONZE) == described()
+    assert (written.version, written.rows) == (described()["version"], 3)
+    merged = engine.merge(BRONZE, events(2, 2), on=["event_id"], txn=Txn("gold", 4))
+    assert access.newest_commit(BRONZE) == described()
+    assert (merged.version, merged.inserted, merged.updated) == (described()["version"], 1, 1)
+    engine.maintain(BRONZE)  # a log checkpoint of the newest version beside its commit file
+    engine.append(BRONZE, events(4, 1))
+    assert access.newest_commit(BRONZE) == described()
+    assert engine.txn_version(BRONZE, "bronze") == 1 and engine.txn_version(BRONZE, "gold") == 4
+
+
 def test_vacuum_deletes_unreferenced_files(lake_engine: LakeEngine) -> None:
     for i in range(3):
         lake_engine.append(BRONZE, events(i, 1))
