@@ -238,11 +238,12 @@ def lake_kind(engine_name: str, request: pytest.FixtureRequest) -> str:
 # ----------------------------------------------------------------- balancing the workers
 
 # Rough cost of one test by marker, in tens of seconds: a slow spark-engine test kills and
-# restarts Spark drivers for minutes, another spark-engine test runs Delta jobs on a JVM, a
-# unit test takes milliseconds.
+# restarts Spark drivers for minutes (a slow Spark Connect case, cut to what Connect adds, for
+# one to three), another spark-engine test runs Delta jobs on a JVM, a unit test takes
+# milliseconds.
 _COST = (
     (("slow", "spark_engine"), 50.0),
-    (("slow", "spark_connect"), 50.0),
+    (("slow", "spark_connect"), 15.0),
     (("slow",), 8.0),
     (("spark_engine",), 6.0),
     (("spark_connect",), 6.0),
@@ -274,10 +275,10 @@ DEFAULT_ON_SPARK = (
 LONG_ON_SPARK_TESTS = ("tests/spark/gold/test_batch_sizes.py",)
 # No Spark Connect case is long: the default run (what CI runs) has every ``spark_connect``
 # test, so ``python -m pytest -m spark_connect`` runs nothing the default run leaves out. The
-# Connect cases of the slow tests are cut to what Connect adds, about four worker-minutes
-# together: the gold oracle (silver and gold over Connect, a smaller stream, two kills), the
-# demo inside a Connect session next to a classic one, the Spark source's kill loop (two kills)
-# and one batch-size case (hard deletes, SCD2 and steps).
+# Connect cases of the slow tests are cut to what Connect adds, about six worker-minutes
+# together: the gold oracle (silver, gold and the drain over Connect, a smaller stream, one
+# kill), the demo inside a Connect session next to a classic one, the Spark source's kill loop
+# (two kills) and one batch-size case (hard deletes, SCD2 and steps).
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
