@@ -17,6 +17,8 @@ pytestmark = [
     pytest.mark.spark,
     pytest.mark.spark_connect,
     pytest.mark.slow,
+    # Two whole demos on the spark engine, one of them over Connect: minutes on two cores.
+    pytest.mark.timeout(1200),
 ]
 
 # Stamped with the time the gold job ran (gold rows, and the re-sync list's requests).
