@@ -333,13 +333,19 @@ def _mapped_ahead(
 def _csv_table(result: ResultSet) -> pa.Table:
     """A set of results as a table of its columns: every value text, an empty one null (as
     :meth:`~ingest.bulk.BulkQueryClient.results` reads them)."""
-    first_line = result.content.split(b"\n", 1)[0].rstrip(b"\r")
+    content = result.content
+    # The header alone (splitting the content would copy all of it).
+    end = content.find(b"\n")
+    first_line = (content if end < 0 else content[:end]).rstrip(b"\r")
     if not first_line:
         raise result.malformed("has no header row")
     names = next(csv.reader([first_line.decode("utf-8", errors="replace")]))
     try:
         return pa_csv.read_csv(
-            pa.py_buffer(result.content),
+            pa.py_buffer(content),
+            # One thread: sets are converted two at a time already (BulkRecords.payloads),
+            # and Arrow's own threads only add their overhead to that.
+            read_options=pa_csv.ReadOptions(use_threads=False),
             parse_options=pa_csv.ParseOptions(delimiter=",", newlines_in_values=True),
             convert_options=pa_csv.ConvertOptions(
                 column_types=dict.fromkeys(names, pa.string()),
@@ -362,24 +368,28 @@ def _payload_table(table: pa.Table, entity: str, columns: list[_Column]) -> pa.T
 
     ids = raw("Id")
 
-    def as_json(column: _Column) -> pa.Array:
+    def as_json(column: _Column) -> list[str | pa.Array]:
+        """The pieces of a column's JSON values: a null value left null (the join writes it
+        as ``null``); a text column without nulls escaped, its quotes given as text."""
         values = raw(column.name)
+        if values.null_count == rows:
+            return ["null"]
         if column.sf_type in _TYPED:
-            return _json_typed(values, column.sf_type, column.name, entity=entity, ids=ids)
-        return _json_text(values)
+            return [_json_typed(values, column.sf_type, column.name, entity=entity, ids=ids)]
+        if values.null_count == 0:
+            return ['"', _escaped_text(values), '"']
+        return [_json_text(values)]
 
     # The record's keys in the order query_all sets them: attributes, then _KeyOrder's.
     order = _KeyOrder.of(columns)
     pieces: list[str | pa.Array] = ['{"attributes":' + _JSON.encode({"type": entity})]
     for column in order.plain + order.typed:
-        pieces += [f",{_JSON.encode(column.name)}:", pc.fill_null(as_json(column), "null")]
+        pieces += [f",{_JSON.encode(column.name)}:", *as_json(column)]
     for compound, parts in order.compounds.items():
         nested: list[str | pa.Array] = []
         for position, part in enumerate(parts):
-            nested += [
-                ("{" if position == 0 else ",") + f"{_JSON.encode(part.key)}:",
-                pc.fill_null(as_json(part), "null"),
-            ]
+            nested += [("{" if position == 0 else ",") + f"{_JSON.encode(part.key)}:"]
+            nested += as_json(part)
         every_part_null = pc.is_null(raw(parts[0].name))
         for part in parts[1:]:
             every_part_null = pc.and_(every_part_null, pc.is_null(raw(part.name)))
@@ -402,7 +412,8 @@ def _payload_table(table: pa.Table, entity: str, columns: list[_Column]) -> pa.T
 
 
 def _joined(pieces: list[str | pa.Array], rows: int) -> pa.Array:
-    """Row by row, the concatenation of ``pieces`` (text repeated on every row, or arrays)."""
+    """Row by row, the concatenation of ``pieces`` (text repeated on every row, or arrays; a
+    null value is written ``null``)."""
     merged: list[str | pa.Array] = []
     for piece in pieces:
         if isinstance(piece, str) and merged and isinstance(merged[-1], str):
@@ -411,13 +422,15 @@ def _joined(pieces: list[str | pa.Array], rows: int) -> pa.Array:
             merged.append(piece)
     if not any(isinstance(p, pa.Array) for p in merged):
         merged.insert(0, pa.array([""] * rows, pa.string()))
-    joined = pc.binary_join_element_wise(*merged, "")
+    joined = pc.binary_join_element_wise(
+        *merged, "", null_handling="replace", null_replacement="null"
+    )
     return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
 
 
-def _json_text(values: pa.Array) -> pa.Array:
-    """Text values as JSON strings, escaped as ``json.dumps`` escapes them (``ensure_ascii``
-    off); nulls stay null."""
+def _escaped_text(values: pa.Array) -> pa.Array:
+    """Text values escaped as ``json.dumps`` escapes them (``ensure_ascii`` off), without
+    their quotes; nulls stay null."""
     if values.null_count == len(values):
         return values
     # What needs escaping, read off the column's UTF-8 bytes at once (a multi-byte character
@@ -431,7 +444,15 @@ def _json_text(values: pa.Array) -> pa.Array:
     # The backslash first: the other escapes add backslashes.
     for char in sorted(present, key=lambda c: c != "\\"):
         values = pc.replace_substring(values, char, _escaped(char)[1:-1])
-    return pc.binary_join_element_wise('"', values, '"', "")
+    return values
+
+
+def _json_text(values: pa.Array) -> pa.Array:
+    """Text values as JSON strings, escaped as ``json.dumps`` escapes them (``ensure_ascii``
+    off); nulls stay null."""
+    if values.null_count == len(values):
+        return values
+    return pc.binary_join_element_wise('"', _escaped_text(values), '"', "")
 
 
 def _json_typed(
