@@ -88,6 +88,8 @@ _escaped: Callable[[str], str] = json.encoder.encode_basestring
 _T = TypeVar("_T")
 _U = TypeVar("_U")
 _END: Any = object()
+# Records from which the last set of a Bulk read is converted in two halves at once.
+_HALVED_FROM = 10_000
 # Number texts that json.dumps writes back unchanged once typed_value has read them (a whole
 # number; a decimal of at most 15 digits, which is the shortest text of its float, written
 # positionally as repr writes floats from 1e-4 to 1e16), and how long such a text may be.
@@ -269,16 +271,30 @@ class BulkRecords:
         :meth:`query_all` yields, written column by column."""
         bulk_soql, columns = self.plan(soql)
         entity = _SELECT.match(soql).group("object")  # type: ignore[union-attr]
-        header: list[str] | None = None
 
         def convert(result: ResultSet) -> tuple[ResultSet, pa.Table, pa.Table]:
             table = _csv_table(result)
-            return result, table, _payload_table(table, entity, columns)
+            rows = table.num_rows
+            if not result.last or rows < _HALVED_FROM:
+                return result, table, _payload_table(table, entity, columns)
+            # Nothing is left to download or convert after the last set: its two halves are
+            # converted at once (the records are the same, in the same order).
+            half = rows // 2
+            second = halves.submit(_payload_table, table.slice(half), entity, columns)
+            first = _payload_table(table.slice(0, half), entity, columns)
+            return result, table, pa.concat_tables([first, second.result()])
 
         # The next set downloads while the sets before it are converted, two at a time (Arrow
         # lets go of the GIL while it parses and joins): they come out in order.
         sets = self.bulk.record_sets(bulk_soql, operation="queryAll")
-        for result, table, payloads in _mapped_ahead(sets, convert, workers=2):
+        with ThreadPoolExecutor(1, thread_name_prefix="sfcdc-convert-half") as halves:
+            yield from self._checked(_mapped_ahead(sets, convert, workers=2))
+
+    @staticmethod
+    def _checked(converted: Iterator[tuple[ResultSet, pa.Table, pa.Table]]) -> Iterator[pa.Table]:
+        """The payloads of each converted set, once its columns and size are as expected."""
+        header: list[str] | None = None
+        for result, table, payloads in converted:
             if header is None:
                 header = table.column_names
             elif table.column_names != header:
