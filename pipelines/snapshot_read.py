@@ -386,7 +386,8 @@ def _payload_table(table: pa.Table, entity: str, columns: list[_Column]) -> pa.T
 
     def as_json(column: _Column) -> list[str | pa.Array]:
         """The pieces of a column's JSON values: a null value left null (the join writes it
-        as ``null``); a text column without nulls escaped, its quotes given as text."""
+        as ``null``); text escaped between its quotes, given as text, or for a column with
+        nulls as a column of quotes (empty on a null): the text is not copied to quote it."""
         values = raw(column.name)
         if values.null_count == rows:
             return ["null"]
@@ -394,7 +395,8 @@ def _payload_table(table: pa.Table, entity: str, columns: list[_Column]) -> pa.T
             return [_json_typed(values, column.sf_type, column.name, entity=entity, ids=ids)]
         if values.null_count == 0:
             return ['"', _escaped_text(values), '"']
-        return [_json_text(values)]
+        quote = pc.if_else(pc.is_valid(values), '"', "")
+        return [quote, _escaped_text(values), quote]
 
     # The record's keys in the order query_all sets them: attributes, then _KeyOrder's.
     order = _KeyOrder.of(columns)
