@@ -101,12 +101,14 @@ class QueryJob:
 class ResultSet:
     """One set of a completed job's results as served: ``content`` is its CSV (UTF-8, a header
     row first), ``number`` counts sets from 1, ``records`` is what ``Sforce-NumberOfRecords``
-    announced (``None`` when absent)."""
+    announced (``None`` when absent), ``last`` whether its ``Sforce-Locator`` said no set
+    follows."""
 
     job: QueryJob
     number: int
     content: bytes
     records: int | None
+    last: bool = False
 
     def cut_short(self, held: int) -> BulkJobError:
         """The error for a set that held ``held`` records, not the ``records`` announced."""
@@ -358,14 +360,16 @@ class BulkQueryClient:
                     error_code=exc.error_code,
                 ) from exc
             announced = response.headers.get("Sforce-NumberOfRecords")
+            nxt = response.headers.get("Sforce-Locator", "null")
+            last = not nxt or nxt == "null"
             yield ResultSet(
                 job,
                 number,
                 response.content,
                 int(announced) if announced is not None and announced.isdigit() else None,
+                last,
             )
-            nxt = response.headers.get("Sforce-Locator", "null")
-            if not nxt or nxt == "null":
+            if last:
                 return
             locator = nxt
 

@@ -88,6 +88,8 @@ _escaped: Callable[[str], str] = json.encoder.encode_basestring
 _T = TypeVar("_T")
 _U = TypeVar("_U")
 _END: Any = object()
+# Records from which the last set of a Bulk read is converted in two halves at once.
+_HALVED_FROM = 10_000
 # Number texts that json.dumps writes back unchanged once typed_value has read them (a whole
 # number; a decimal of at most 15 digits, which is the shortest text of its float, written
 # positionally as repr writes floats from 1e-4 to 1e16), and how long such a text may be.
@@ -269,16 +271,30 @@ class BulkRecords:
         :meth:`query_all` yields, written column by column."""
         bulk_soql, columns = self.plan(soql)
         entity = _SELECT.match(soql).group("object")  # type: ignore[union-attr]
-        header: list[str] | None = None
 
         def convert(result: ResultSet) -> tuple[ResultSet, pa.Table, pa.Table]:
             table = _csv_table(result)
-            return result, table, _payload_table(table, entity, columns)
+            rows = table.num_rows
+            if not result.last or rows < _HALVED_FROM:
+                return result, table, _payload_table(table, entity, columns)
+            # Nothing is left to download or convert after the last set: its two halves are
+            # converted at once (the records are the same, in the same order).
+            half = rows // 2
+            second = halves.submit(_payload_table, table.slice(half), entity, columns)
+            first = _payload_table(table.slice(0, half), entity, columns)
+            return result, table, pa.concat_tables([first, second.result()])
 
         # The next set downloads while the sets before it are converted, two at a time (Arrow
         # lets go of the GIL while it parses and joins): they come out in order.
         sets = self.bulk.record_sets(bulk_soql, operation="queryAll")
-        for result, table, payloads in _mapped_ahead(sets, convert, workers=2):
+        with ThreadPoolExecutor(1, thread_name_prefix="sfcdc-convert-half") as halves:
+            yield from self._checked(_mapped_ahead(sets, convert, workers=2))
+
+    @staticmethod
+    def _checked(converted: Iterator[tuple[ResultSet, pa.Table, pa.Table]]) -> Iterator[pa.Table]:
+        """The payloads of each converted set, once its columns and size are as expected."""
+        header: list[str] | None = None
+        for result, table, payloads in converted:
             if header is None:
                 header = table.column_names
             elif table.column_names != header:
@@ -333,13 +349,19 @@ def _mapped_ahead(
 def _csv_table(result: ResultSet) -> pa.Table:
     """A set of results as a table of its columns: every value text, an empty one null (as
     :meth:`~ingest.bulk.BulkQueryClient.results` reads them)."""
-    first_line = result.content.split(b"\n", 1)[0].rstrip(b"\r")
+    content = result.content
+    # The header alone (splitting the content would copy all of it).
+    end = content.find(b"\n")
+    first_line = (content if end < 0 else content[:end]).rstrip(b"\r")
     if not first_line:
         raise result.malformed("has no header row")
     names = next(csv.reader([first_line.decode("utf-8", errors="replace")]))
     try:
         return pa_csv.read_csv(
-            pa.py_buffer(result.content),
+            pa.py_buffer(content),
+            # One thread: sets are converted two at a time already (BulkRecords.payloads),
+            # and Arrow's own threads only add their overhead to that.
+            read_options=pa_csv.ReadOptions(use_threads=False),
             parse_options=pa_csv.ParseOptions(delimiter=",", newlines_in_values=True),
             convert_options=pa_csv.ConvertOptions(
                 column_types=dict.fromkeys(names, pa.string()),
@@ -362,24 +384,30 @@ def _payload_table(table: pa.Table, entity: str, columns: list[_Column]) -> pa.T
 
     ids = raw("Id")
 
-    def as_json(column: _Column) -> pa.Array:
+    def as_json(column: _Column) -> list[str | pa.Array]:
+        """The pieces of a column's JSON values: a null value left null (the join writes it
+        as ``null``); text escaped between its quotes, given as text, or for a column with
+        nulls as a column of quotes (empty on a null): the text is not copied to quote it."""
         values = raw(column.name)
+        if values.null_count == rows:
+            return ["null"]
         if column.sf_type in _TYPED:
-            return _json_typed(values, column.sf_type, column.name, entity=entity, ids=ids)
-        return _json_text(values)
+            return [_json_typed(values, column.sf_type, column.name, entity=entity, ids=ids)]
+        if values.null_count == 0:
+            return ['"', _escaped_text(values), '"']
+        quote = pc.if_else(pc.is_valid(values), '"', "")
+        return [quote, _escaped_text(values), quote]
 
     # The record's keys in the order query_all sets them: attributes, then _KeyOrder's.
     order = _KeyOrder.of(columns)
     pieces: list[str | pa.Array] = ['{"attributes":' + _JSON.encode({"type": entity})]
     for column in order.plain + order.typed:
-        pieces += [f",{_JSON.encode(column.name)}:", pc.fill_null(as_json(column), "null")]
+        pieces += [f",{_JSON.encode(column.name)}:", *as_json(column)]
     for compound, parts in order.compounds.items():
         nested: list[str | pa.Array] = []
         for position, part in enumerate(parts):
-            nested += [
-                ("{" if position == 0 else ",") + f"{_JSON.encode(part.key)}:",
-                pc.fill_null(as_json(part), "null"),
-            ]
+            nested += [("{" if position == 0 else ",") + f"{_JSON.encode(part.key)}:"]
+            nested += as_json(part)
         every_part_null = pc.is_null(raw(parts[0].name))
         for part in parts[1:]:
             every_part_null = pc.and_(every_part_null, pc.is_null(raw(part.name)))
@@ -402,7 +430,8 @@ def _payload_table(table: pa.Table, entity: str, columns: list[_Column]) -> pa.T
 
 
 def _joined(pieces: list[str | pa.Array], rows: int) -> pa.Array:
-    """Row by row, the concatenation of ``pieces`` (text repeated on every row, or arrays)."""
+    """Row by row, the concatenation of ``pieces`` (text repeated on every row, or arrays; a
+    null value is written ``null``)."""
     merged: list[str | pa.Array] = []
     for piece in pieces:
         if isinstance(piece, str) and merged and isinstance(merged[-1], str):
@@ -411,13 +440,15 @@ def _joined(pieces: list[str | pa.Array], rows: int) -> pa.Array:
             merged.append(piece)
     if not any(isinstance(p, pa.Array) for p in merged):
         merged.insert(0, pa.array([""] * rows, pa.string()))
-    joined = pc.binary_join_element_wise(*merged, "")
+    joined = pc.binary_join_element_wise(
+        *merged, "", null_handling="replace", null_replacement="null"
+    )
     return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
 
 
-def _json_text(values: pa.Array) -> pa.Array:
-    """Text values as JSON strings, escaped as ``json.dumps`` escapes them (``ensure_ascii``
-    off); nulls stay null."""
+def _escaped_text(values: pa.Array) -> pa.Array:
+    """Text values escaped as ``json.dumps`` escapes them (``ensure_ascii`` off), without
+    their quotes; nulls stay null."""
     if values.null_count == len(values):
         return values
     # What needs escaping, read off the column's UTF-8 bytes at once (a multi-byte character
@@ -431,7 +462,15 @@ def _json_text(values: pa.Array) -> pa.Array:
     # The backslash first: the other escapes add backslashes.
     for char in sorted(present, key=lambda c: c != "\\"):
         values = pc.replace_substring(values, char, _escaped(char)[1:-1])
-    return pc.binary_join_element_wise('"', values, '"', "")
+    return values
+
+
+def _json_text(values: pa.Array) -> pa.Array:
+    """Text values as JSON strings, escaped as ``json.dumps`` escapes them (``ensure_ascii``
+    off); nulls stay null."""
+    if values.null_count == len(values):
+        return values
+    return pc.binary_join_element_wise('"', _escaped_text(values), '"', "")
 
 
 def _json_typed(

@@ -20,6 +20,7 @@ from ingest.emulator.server import DEFAULT_CLIENT, Emulator, EmulatorConfig
 from ingest.emulator.workload import Workload, WorkloadMix
 from ingest.errors import BulkJobError, RestError
 from ingest.rest import RestClient
+from pipelines import snapshot_read
 from pipelines.snapshot_read import BulkRecords, SnapshotSource
 
 pytestmark = pytest.mark.integration
@@ -94,12 +95,16 @@ def test_bulk_records_equal_rest_records_over_many_result_sets(
     assert emulator.bulk.jobs() == []
 
 
+@pytest.mark.parametrize("halved", [False, True], ids=["whole", "last-set-halved"])
 def test_payload_tables_hold_the_json_of_the_records_query_all_reads(
-    org: tuple[Emulator, Workload], rest: RestClient
+    org: tuple[Emulator, Workload], rest: RestClient, monkeypatch: pytest.MonkeyPatch, halved: bool
 ) -> None:
     # The columnar path a poll lands (every object of the catalogue: compound fields, numbers,
     # booleans, dates, long text) writes each record's JSON exactly as json.dumps writes the
-    # record the row-by-row path reads, over many result sets.
+    # record the row-by-row path reads, over many result sets; the last set converted in two
+    # halves at once too.
+    if halved:
+        monkeypatch.setattr(snapshot_read, "_HALVED_FROM", 2)
     _, workload = org
     reader = BulkRecords(_bulk(rest, max_records=9), describe=rest.describe)
     for entity in workload.truth.entities:
