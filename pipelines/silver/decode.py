@@ -52,6 +52,8 @@ __all__ = [
     "BRONZE_COLUMNS",
     "COLUMNAR_MIN_BYTES",
     "DECODED_HEADER",
+    "DECODE_BATCH_BYTES",
+    "DECODE_BATCH_ROWS",
     "DecodePlan",
     "ErrorKind",
     "SilverRows",
@@ -73,6 +75,14 @@ ErrorKind = Literal[
 # Payload bytes from which a batch is decoded a field at a time (columnar) rather than row
 # by row.
 COLUMNAR_MIN_BYTES = 1 << 20
+
+# Rows of the batches :class:`SilverRows` decodes: smaller batches that arrive one after the
+# other (Spark hands a Python worker batches of spark.sql.execution.arrow.maxRecordsPerBatch
+# rows, 10,000 by default) are joined up to this many rows, or this many bytes, first.
+# Decoding and shaping cost a little per batch and per column, whatever its rows, so fewer,
+# longer batches go faster; the bounds keep what a worker holds at once small.
+DECODE_BATCH_ROWS = 50_000
+DECODE_BATCH_BYTES = 64 << 20
 
 # The bronze columns the decoder reads, in this order.
 BRONZE_COLUMNS = ("batch_id", "batch_seq", "event_id", "replay_id", "schema_id", "payload")
@@ -168,8 +178,31 @@ class SilverRows:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         target = shaped_schema(self.plan.layout)
-        for decoded in decode_batches(self.plan, self._mine(batches)):
+        joined = _joined(self._mine(batches), DECODE_BATCH_ROWS, DECODE_BATCH_BYTES)
+        for decoded in decode_batches(self.plan, joined):
             yield shape_batch(self.plan.layout, decoded, target)
+
+
+def _joined(batches: Iterator[pa.RecordBatch], rows: int, size: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` joined, in order, until a joined batch holds ``rows`` rows or ``size``
+    bytes: the same rows, in fewer batches."""
+    held: list[pa.RecordBatch] = []
+    count = nbytes = 0
+    for batch in batches:
+        held.append(batch)
+        count += batch.num_rows
+        nbytes += batch.nbytes
+        if count >= rows or nbytes >= size:
+            yield _one_batch(held)
+            held, count, nbytes = [], 0, 0
+    if held:
+        yield _one_batch(held)
+
+
+def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.concat_batches(batches)
 
 
 # ----------------------------------------------------------------------- in the worker

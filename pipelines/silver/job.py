@@ -33,9 +33,8 @@ earlier run quarantined a range that ended elsewhere, rows are matched on their 
 coordinates (bronze table, batch id, batch seq) so none is added twice.
 
 The engine runs the batch functions where its rows are (this process for the local engine,
-Spark executors for the spark engine) and keeps a step's bronze rows and decoded rows while
-their parts are written. One silver run per lake at a time: runs do not coordinate with each
-other.
+Spark executors for the spark engine) and keeps a step's decoded rows while their parts are
+written. One silver run per lake at a time: runs do not coordinate with each other.
 
 :class:`~pipelines.silver.topic_run.TopicRun` runs one group's steps and writes,
 :mod:`pipelines.silver.registry` reads the schema registry and builds an object's silver

@@ -3,7 +3,7 @@ up to date in steps.
 
 :class:`TopicRun` carries out, for one such group, the protocol of :mod:`pipelines.silver.job`:
 plan the steps from bronze's history (and landing's checkpoints), and for each step read the
-appended bronze rows once, count them per schema id, decode them with each object's batch
+appended bronze rows, count them per schema id, decode them with each object's batch
 function, and write the quarantine first and then each object's silver rows, every write under
 the txn of the step's last bronze version. Its :class:`TopicResult` sums the steps, with an
 :class:`ObjectResult` per object.
@@ -287,6 +287,7 @@ class TopicRun:
         if changes.start_version is None:
             return
         rows = changes.rows
+        held: list[Rows] = []
         if changes.full_read and after is not None:
             self.full_read = True
             rows = engine.map_batches(
@@ -294,9 +295,12 @@ class TopicRun:
                 AfterBatch(_last_processed(engine, self.bronze, self.objs, after)),
                 BRONZE_READ_SCHEMA,
             )
-        # Read once: counted, then decoded by each object, then searched for undecodable rows.
-        rows = engine.persist(rows)
-        held = [rows]
+            # Filtered once (a pass over the whole table), then counted, decoded and searched.
+            rows = engine.persist(rows)
+            held.append(rows)
+        # Otherwise read where they are, for each use: the range's versions are fixed, so every
+        # read gives the same rows, and the count per schema id reads two small columns only.
+        # Each object's decode reads them once and keeps its output.
         try:
             started = self.clock()
             stats = _schema_counts(
@@ -403,6 +407,10 @@ class TopicRun:
         """The schema ids to leave out of the quarantine (decoded, or another object's on a
         channel, whose rows are counted in ``others``) and the quarantine reasons of the
         rest; None when no row needs quarantining."""
+        if all(sid in decodable for sid in stats):
+            # Every row is an object's to decode (a decodable schema id has no reason): the
+            # reasons of other schema ids, which take reading the schema failures, are not needed.
+            return None
         reasons = self._reasons(registry, decodable)
         skipped = set(decodable)
         for sid, (n, _) in stats.items():
