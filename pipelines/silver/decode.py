@@ -202,7 +202,10 @@ def _joined(batches: Iterator[pa.RecordBatch], rows: int, size: int) -> Iterator
 def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     if len(batches) == 1:
         return batches[0]
-    return pa.concat_batches(batches)
+    # Through a table: pyarrow.concat_batches is newer than the pyarrow sfcdc supports (15),
+    # which Spark's Python workers on a Databricks runtime may have.
+    joined = pa.Table.from_batches(batches).combine_chunks().to_batches()
+    return joined[0] if len(joined) == 1 else batches[0].slice(0, 0)
 
 
 # ----------------------------------------------------------------------- in the worker

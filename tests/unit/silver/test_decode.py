@@ -352,3 +352,15 @@ def test_a_large_batch_decodes_as_its_rows_do_in_small_batches() -> None:
     expected = pa.Table.from_batches(sliced)
     assert pa.Table.from_batches(whole).equals(expected)
     assert expected.column("_cdc_error").null_count == 400
+
+
+def test_the_batches_spark_hands_a_worker_are_joined_up_to_a_bound_in_order() -> None:
+    batches = [pa.record_batch({"replay_id": list(range(n * 3, n * 3 + 3))}) for n in range(5)]
+    empty = batches[0].slice(0, 0)
+    joined = list(decode._joined(iter([*batches, empty]), 7, 1 << 30))
+    # Up to 7 rows: three batches of three make nine, then the rest (and an empty one) together.
+    assert [b.num_rows for b in joined] == [9, 6]
+    assert [v for b in joined for v in b.column(0).to_pylist()] == list(range(15))
+    # A byte bound ends a joined batch too; a lone batch passes as it is.
+    assert [b.num_rows for b in decode._joined(iter(batches), 100, 1)] == [3] * 5
+    assert [b.num_rows for b in decode._joined(iter([empty, empty]), 7, 1 << 30)] == [0]
