@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -204,8 +205,15 @@ class TopicRun:
             )
         start = after
         first = 0 if after is None else after + 1
-        history = self.engine.history(self.bronze, limit=max(current - first + 1, 1))
-        sizes = version_sizes(history, self._checkpoints(first))
+        # Bronze's history, landing's checkpoints and the schema registry (when there is
+        # something to decode) are small reads that do not depend on each other: read at once,
+        # their latencies (a few Spark jobs each on the spark engine) overlap.
+        with ThreadPoolExecutor(2, thread_name_prefix="sfcdc-silver-read") as reads:
+            checkpoints = reads.submit(self._checkpoints, first)
+            if current >= first:
+                reads.submit(self._registry_ahead)
+            history = self.engine.history(self.bronze, limit=max(current - first + 1, 1))
+            sizes = version_sizes(history, checkpoints.result())
         chunks = plan_chunks(
             sizes, after, current, max_rows=self.max_rows, max_bytes=self.max_bytes
         )
@@ -271,6 +279,14 @@ class TopicRun:
             where=[("topic", "=", self.topic), ("bronze_version", ">=", first)],
         )
         return list(rows.to_pylist())
+
+    def _registry_ahead(self) -> None:
+        """The registry read before a step needs it; a failure is left to that step's read,
+        which raises it where it always has."""
+        try:
+            self.registry()
+        except Exception:
+            _log.debug("silver: reading the schema registry ahead failed", exc_info=True)
 
     def registry(self) -> dict[str, RegistryEntry]:
         version = self.engine.version(self.registry_table)
