@@ -47,6 +47,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -156,7 +157,49 @@ def run_silver(
                 f"{obj.api_name}: silver table name {QUARANTINE_TABLE.name!r} is reserved for "
                 "the quarantine; set tables.silver to another name"
             )
-    ensure_bookkeeping(engine, BOOKKEEPING, logger=_log)
+    # The bookkeeping tables are created (on a new lake) while the first reads run: the first
+    # write waits for them, and a failure to create one is raised there, before any write.
+    with ThreadPoolExecutor(1, thread_name_prefix="sfcdc-silver-tables") as ahead:
+        bookkeeping = ahead.submit(ensure_bookkeeping, engine, BOOKKEEPING, logger=_log)
+        results = _run_topics(
+            engine,
+            conf,
+            selected,
+            registry_table=registry_table,
+            clock=clock,
+            now=now,
+            on_commit=on_commit,
+            before_write=bookkeeping.result,
+        )
+        bookkeeping.result()
+    for obj in selected:
+        if obj.kind == "polled":
+            polled = run_polled_silver(
+                engine,
+                obj,
+                maintain_every=conf.pipeline.ingest.maintain_every_commits,
+                now=now,
+                clock=clock,
+                on_commit=on_commit,
+            )
+            if polled is not None:
+                results.append(polled)
+    return SilverResult(tuple(results))
+
+
+def _run_topics(
+    engine: LakeEngine,
+    conf: Conf,
+    selected: Sequence[ObjectSpec],
+    *,
+    registry_table: TableRef,
+    clock: Callable[[], float],
+    now: Callable[[], datetime],
+    on_commit: Callable[[CommitRecord], object] | None,
+    before_write: Callable[[], object],
+) -> list[TopicResult]:
+    """The runs of the selected objects that read a topic's bronze table, by topic and by the
+    bronze version their silver tables stand at."""
     by_topic: dict[str, list[ObjectSpec]] = {}
     for obj in selected:
         if obj.kind != "polled":
@@ -182,18 +225,7 @@ def run_silver(
                 now=now,
                 on_commit=on_commit,
                 maintain_every=conf.pipeline.ingest.maintain_every_commits,
+                before_write=before_write,
             )
             results.append(group.run(after))
-    for obj in selected:
-        if obj.kind == "polled":
-            polled = run_polled_silver(
-                engine,
-                obj,
-                maintain_every=conf.pipeline.ingest.maintain_every_commits,
-                now=now,
-                clock=clock,
-                on_commit=on_commit,
-            )
-            if polled is not None:
-                results.append(polled)
-    return SilverResult(tuple(results))
+    return results

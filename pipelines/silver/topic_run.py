@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -169,8 +169,10 @@ class TopicRun:
         now: Callable[[], datetime],
         on_commit: Callable[[CommitRecord], object] | None = None,
         maintain_every: int = 0,
+        before_write: Callable[[], object] = lambda: None,
     ) -> None:
         self.engine = engine
+        self.before_write = before_write
         self.now = now
         self.on_commit = on_commit
         self.maintain_every = maintain_every
@@ -191,6 +193,9 @@ class TopicRun:
         self.full_read = False
         self._registry_version: int | None = None
         self._registry: dict[str, RegistryEntry] = {}
+        # Silver tables being created while their rows are decoded (see _decode).
+        self._creating: dict[TableRef, Future[None]] = {}
+        self._ahead: ThreadPoolExecutor | None = None
 
     def run(self, after: int | None) -> TopicResult:
         started = self.clock()
@@ -217,13 +222,23 @@ class TopicRun:
         chunks = plan_chunks(
             sizes, after, current, max_rows=self.max_rows, max_bytes=self.max_bytes
         )
-        with progress(
-            total=rows_between(sizes, after, current), unit="events", label=f"silver {self.bronze}"
-        ) as bar:
-            for end in chunks:
-                self._chunk(after, end)
-                bar.advance(rows_between(sizes, after, end))
-                after = end
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="sfcdc-silver-create")
+        try:
+            with progress(
+                total=rows_between(sizes, after, current),
+                unit="events",
+                label=f"silver {self.bronze}",
+            ) as bar:
+                for end in chunks:
+                    self._chunk(after, end)
+                    bar.advance(rows_between(sizes, after, end))
+                    after = end
+        finally:
+            for creating in self._creating.values():
+                creating.cancel()
+            self._creating.clear()
+            self._ahead.shutdown()
+            self._ahead = None
         if start == after:
             _log.info("silver: %s has nothing new after version %s", self.bronze, start)
         else:
@@ -352,6 +367,7 @@ class TopicRun:
                     self._decode(obj, rows, registry=registry, ids=ids, events=events, held=held)
                 )
             undecodable = self._undecodable(rows, stats, registry, decodable)
+            self.before_write()
             self._commit_step(passes, undecodable, after=after, end=end, metadata=metadata)
         finally:
             for kept in held:
@@ -478,7 +494,14 @@ class TopicRun:
         started = self.clock()
         engine = self.engine
         layout = silver_layout(obj, registry)
-        check_types(engine, silver_table(obj), layout)
+        table = silver_table(obj)
+        check_types(engine, table, layout)
+        ahead = self._ahead
+        new = events > 0 and table not in self._creating and not engine.exists(table)
+        if new and ahead is not None:
+            # Created while the rows are decoded (a few small Spark jobs on the spark engine,
+            # off the decode's way); _write waits for it, and raises its failure.
+            self._creating[table] = ahead.submit(self._create, table, layout)
         if not events:
             # Nothing for this object in the range: an empty commit still records the bronze
             # version (and creates the table the first time).
@@ -518,10 +541,11 @@ class TopicRun:
     ) -> None:
         started = self.clock()
         table = silver_table(obj)
-        if not self.engine.exists(table):
-            # Created from the layout, so every column is nullable whatever the first rows
-            # hold (Spark marks literal and coalesced columns NOT NULL).
-            self.engine.ensure_table(table, layout.silver_schema())
+        creating = self._creating.pop(table, None)
+        if creating is not None:
+            creating.result()
+        elif not self.engine.exists(table):
+            self._create(table, layout)
         newest = None
         if self.on_commit is not None and events:
             column = time_column(layout.silver_schema().names, change_events=layout.change_events)
@@ -563,6 +587,11 @@ class TopicRun:
             result.version,
             " (already committed)" if result.skipped else "",
         )
+
+    def _create(self, table: TableRef, layout: SilverLayout) -> None:
+        # Created from the layout, so every column is nullable whatever the first rows hold
+        # (Spark marks literal and coalesced columns NOT NULL).
+        self.engine.ensure_table(table, layout.silver_schema())
 
     def _quarantine(
         self,

@@ -15,6 +15,7 @@ from pipelines.chunking import plan_chunks, version_sizes
 from pipelines.commands.silver import summary
 from pipelines.engines import HistoryEntry, LocalEngine, TableRef
 from pipelines.silver.job import (
+    QUARANTINE_TABLE,
     REGISTRY_TABLE,
     ObjectResult,
     SilverResult,
@@ -24,7 +25,13 @@ from pipelines.silver.job import (
     silver_layout,
 )
 from pipelines.spec import Conf, ObjectSpec, PipelineSpec, TablesSpec
-from tests.unit.silver.support import ACCOUNT_V1, ACCOUNT_V2, ORDER_SHIPPED
+from tests.unit.silver.support import (
+    ACCOUNT_V1,
+    ACCOUNT_V2,
+    ORDER_SHIPPED,
+    bronze_batch,
+    change_event,
+)
 
 UTC = timezone.utc
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -135,6 +142,38 @@ def test_objects_are_checked_before_anything_runs(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="'sfcdc_quarantine' is reserved for the quarantine"):
         run_silver(engine, reserved)
+
+
+def test_tables_created_during_the_run_come_before_any_write(tmp_path: Path) -> None:
+    """The bookkeeping and silver tables are created while the run reads and decodes; the
+    first write waits for them, so a table that cannot be created stops the run before any
+    write, as when they were created first, and a run that can create them lands its rows."""
+    engine = LocalEngine(None, location=tmp_path)
+    register_rows(engine, [(ACCOUNT_V1.schema_id, ACCOUNT_V1.json, T0)])
+    payloads = [
+        (ACCOUNT_V1.schema_id, change_event(ACCOUNT_V1, "CREATE", [f"001{n:015d}"], {"Name": "A"}))
+        for n in range(3)
+    ]
+    bronze = TableRef("bronze", "account_change_event")
+    engine.append(bronze, bronze_batch(payloads))
+    conf = conf_of(ObjectSpec(api_name="Account", kind="change_events"))
+    # A file where the quarantine table's directory goes: its creation fails.
+    blocked = Path(engine.path(QUARANTINE_TABLE))
+    blocked.parent.mkdir(parents=True, exist_ok=True)
+    blocked.write_text("not a table")
+    with pytest.raises(Exception, match="sfcdc_quarantine"):
+        run_silver(engine, conf)
+    silver = TableRef("silver", "account")
+    assert engine.version(silver) is None or engine.read_arrow(silver).num_rows == 0
+    assert engine.txn_version(silver, "sfcdc.silver:Account") is None
+
+    blocked.unlink()
+    result = run_silver(engine, conf)
+    assert [(o.events, o.rows) for o in result.objects] == [(3, 3)]
+    assert engine.read_arrow(silver, columns=["Id"]).column(0).to_pylist() == [
+        f"001{n:015d}" for n in range(3)
+    ]
+    assert engine.read_arrow(QUARANTINE_TABLE).num_rows == 0
 
 
 def test_summary_lines() -> None:
