@@ -254,43 +254,64 @@ class _Fields:
         changed: Sequence[str],
         nulled: Sequence[str],
         diffed: Sequence[str],
+        known: dict[tuple[str, bool], dict[_Place, _Source] | None],
     ) -> None:
-        structs = plan.structs
         null_set, diff_set = set(nulled), set(diffed)
-        paths = list(dict.fromkeys([*changed, *sorted(null_set), *sorted(diff_set)]))
+        paths = [*changed]
+        if null_set or diff_set:
+            paths = list(dict.fromkeys([*changed, *sorted(null_set), *sorted(diff_set)]))
         self.writes: dict[_Place, _Source] = {}
         self.steps: list[tuple[Any, ...]] = []
         self.diffs = 0
-
-        def write(target: Target, source: _Source) -> None:
-            if target.child is None and target.column in structs:
-                for child in structs[target.column]:
-                    self.writes[(target.column, child)] = source
-            else:
-                self.writes[(target.column, target.child)] = source
-
         for path in paths:
-            targets = plan.targets.get(path)
-            if targets is None:
-                self.steps.append(("unknown", path))
-                continue
             if path in diff_set:
-                if len(targets) != 1 or targets[0].child is not None:
-                    self.steps.append(("shape", path))
-                else:
-                    column = targets[0].column
-                    before = self.writes.get((column, None))
-                    self.steps.append(("diff", path, column, self.diffs, before))
-                    self.writes[(column, None)] = ("diff", self.diffs)
-                    self.diffs += 1
-            elif path in null_set:
-                for t in targets:
-                    write(t, _NULL)
+                self._diff(plan, path)
+                continue
+            key = (path, path in null_set)
+            if key not in known:
+                known[key] = _writes(plan, path, _NULL if key[1] else _EVENT)
+            writes = known[key]
+            if writes is None:
+                self.steps.append(("unknown", path))
             else:
-                for t in targets:
-                    write(t, _EVENT)
-            for column in plan.clears.get(path, ()):
-                write(Target(column), _NULL)
+                self.writes.update(writes)
+
+    def _diff(self, plan: FoldPlan, path: str) -> None:
+        targets = plan.targets.get(path)
+        if targets is None:
+            self.steps.append(("unknown", path))
+            return
+        if len(targets) != 1 or targets[0].child is not None:
+            self.steps.append(("shape", path))
+        else:
+            column = targets[0].column
+            before = self.writes.get((column, None))
+            self.steps.append(("diff", path, column, self.diffs, before))
+            self.writes[(column, None)] = ("diff", self.diffs)
+            self.diffs += 1
+        for column in plan.clears.get(path, ()):
+            self.writes.update(_target_writes(plan, Target(column), _NULL))
+
+
+def _target_writes(plan: FoldPlan, target: Target, source: _Source) -> dict[_Place, _Source]:
+    children = plan.structs.get(target.column) if target.child is None else None
+    if children:
+        return {(target.column, child): source for child in children}
+    return {(target.column, target.child): source}
+
+
+def _writes(plan: FoldPlan, path: str, source: _Source) -> dict[_Place, _Source] | None:
+    """Where an UPDATE's field (not a diff) lands, and what it sets there; ``None``: the
+    field has no column."""
+    targets = plan.targets.get(path)
+    if targets is None:
+        return None
+    out: dict[_Place, _Source] = {}
+    for t in targets:
+        out.update(_target_writes(plan, t, source))
+    for column in plan.clears.get(path, ()):
+        out.update(_target_writes(plan, Target(column), _NULL))
+    return out
 
 
 def _field_sets(lists: pa.Array) -> tuple[pa.Array, np.ndarray]:
@@ -317,13 +338,22 @@ def _field_lists(
     encoded = pc.dictionary_encode(pc.binary_join_element_wise(*joined, _PART_SEP))
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     out: list[_Fields] = []
+    known: dict[tuple[str, bool], dict[_Place, _Source] | None] = {}
     for text in encoded.dictionary.to_pylist():
-        parts = [tuple(p.split(_NAME_SEP)) if p else () for p in text.split(_PART_SEP)]
-        out.append(_Fields(plan, *parts))
+        changed, nulled, diffed = text.split(_PART_SEP)
+        out.append(
+            _Fields(
+                plan,
+                changed.split(_NAME_SEP) if changed else (),
+                nulled.split(_NAME_SEP) if nulled else (),
+                diffed.split(_NAME_SEP) if diffed else (),
+                known,
+            )
+        )
     for i in np.flatnonzero(broken):  # a list holding a null name
         lists = [c[int(i)].as_py() or () for c in columns]
         codes[i] = len(out)
-        out.append(_Fields(plan, *lists))
+        out.append(_Fields(plan, *lists, known))
     return out, codes
 
 
@@ -399,6 +429,7 @@ class _Changes:
         self.record = np.cumsum(first) - 1  # per change: its record
         self.starts = np.flatnonzero(first)
         self.ends = np.append(self.starts[1:], n)
+        self.record_start = self.starts[self.record]  # per change: its record's first
         self.ids = sorted_ids.take(_index(self.starts))
         self.own = n_own
         self.own_ids = own_ids
@@ -407,13 +438,13 @@ class _Changes:
         """Per change, how many of the marked ``changes`` (a mask) its record has before
         it."""
         counts: np.ndarray = np.cumsum(changes) - changes
-        within: np.ndarray = counts - counts[self.starts][self.record]
+        within: np.ndarray = counts - counts[self.record_start]
         return within
 
     def last_marked(self, marked: np.ndarray) -> np.ndarray:
         """Per change, the last marked change of its record at or before it (-1: none)."""
         at = np.maximum.accumulate(np.where(marked, np.arange(self.n), -1))
-        at[at < self.starts[self.record]] = -1
+        at[at < self.record_start] = -1
         return at
 
     def last_of_record(self, marked: np.ndarray) -> np.ndarray:
@@ -593,6 +624,8 @@ class _Fold:
         self.gold = gold
         self.stones = stones
         self.by_name = {f.name: f for f in schema}
+        self._cast: dict[str, tuple[pa.Array, pa.Array]] = {}
+        self._split: dict[_Place, tuple[dict[str, pa.Array], dict[str, pa.Array]]] = {}
 
     # -- the start rows ----------------------------------------------------------------------
 
@@ -720,6 +753,16 @@ class _Fold:
         absent_by_schema: dict[str, set[str]] = {k: set(v) for k, v in plan.absent.items()}
         schema_ids = _chunk(ch.src.column(SCHEMA_ID))
         full_src = np.isin(self.kind_src, (_FULL, _FULL_DELETED))
+        # Per place, what each field-list code sets it to (the last code: none).
+        how = {"event": 1, "null": 2, "diff": 3}
+        lookups: dict[_Place, np.ndarray] = {}
+        for c, f in enumerate(fields):
+            for place, source in f.writes.items():
+                if place not in lookups:
+                    lookups[place] = np.zeros(len(fields) + 1, dtype=np.int8)
+                lookups[place][c] = how[source[0]]
+        code = np.where(updating, self.code, len(fields))
+        nothing = np.zeros(ch.n, dtype=np.int8)
         self.places: dict[_Place, np.ndarray] = {}
         for column in self.body:
             lacking = [sid for sid, cols in absent_by_schema.items() if column in cols]
@@ -730,13 +773,9 @@ class _Fold:
             children = plan.structs.get(column)
             for child in children or (None,):
                 place = (column, child)
-                lookup = np.zeros(len(fields) + 1, dtype=np.int8)
-                for c, f in enumerate(fields):
-                    source = f.writes.get(place)
-                    if source is not None:
-                        lookup[c] = {"event": 1, "null": 2, "diff": 3}[source[0]]
-                sets = np.where(full_e, 1, np.where(updating, lookup[self.code], 0))
-                self.places[place] = sets.astype(np.int8)
+                lookup = lookups.get(place)
+                sets = nothing if lookup is None else lookup[code]
+                self.places[place] = np.where(full_e, np.int8(1), sets)
 
     # -- flags and diffs, change by change ---------------------------------------------------
 
@@ -891,12 +930,22 @@ class _Fold:
         sources: np.ndarray = np.where(at >= 0, out, start)
         return sources
 
+    def _columns(self, column: str) -> tuple[pa.Array, pa.Array]:
+        """A body column of the gold rows and of the changes, in the output's type."""
+        if column not in self._cast:
+            t = self.by_name[column].type
+            self._cast[column] = (_column(self.gold, column, t), _column(self.ch.src, column, t))
+        return self._cast[column]
+
     def _place_pool(self, place: _Place, t: pa.DataType) -> pa.Array:
         column, child = place
-        gold = _column(self.gold, column, self.by_name[column].type)
-        src = _column(self.ch.src, column, self.by_name[column].type)
+        gold, src = self._columns(column)
         if child is not None:
-            gold, src = _children(gold)[child], _children(src)[child]
+            key = (column, "")
+            if key not in self._split:
+                self._split[key] = (_children(gold), _children(src))
+            gold_children, src_children = self._split[key]
+            gold, src = gold_children[child], src_children[child]
         diffs = pa.array(self.diff_results.get(place, []), t)
         return pa.concat_arrays([gold.cast(t), src.cast(t), pa.nulls(1, t), diffs])
 
@@ -908,10 +957,24 @@ class _Fold:
         for column in self.body:
             t = self.by_name[column].type
             children = self.plan.structs.get(column)
-            if not children:
-                at = ch.last_marked(self.places[(column, None)] != 0)[ends]
-                pool = self._place_pool((column, None), t)
-                out[column] = pool.take(_index(self._sources((column, None), at, records)))
+            first = (column, children[0] if children else None)
+            if not children or all(
+                np.array_equal(self.places[(column, c)], self.places[first]) for c in children
+            ):
+                # Set whole by every change that sets it: one place.
+                sets = self.places[first]
+                at = ch.last_marked(sets != 0)[ends]
+                if not children:
+                    pool = self._place_pool(first, t)
+                    out[column] = pool.take(_index(self._sources(first, at, records)))
+                    continue
+                gold, src = self._columns(column)
+                pool = pa.concat_arrays([gold, src, pa.nulls(1, t)])
+                value = pool.take(_index(self._sources(first, at, records)))
+                if (at >= 0).any():
+                    # A struct a change set: null when all its children are.
+                    value = pc.if_else(pa.array(at >= 0), null_if_empty(value), value)
+                out[column] = value
                 continue
             parts = []
             untouched = np.ones(len(records), dtype=bool)
@@ -926,7 +989,7 @@ class _Fold:
             if untouched.any():
                 # A column no change of the record set keeps its start value as it was.
                 start = self._take_state(
-                    _column(self.gold, column, t),
+                    self._columns(column)[0],
                     np.where(self.start_gold[records], self.gi[records], -1),
                 )
                 value = pc.if_else(pa.array(untouched), start, value)

@@ -1,7 +1,7 @@
 """The fold over tables: the pure functions the gold job has the engine run.
 
-:mod:`pipelines.gold.fold` defines what a record's changes do to it (:func:`fold_record`).
-This module applies that to tables of rows, as functions over Arrow data that read no table
+:mod:`pipelines.gold.fold` defines what a record's changes do to it and folds a table of
+them (:func:`~pipelines.gold.fold.fold_table`). This module runs that over tables of rows, as functions over Arrow data that read no table
 and write nothing, so both engines run the same code -- in this process (local) or on Spark
 executors (spark):
 
@@ -10,9 +10,7 @@ executors (spark):
    (:func:`~pipelines.gold.plan.fold_input_schema`), each tagged with its role;
 2. :class:`FoldTable` folds a table holding every row of the records it sees (the engine's
    :meth:`~pipelines.engines.base.LakeEngine.map_groups` by ``Id``) into one output row per
-   record (:func:`~pipelines.gold.plan.fold_output_schema`). Records a batch only creates,
-   and records a batch's wildcard changes set the same way, are built column-wise; the rest
-   are folded one record at a time in Python;
+   record (:func:`~pipelines.gold.plan.fold_output_schema`), column-wise;
 3. :class:`GoldPart`, :class:`TombstonePart`, :class:`ResyncPart`, :class:`VersionsPart`,
    :class:`ResolvedPart` and :class:`FoldCounts` take the output apart for the writes.
 
