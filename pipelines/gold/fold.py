@@ -401,7 +401,8 @@ class _Changes:
         events = _chunk(self.src.column(EVENT_ID)).take(_index(src_rows))
         table = pa.table({"id": ids, "event": events, "seq": seq})
         # The same event twice for a record: the first delivery is kept.
-        if events.null_count < len(events):
+        valid = len(events) - events.null_count
+        if (valid and pc.count_distinct(events).as_py() < valid) or wildcards is not None:
             firsts = (
                 table.filter(pc.is_valid(events))
                 .group_by(["id", "event"])
@@ -463,34 +464,10 @@ class _Changes:
         return out
 
 
-def _ranks(values: pa.Array) -> np.ndarray:
-    """Dense ranks of strings (equal values, equal ranks); -1 for null."""
-    n = len(values)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    order = pc.sort_indices(values).to_numpy()
-    in_order = values.take(_index(order))
-    new = np.ones(n, dtype=bool)
-    if n > 1:
-        new[1:] = ~_flags(pc.equal(in_order[1:], in_order[:-1]))
-    ranks = np.empty(n, dtype=np.int64)
-    ranks[order] = np.cumsum(new)
-    ranks[~_flags(pc.is_valid(values))] = -1
-    return ranks
-
-
 def _actions(codes: np.ndarray) -> pa.Array:
     """MERGE actions from their codes (0: none, 1: upsert, 2: delete)."""
     index = codes.astype(np.int64) - 1
     return pa.array(["upsert", "delete"]).take(pa.array(index, pa.int64(), mask=index < 0))
-
-
-def _codes(values: pa.Array) -> np.ndarray:
-    """Equal strings, equal codes; -1 for null."""
-    encoded = pc.dictionary_encode(values)
-    return np.asarray(
-        pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int64
-    )
 
 
 def fold_table(
@@ -692,14 +669,21 @@ class _Fold:
     def _applied(self) -> None:
         ch = self.ch
         n, r = ch.n, len(ch.ids)
-        start_key = self._start_control(ORDER_KEY, pa.string())
-        ranks = _ranks(pa.concat_arrays([ch.keys, start_key]))
-        key_rank, start_rank = ranks[:n], ranks[n:]
+        # A change is ignored when its key is not above the record's (the start row's, or
+        # the last applied change's) or it repeats the start row's last event (the changes of
+        # a record hold each event once). Keys ascend within a record: one is above an earlier
+        # change's when they differ.
+        record = ch.record
+        start_key = self._start_control(ORDER_KEY, pa.string()).take(_index(record))
+        under_start = _flags(pc.less_equal(ch.keys, start_key))
         events = _chunk(ch.src.column(EVENT_ID)).take(_index(ch.src_of))
-        codes = _codes(pa.concat_arrays([events, self._start_control(LAST_EVENT_ID, pa.string())]))
-        event, start_event = codes[:n], codes[n:]
-        cur_key = np.where(self.start_exists, start_rank, -1)
-        cur_event = np.where(self.start_exists, start_event, -1)
+        start_event = self._start_control(LAST_EVENT_ID, pa.string()).take(_index(record))
+        under_start |= _flags(pc.equal(events, start_event))
+        step = np.ones(n, dtype=bool)
+        if n > 1:
+            step[1:] = ~_flags(pc.equal(ch.keys[1:], ch.keys[:-1]))
+        rank = np.cumsum(step)
+        cur = np.full(r, -1, dtype=np.int64)  # the rank of the last applied key (-1: start's)
         exists = self.start_exists.copy()
         applied = np.zeros(n, dtype=bool)
         counted = self.kind != _OVERFLOWED
@@ -709,13 +693,12 @@ class _Fold:
         for j in range(int(lengths.max()) if r else 0):
             active = active[lengths[active] > j]
             at = ch.starts[active] + j
-            k, e, ex = key_rank[at], event[at], exists[active]
-            ignored = ex & ((k <= cur_key[active]) | ((e >= 0) & (e == cur_event[active])))
+            k, ex, last = rank[at], exists[active], cur[active]
+            ignored = ex & np.where(last < 0, under_start[at], k == last)
             ok = counted[at] & ~ignored & (~wild[at] | ex)
             applied[at] = ok
             taken = active[ok]
-            cur_key[taken] = k[ok]
-            cur_event[taken] = e[ok]
+            cur[taken] = k[ok]
             exists[taken] = True
         self.applied = applied
         self.n_applied = np.bincount(ch.record[applied], minlength=r)
