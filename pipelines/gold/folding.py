@@ -1,9 +1,9 @@
 """The fold over tables: the pure functions the gold job has the engine run.
 
 :mod:`pipelines.gold.fold` defines what a record's changes do to it and folds a table of
-them (:func:`~pipelines.gold.fold.fold_table`). This module runs that over tables of rows, as functions over Arrow data that read no table
-and write nothing, so both engines run the same code -- in this process (local) or on Spark
-executors (spark):
+them (:func:`~pipelines.gold.fold.fold_table`). This module runs that over tables of rows,
+as functions over Arrow data that read no table and write nothing, so both engines run the
+same code -- in this process (local) or on Spark executors (spark):
 
 1. :class:`ChangeRows` and :class:`StateRows` bring the batch's silver rows, the gold rows
    and the tombstones of the records they touch into one row type
