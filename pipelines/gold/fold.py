@@ -353,7 +353,7 @@ def _field_lists(
     for i in np.flatnonzero(broken):  # a list holding a null name
         lists = [c[int(i)].as_py() or () for c in columns]
         codes[i] = len(out)
-        out.append(_Fields(plan, *lists, known))
+        out.append(_Fields(plan, lists[0], lists[1], lists[2], known))
     return out, codes
 
 
