@@ -3,10 +3,9 @@
 - :mod:`pipelines.gold.columns`: the gold schema (silver's body columns + control columns).
 - :mod:`pipelines.gold.plan`: what the fold of an object needs
   (:class:`~pipelines.gold.plan.FoldPlan`) and the rows it reads and returns.
-- :mod:`pipelines.gold.fold`: the pure fold of one record's silver changes onto its gold row,
-  with Salesforce's semantics; :mod:`pipelines.gold.columnwise` folds the plainest records
-  column by column, :mod:`pipelines.gold.folding` runs both over Arrow tables, and
-  :mod:`pipelines.gold.order_keys` encodes the order keys.
+- :mod:`pipelines.gold.fold`: the pure fold of silver changes onto their records' gold rows,
+  with Salesforce's semantics, column by column; :mod:`pipelines.gold.folding` runs it over
+  Arrow tables, and :mod:`pipelines.gold.order_keys` encodes the order keys.
 - :mod:`pipelines.gold.resync`: the re-sync table (records gold cannot reproduce).
 - :mod:`pipelines.gold.scd2`: the optional SCD2 history table.
 - :mod:`pipelines.gold.job`: reading silver incrementally and MERGE-ing through the engine;

@@ -51,7 +51,6 @@ def fold_rows(
     wildcards: Sequence[Mapping[str, Any]] = (),
     gold: Rows | None = None,
     tombstones: Rows | None = None,
-    columnwise: bool = True,
 ) -> Rows:
     """The fold of silver ``changes`` (rows of the silver ``schema``) onto the ``gold`` rows
     and hard-delete ``tombstones`` of the records they touch, run by ``engine``: one row of
@@ -62,7 +61,6 @@ def fold_rows(
     and may hold more records than the changes touch. ``wildcards`` are the batch's wildcard
     changes (:func:`batch_wildcards`): they travel with the fold and apply to every record
     that exists at their point of the order, so ``gold`` must then hold the whole table.
-    ``columnwise``: see :class:`~pipelines.gold.folding.FoldTable`.
     """
     inputs = fold_input_schema(plan, schema)
     parts = [
@@ -71,7 +69,7 @@ def fold_rows(
     for state, role in ((gold, ROLE_GOLD), (tombstones, ROLE_TOMBSTONE)):
         if state is not None:
             parts.append(engine.map_batches(state, StateRows(inputs, role=role), inputs))
-    function = FoldTable(plan, schema, wildcards, columnwise=columnwise)
+    function = FoldTable(plan, schema, wildcards)
     return engine.map_groups(
         engine.union(parts, inputs),
         key=ID,

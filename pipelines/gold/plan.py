@@ -5,9 +5,8 @@ object's silver layout); :func:`fold_input_schema` is the row type the fold read
 change rows, gold rows and tombstones, each tagged with its role) and
 :func:`fold_output_schema` the one it returns (the gold row after the batch, and ``_fold_*``
 columns saying what to do with it). The names here are the columns those rows have: the
-per-record fold (:mod:`pipelines.gold.fold`), the column-wise fold
-(:mod:`pipelines.gold.columnwise`) and the Arrow functions over tables
-(:mod:`pipelines.gold.folding`) all read and write them.
+fold (:mod:`pipelines.gold.fold`) and the Arrow functions over tables
+(:mod:`pipelines.gold.folding`) read and write them.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from pipelines.gold.fold import fold_record
 from pipelines.gold.plan import fold_plan
 from pipelines.polled.layout import (
     calculated_fields,
@@ -22,6 +21,7 @@ from pipelines.polled.poll import _commit_rows, poll_soql
 from pipelines.polled.rows import PolledRows
 from pipelines.polled.tables import POLLED_SCHEMA
 from pipelines.spec import ObjectSpec
+from tests.unit.gold.fold_reference import fold_record
 
 UTC = timezone.utc
 T0 = datetime(2025, 3, 1, 12, tzinfo=UTC)

@@ -14,11 +14,11 @@ from ingest.errors import RestError
 from ingest.schema import FieldInfo
 from pipelines.bootstrap import SNAPSHOT_CHANGE_TYPE, rest_row, snapshot_key, snapshot_soql
 from pipelines.gold.columns import LAST_CHANGE_TYPE, ORDER_KEY
-from pipelines.gold.fold import fold_record
 from pipelines.gold.order_keys import encode_order_key
 from pipelines.gold.plan import FoldPlan, Target, order_columns
 from pipelines.silver.columns import FieldLayout, LeafLayout, SilverLayout
 from pipelines.spec import DEFAULT_SEQUENCE_BY
+from tests.unit.gold.fold_reference import fold_record
 
 UTC = timezone.utc
 AT = datetime(2026, 5, 1, tzinfo=UTC)

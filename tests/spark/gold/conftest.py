@@ -32,6 +32,7 @@ from pipelines.gold.job import batch_wildcards, fold_rows
 from pipelines.gold.plan import FoldPlan, fold_plan, versions_schema
 from pipelines.gold.resync import RESYNC_SCHEMA
 from pipelines.silver.columns import FieldLayout, LeafLayout, SilverLayout
+from tests.unit.gold.fold_reference import reference_fold_rows
 
 # Its assertions explain themselves as the tests' own do.
 pytest.register_assert_rewrite("tests.spark.gold.helpers")
@@ -245,17 +246,18 @@ def fold(
         None if tombstones is None else engine.to_arrow(tombstones),
     )
     assert _sorted(folded) == _sorted(reference.to_arrow(expected))
-    # And the column-wise fold of the plain records equals folding each record in Python.
-    one_by_one = _fold(
-        reference,
-        engine.to_arrow(changes),
-        silver.schema,
+    # And the fold equals its reference model, folding each record in Python.
+    one_by_one = reference_fold_rows(
         p,
-        None if gold is None else engine.to_arrow(gold),
-        None if tombstones is None else engine.to_arrow(tombstones),
-        columnwise=False,
+        silver.schema,
+        engine.to_arrow(changes),
+        gold=None if gold is None else engine.to_arrow(gold),
+        tombstones=None if tombstones is None else engine.to_arrow(tombstones),
+        wildcards=batch_wildcards(
+            reference, reference.rows(engine.to_arrow(changes)), silver.schema
+        ),
     )
-    assert _sorted(folded) == _sorted(reference.to_arrow(one_by_one))
+    assert _sorted(folded) == _sorted(one_by_one)
     return engine.rows(folded)
 
 
@@ -275,8 +277,6 @@ def _fold(
     the_plan: FoldPlan,
     gold: Rows | None,
     tombstones: Rows | None,
-    *,
-    columnwise: bool = True,
 ) -> Rows:
     wildcards = batch_wildcards(engine, changes, schema)
     return fold_rows(
@@ -287,7 +287,6 @@ def _fold(
         wildcards=wildcards,
         gold=gold,
         tombstones=tombstones,
-        columnwise=columnwise,
     )
 
 

@@ -12,10 +12,6 @@ from __future__ import annotations
 import pytest
 
 from pipelines.engines import LakeEngine, Rows
-from pipelines.gold.columns import body_fields
-from pipelines.gold.folding import _wildcard_template
-from pipelines.gold.order_keys import encode_order_key
-from pipelines.gold.plan import CHANGE_KEY
 from tests.spark.gold.conftest import (
     T0,
     Silver,
@@ -110,28 +106,3 @@ def test_a_wildcard_needing_the_records_values_is_folded_record_by_record(
             for n in (0, 1, 2, 3, 5)
         ],
     )
-
-
-def _keyed(silver: Silver) -> list[dict[str, object]]:
-    order = plan().order_by
-    return [{**r, CHANGE_KEY: encode_order_key(r.get(c) for c in order)} for r in silver.rows]
-
-
-def test_which_wildcards_the_shortcut_takes() -> None:
-    body = [f.name for f in body_fields(Silver().schema)]
-    simple = Silver()
-    simple.add("001*", "UPDATE", 5, changed=["Phone"], wildcard=True, Phone="x")
-    simple.add("001*", "UPDATE", 6, nulled=["BillingAddress"], wildcard=True)
-    template = _wildcard_template(plan(), body, _keyed(simple))
-    assert template is not None
-    _row, columns, _key, _event, count = template
-    assert (columns, count) == ({"Phone", "BillingAddress"}, 2)
-    child = Silver()
-    child.add("001*", "UPDATE", 5, changed=["BillingAddress.City"], wildcard=True)
-    diff = Silver()
-    diff.add("001*", "UPDATE", 5, changed=["Description"], diff=["Description"], wildcard=True)
-    unknown = Silver()
-    unknown.add("001*", "UPDATE", 5, changed=["NoSuchField__c"], wildcard=True)
-    for silver in (child, diff, unknown):
-        assert _wildcard_template(plan(), body, _keyed(silver)) is None
-    assert _wildcard_template(plan(track="all"), body, _keyed(simple)) is None

@@ -1,10 +1,12 @@
-"""The column-wise fold equals folding every record one by one, on random batches.
+"""The column-wise fold equals its reference model (folding every record one by one), on
+random batches.
 
 Each seed builds a gold state (a first batch folded) and a second batch mixing everything a
 batch holds: updates of text, numbers, dates, whole compounds and their children (struct and
 flattened), nulled fields, the person-name union, long-text diffs, creates with later updates,
 deletes (soft and hard), changes gold already reflects, events delivered twice, gaps. Folding it
-with the column-wise path on and off must give the same rows, in every column.
+with the production fold and with the reference model must give the same rows, in every
+column.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import pytest
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.engines.local import LocalEngine
 from pipelines.gold.columns import tombstone_schema
-from pipelines.gold.columnwise import fold_columnwise
+from pipelines.gold.fold import fold_table
 from pipelines.gold.folding import FoldTable, GoldPart, TombstonePart
 from pipelines.gold.job import fold_rows
-from pipelines.gold.order_keys import order_keys
 from tests.spark.gold.conftest import ADDRESS, PERSON, Silver, plan
+from tests.unit.gold.fold_reference import reference_fold_rows
 
 ENGINE = LocalEngine(location="/nonexistent/sfcdc-columnwise-tests")
 TEXT = ("Phone", "Description")
@@ -134,6 +136,10 @@ def test_the_columnwise_fold_equals_the_record_fold(
     schema = first.schema
 
     def fold(silver: Silver, gold: pa.Table | None, stones: pa.Table | None, on: bool) -> pa.Table:
+        if not on:
+            return reference_fold_rows(
+                the_plan, schema, silver.table(), gold=gold, tombstones=stones
+            )
         return ENGINE.to_arrow(
             fold_rows(
                 ENGINE,
@@ -142,7 +148,6 @@ def test_the_columnwise_fold_equals_the_record_fold(
                 plan=the_plan,
                 gold=gold,
                 tombstones=stones,
-                columnwise=on,
             )
         )
 
@@ -163,9 +168,8 @@ def _gold_type(state: pa.Table) -> Any:
     return arrow_schema_to_spark(state.select(names).schema)
 
 
-def test_the_columnwise_fold_takes_the_plain_records_and_leaves_the_others() -> None:
-    # The equality above holds however few records the column-wise path takes; here it must
-    # take the plain ones and leave those that need the record fold.
+def test_the_columnwise_fold_takes_every_record() -> None:
+    # The plain records and those that once needed a fold of their own alike.
     first = Silver()
     for i, rid in enumerate("ABCDEG"):
         first.create(rid, i)
@@ -187,20 +191,18 @@ def test_the_columnwise_fold_takes_the_plain_records_and_leaves_the_others() -> 
     second.update("G", 19, NumberOfEmployees=7)
     changes = second.table()
     table = FoldTable(the_plan, second.schema)
-    left, gold_left, folded = fold_columnwise(
-        changes,
-        order_keys(changes, the_plan.order_by),
+    folded = fold_table(
+        changes.select(table.columns),
         gold,
         stones,
         plan=the_plan,
         body=table.body,
         schema=spark_schema_to_arrow(table.output),
     )
-    assert folded is not None
     rows = {r["Id"]: r for r in folded.to_pylist()}
-    assert set(rows) == {"A", "C", "F", "G"}
-    assert set(left.column("Id").to_pylist()) == {"B", "D", "E"}
-    assert set(gold_left.column("Id").to_pylist()) == {"B", "D", "E"}
+    assert set(rows) == set("ABCDEFG")
+    assert rows["B"]["_fold_changes"] == 3 and rows["B"]["_fold_applied"] == 2
+    assert rows["E"]["_cdc_needs_resync"] is True
     assert rows["A"]["Phone"] == "555-0101" and rows["A"]["NumberOfEmployees"] == 10
     assert rows["C"]["_cdc_is_deleted"] is True
     assert rows["F"]["Phone"] is None and rows["F"]["_fold_applied"] == 2

@@ -1,27 +1,22 @@
 """The per-record fold as the reference model of the column-wise fold, on generated histories.
 
-:class:`~pipelines.gold.folding.FoldTable` builds the common records column-wise (records a
-batch only creates, the plainest others -- :mod:`pipelines.gold.columnwise` -- and records
-only a batch's wildcard changes touch) and folds the rest one record at a time with
-:func:`~pipelines.gold.fold.fold_record`; with ``columnwise=False`` it folds every record
-one at a time, the definition the column-wise paths must equal. Here hypothesis writes
+:class:`~pipelines.gold.folding.FoldTable` folds every record column-wise
+(:func:`~pipelines.gold.fold.fold_table`); :func:`tests.unit.gold.fold_reference.fold_record`
+replays each record's changes one at a time, the definition it must equal. Here hypothesis writes
 event sequences over a handful of records of an Account-like object (struct or flattened
 compounds, soft or hard deletes): CREATEs, UPDATEs of plain fields, of whole compounds and
 of their children, nulled fields, unknown fields, diffs, DELETEs and UNDELETEs, gaps, polled
 rows, wildcard changes, events delivered twice, commit timestamps out of stream order, over
 several batches whose gold rows and tombstones carry on from one batch to the next (a hard
-delete whose gold MERGE did not commit included). Each batch folded both ways must give the
-same rows, in every column; and the column-wise paths must take a good share of the
-records, or the equality says little."""
+delete whose gold MERGE did not commit included), with and without SCD2 history. Each batch
+folded both ways must give the same rows, in every column."""
 
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Sequence
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
-from unittest import mock
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,11 +25,11 @@ from hypothesis import strategies as st
 
 from ingest.emulator.textdiff import unified_diff
 from pipelines.engines.arrow import spark_schema_to_arrow
-from pipelines.gold import folding
-from pipelines.gold.columns import tombstone_schema
+from pipelines.gold.columns import body_fields, tombstone_schema
 from pipelines.gold.folding import ChangeRows, FoldTable, StateRows, Wildcards
 from pipelines.gold.plan import ROLE_GOLD, ROLE_TOMBSTONE, fold_input_schema
 from tests.spark.gold.conftest import ADDRESS, PERSON, Silver, plan
+from tests.unit.gold.fold_reference import reference_fold
 
 # SFCDC_HYPOTHESIS_EXAMPLES raises the number of examples for a longer, random hunt; by
 # default the examples are derandomized (the same seed on every run).
@@ -191,21 +186,28 @@ def _batch(
     return late, draw(st.permutations(wildcards + draw(st.lists(_MIXED, max_size=4))))
 
 
-_History = tuple[str, str, list[tuple[bool, list[tuple[Any, ...]]]], list[bool]]
+_History = tuple[str, str, str | None, list[tuple[bool, list[tuple[Any, ...]]]], list[bool]]
+# SCD2: no history, every column, or a few (a compound among them).
+_TRACKS: dict[str | None, Any] = {
+    None: None,
+    "all": "all",
+    "some": ("Phone", "BillingAddress", "NumberOfEmployees"),
+}
 
 
 @st.composite
 def histories(draw: st.DrawFn) -> _History:
-    """``(compounds, deletes, batches, crashes)``. The first batch creates most of the
-    records, the second changes them in the common ways; ``crashes[i]``: after batch ``i``
-    the tombstone MERGE committed and the gold MERGE did not."""
+    """``(compounds, deletes, track, batches, crashes)``. The first batch creates most of
+    the records, the second changes them in the common ways; ``crashes[i]``: after batch
+    ``i`` the tombstone MERGE committed and the gold MERGE did not."""
     compounds = draw(st.sampled_from(["struct", "flattened"]))
     deletes = draw(st.sampled_from(["soft", "hard"]))
+    track = draw(st.sampled_from([None, None, "all", "some"]))
     seed = [("create", rid, draw(_AT), "schema-1", draw(_image())) for rid in SEEDED]
     common = draw(_batch(("common",)))
     batches = [(False, seed), common, *draw(st.lists(_batch(), max_size=2))]
     crashes = [draw(st.integers(0, 5)) == 0 for _ in batches]
-    return compounds, deletes, batches, crashes
+    return compounds, deletes, track, batches, crashes
 
 
 # ------------------------------------------------------------------------ the object
@@ -215,18 +217,21 @@ class _Object:
     """The Account-like object of one compound mode and delete mode: its plan, schemas and
     the two folds of a batch without wildcards."""
 
-    def __init__(self, compounds: str, deletes: str) -> None:
+    def __init__(self, compounds: str, deletes: str, track: str | None) -> None:
         self.compounds = compounds
-        self.plan = plan(compounds, deletes=deletes, versions=VERSIONS)
+        tracked = _TRACKS[track]
+        if tracked is not None and tracked != "all" and compounds == "flattened":
+            tracked = ("Phone", "BillingAddress_City", "NumberOfEmployees")
+        self.plan = plan(compounds, deletes=deletes, versions=VERSIONS, track=tracked)
         assert set(self.plan.absent) == set(ABSENT)
         self.silver = Silver(compounds=compounds).schema
         self.silver_type = spark_schema_to_arrow(self.silver)
         self.inputs = fold_input_schema(self.plan, self.silver)
         self.inputs_type = spark_schema_to_arrow(self.inputs)
-        self.folds = {on: FoldTable(self.plan, self.silver, columnwise=on) for on in (True, False)}
-        output = spark_schema_to_arrow(self.folds[True].output)
-        self.gold_names = [f.name for f in output if not f.name.startswith("_fold_")]
-        self.gold_type = pa.schema([output.field(n) for n in self.gold_names])
+        self.table = FoldTable(self.plan, self.silver)
+        self.output = spark_schema_to_arrow(self.table.output)
+        self.gold_names = [f.name for f in self.output if not f.name.startswith("_fold_")]
+        self.gold_type = pa.schema([self.output.field(n) for n in self.gold_names])
         self.stone_type = spark_schema_to_arrow(tombstone_schema())
 
     def fold(
@@ -236,11 +241,11 @@ class _Object:
         stones: pa.Table,
         wildcards: list[dict[str, Any]],
         *,
-        columnwise: bool,
+        reference: bool,
     ) -> pa.Table:
         """What the gold job's fold (:func:`~pipelines.gold.job.fold_rows`) makes of a batch,
         without an engine: the change, gold and tombstone rows as fold input, then one
-        :class:`FoldTable` over all of them."""
+        :class:`FoldTable` over all of them (or the reference model)."""
         parts = [
             ChangeRows(self.inputs, without_wildcards=bool(wildcards))(iter(changes.to_batches())),
             StateRows(self.inputs, role=ROLE_GOLD)(iter(gold.to_batches())),
@@ -249,21 +254,20 @@ class _Object:
         combined = pa.Table.from_batches(
             [b for part in parts for b in part], schema=self.inputs_type
         )
-        table = (
-            FoldTable(self.plan, self.silver, wildcards, columnwise=columnwise)
-            if wildcards
-            else self.folds[columnwise]
-        )
+        if reference:
+            body = [f.name for f in body_fields(self.silver)]
+            return reference_fold(self.plan, body, self.output, combined, wildcards)
+        table = FoldTable(self.plan, self.silver, wildcards) if wildcards else self.table
         return table(combined)
 
 
-_OBJECTS: dict[tuple[str, str], _Object] = {}
+_OBJECTS: dict[tuple[str, str, str | None], _Object] = {}
 
 
-def _object(compounds: str, deletes: str) -> _Object:
-    key = (compounds, deletes)
+def _object(compounds: str, deletes: str, track: str | None) -> _Object:
+    key = (compounds, deletes, track)
     if key not in _OBJECTS:
-        _OBJECTS[key] = _Object(compounds, deletes)
+        _OBJECTS[key] = _Object(compounds, deletes, track)
     return _OBJECTS[key]
 
 
@@ -440,37 +444,6 @@ class _Writer:
 # ------------------------------------------------------------------------ folding
 
 
-class _Taken:
-    """Counts the records each column-wise path of :class:`FoldTable` folds."""
-
-    def __init__(self, counts: Counter[str]) -> None:
-        self.counts = counts
-
-    def _wrap(self, name: str, position: int) -> Any:
-        function = getattr(folding, name)
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            result = function(*args, **kwargs)
-            if result[position] is not None:
-                self.counts[name] += result[position].num_rows
-            return result
-
-        return mock.patch.object(folding, name, counted)
-
-    def __enter__(self) -> None:
-        self.patches = [
-            self._wrap("_lone_creates", 1),
-            self._wrap("fold_columnwise", 2),
-            self._wrap("_wildcard_only", 1),
-        ]
-        for p in self.patches:
-            p.start()
-
-    def __exit__(self, *exc: object) -> None:
-        for p in self.patches:
-            p.stop()
-
-
 def _sorted(table: pa.Table) -> list[dict[str, Any]]:
     rows = table.to_pylist()
     return sorted(rows, key=lambda r: (r["Id"] is not None, r["Id"] or "", repr(r)))
@@ -494,9 +467,9 @@ def _merged(
     return out
 
 
-def _run(history: _History, counts: Counter[str]) -> None:
-    compounds, deletes, batches, crashes = history
-    obj = _object(compounds, deletes)
+def _run(history: _History) -> None:
+    compounds, deletes, track, batches, crashes = history
+    obj = _object(compounds, deletes, track)
     writer = _Writer(obj)
     gold: dict[str, dict[str, Any]] = {}
     stones: dict[str, dict[str, Any]] = {}
@@ -512,11 +485,9 @@ def _run(history: _History, counts: Counter[str]) -> None:
         ]
         gold_rows = pa.Table.from_pylist(list(gold.values()), schema=obj.gold_type)
         stone_rows = pa.Table.from_pylist(list(stones.values()), schema=obj.stone_type)
-        with _Taken(counts):
-            fast = obj.fold(changes, gold_rows, stone_rows, wildcards, columnwise=True)
-        reference = obj.fold(changes, gold_rows, stone_rows, wildcards, columnwise=False)
-        assert _sorted(fast) == _sorted(reference)
-        counts["records"] += reference.num_rows - reference.column("Id").null_count
+        folded = obj.fold(changes, gold_rows, stone_rows, wildcards, reference=False)
+        reference = obj.fold(changes, gold_rows, stone_rows, wildcards, reference=True)
+        assert _sorted(folded) == _sorted(reference)
         stones = _merged(stones, reference, "_fold_tombstone", obj.stone_type.names)
         if not crash:
             gold = _merged(gold, reference, "_fold_gold", obj.gold_names)
@@ -532,19 +503,10 @@ def _settings(examples: int) -> settings:
     )
 
 
-def test_the_columnwise_fold_equals_the_record_fold_on_generated_histories() -> None:
-    counts: Counter[str] = Counter()
-
+def test_the_fold_equals_the_reference_model_on_generated_histories() -> None:
     @_settings(100)
     @given(histories())
     def check(history: _History) -> None:
-        _run(history, counts)
+        _run(history)
 
     check()
-    # The equality says something only if the column-wise paths fold many of the records.
-    # (The examples are the same on every run of the same tests, but Hypothesis also draws
-    # constants from the project modules a process has loaded: the shares vary a little.)
-    records = counts["records"]
-    assert counts["_lone_creates"] > 0.2 * records, counts
-    assert counts["fold_columnwise"] > 0.08 * records, counts
-    assert counts["_wildcard_only"] > 0.01 * records, counts
