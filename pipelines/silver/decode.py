@@ -28,6 +28,7 @@ each bad row, with the same values for the others.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import threading
@@ -151,6 +152,18 @@ def decoded_schema(plan: DecodePlan) -> T.StructType:
     return T.StructType([T.StructField(n, t) for n, t in columns])
 
 
+@functools.lru_cache(maxsize=64)
+def _decoded_arrow(layout: SilverLayout) -> pa.Schema:
+    """:func:`decoded_schema` in Arrow types (it depends on the layout only)."""
+    columns = (*DECODED_HEADER, *layout.raw_columns())
+    return spark_schema_to_arrow(T.StructType([T.StructField(n, t) for n, t in columns]))
+
+
+@functools.lru_cache(maxsize=64)
+def _shaped_schema(layout: SilverLayout) -> pa.Schema:
+    return shaped_schema(layout)
+
+
 def decode_function(
     plan: DecodePlan,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -180,7 +193,7 @@ class SilverRows:
                 yield rows
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        target = shaped_schema(self.plan.layout)
+        target = _shaped_schema(self.plan.layout)
         joined = _joined(self._mine(batches), DECODE_BATCH_ROWS, DECODE_BATCH_BYTES)
         for decoded in decode_batches(self.plan, joined):
             yield shape_batch(self.plan.layout, decoded, target)
@@ -234,7 +247,7 @@ def decode_batches(plan: DecodePlan, batches: Iterator[pa.RecordBatch]) -> Itera
     docstring). Used through :func:`decode_function`."""
     with _SCHEMA_LOCK:
         _SCHEMA_JSON.update(plan.schemas)
-    out_schema = spark_schema_to_arrow(decoded_schema(plan))
+    out_schema = _decoded_arrow(plan.layout)
     for batch in batches:
         # Decoding creates millions of small acyclic objects (strings, floats); the cyclic
         # collector would walk all of them again and again and find nothing.
