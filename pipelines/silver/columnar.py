@@ -58,6 +58,8 @@ _MAX_OFFSET = 2**31 - 1  # string and binary arrays use 32-bit offsets
 _TRUNCATED = "truncated: the payload ends before the value does"
 _EMPTY = np.zeros(0, _I64)
 _FEW = 64  # rows whose bitmaps are expanded one at a time
+_GROUPS = np.arange(10, dtype=_I64)
+_SHIFTS = (7 * _GROUPS).astype(_U64)
 
 
 class _Unsupported(Exception):
@@ -146,6 +148,7 @@ class _Batch:
     def padded(self, pad: int) -> np.ndarray:
         """The payload bytes followed by ``pad`` zero bytes or more."""
         if self._padded is None or len(self._padded) < len(self.data) + pad:
+            pad = max(pad, 66 * _WALK + 16)  # what any read asks for: one copy per batch
             self._padded = np.concatenate([self.data, np.zeros(pad, np.uint8)])
         return self._padded
 
@@ -205,6 +208,8 @@ class _Batch:
         p = p + 1
         more = np.flatnonzero(b > 127)
         groups = -(-bits // 7)
+        if more.size and not self.deaths and self._window(more, n, p, end, bits, groups):
+            return n, p
         shift = 7
         k = 1
         while more.size:
@@ -237,6 +242,27 @@ class _Batch:
             shift += 7
             k += 1
         return n, p
+
+    def _window(
+        self, more: np.ndarray, n: np.ndarray, p: np.ndarray, end: np.ndarray, bits: int, groups: int
+    ) -> bool:
+        """The varints of several bytes at ``more`` read at once from a window of bytes into
+        ``n`` and ``p``, when each ends in its payload and in its bit width (else False,
+        and nothing changed)."""
+        first = p[more] - 1
+        window = self.padded(16)[first[:, None] + _GROUPS[:groups]]
+        going = window > 127
+        length = going.argmin(axis=1) + 1
+        if going.all(axis=1).any() or (first + length > end[more]).any():
+            return False
+        last = window[:, groups - 1]
+        if ((length == groups) & (last > (1 << (bits - 7 * (groups - 1))) - 1)).any():
+            return False
+        parts = (window & 127).astype(_U64) << _SHIFTS[:groups]
+        parts[_GROUPS[:groups][None, :] >= length[:, None]] = 0
+        n[more] = np.bitwise_or.reduce(parts, axis=1)
+        p[more] = first + length
+        return True
 
     def live(self, rows: np.ndarray) -> np.ndarray | None:
         """Positions in ``rows`` of the rows not failed, or None when none failed."""
@@ -541,15 +567,10 @@ class _Record(_Node):
         self.fields = [pa.field(n, c.arrow_type) for n, c in zip(names, children, strict=True)]
         self.arrow_type = pa.struct(self.fields)
         self.min_size = sum(c.min_size for c in children)
+        self.steps = _Steps(children)
 
     def read(self, b: _Batch, rows: np.ndarray, p: np.ndarray, end: np.ndarray) -> Any:
-        values = []
-        for child in self.children:
-            if b.deaths:
-                value, p = child.read_live(b, rows, p, end)
-            else:
-                value, p = child.read(b, rows, p, end)
-            values.append(value)
+        values, p = self.steps.read(b, rows, p, end)
         return pa.StructArray.from_arrays(values, fields=self.fields), p
 
 
@@ -664,102 +685,214 @@ class _Union(_Node):
 
 
 class _Run:
-    """Consecutive top-level ``["null", "string"]`` fields (most of a Salesforce event),
-    read together: one step per field to find each value (a union byte, a length byte), the
-    values gathered at once for all the fields, and everything checked once at the end. A
-    batch where any of them is not the common case (a union index or length of more than one
-    byte, a read past a payload's end, invalid UTF-8) is read field by field instead."""
+    """Consecutive ``["null", T]`` fields of a record, T a string, double or boolean (most
+    of a Salesforce event and of its addresses), read together: one step per field to find
+    each value's place from its union byte (and a string's length byte), then every value
+    gathered and checked at once. From the first field some payload does not hold in the
+    common way (a union index or length of more than one byte, a read past its end, a
+    boolean byte other than 0/1), the fields are read one at a time, which reports each
+    failure as the row decoder does."""
 
-    # Bytes a step advances by, from the union byte and the next one (the length): 1 for a
-    # null, 2 + length for a string of fewer than 64 bytes; the check after the run judges
-    # any other byte.
-    STEP = np.ones((256, 256), _I64)
-    STEP[2, :] = 2 + ((np.arange(256, dtype=_I64) >> 1) & 63)
+    # Bytes a step advances by, from the union byte and the next one (a string's length):
+    # 1 for a null; 2 + length for a string of fewer than 64 bytes, 9 for a double, 2 for a
+    # boolean. The check after the steps judges any other byte.
+    STRING = np.ones((256, 256), _I64)
+    STRING[2, :] = 2 + ((np.arange(256, dtype=_I64) >> 1) & 63)
+    DOUBLE = np.ones(256, _I64)
+    DOUBLE[2] = 9
+    BOOLEAN = np.ones(256, _I64)
+    BOOLEAN[2] = 2
 
-    def __init__(self, fields: list[tuple[str, _Union]]) -> None:
-        self.fields = fields
+    def __init__(self, nodes: list[_Union]) -> None:
+        self.nodes = nodes
+        self.kinds = [_run_kind(node) for node in nodes]
 
     def read(
         self, b: _Batch, rows: np.ndarray, p: np.ndarray, end: np.ndarray
     ) -> tuple[list[Column], np.ndarray]:
         values: list[Column] = []
-        fields = [node for _, node in self.fields]
-        while fields:
+        start = 0
+        count = len(self.nodes)
+        while start < count:
             if b.deaths:
-                for node in fields:
+                for node in self.nodes[start:]:
                     value, p = node.read_live(b, rows, p, end)
                     values.append(value)
                 break
-            done, p = self._together(b, fields, p, end)
+            done, p = self._together(b, start, p, end)
             values.extend(done)
-            fields = fields[len(done) :]
-            if fields:
+            start += len(done)
+            if start < count:
                 # The first field some payload does not hold in the common way: on its own.
-                value, p = fields[0].read(b, rows, p, end)
+                value, p = self.nodes[start].read(b, rows, p, end)
                 values.append(value)
-                fields = fields[1:]
+                start += 1
         return values, p
 
     def _together(
-        self, b: _Batch, fields: list[_Union], p: np.ndarray, end: np.ndarray
+        self, b: _Batch, start: int, p: np.ndarray, end: np.ndarray
     ) -> tuple[list[Column], np.ndarray]:
-        """The leading fields every payload holds in the common way, and the positions
-        after them."""
-        k, n = len(fields), len(p)
+        """The fields from ``start`` on that every payload holds in the common way, and the
+        positions after them."""
+        # A walk goes at most _WALK fields: a walk that stops early does not redo many.
+        kinds = self.kinds[start : start + _WALK]
+        k, n = len(kinds), len(p)
         data = b.padded(66 * k + 2)
         at = np.empty((k + 1, n), _I64)
-        step = self.STEP
-        for f in range(k):
+        string, double, boolean = self.STRING, self.DOUBLE, self.BOOLEAN
+        for f, kind in enumerate(kinds):
             at[f] = p
-            p = p + step[data[p], data[p + 1]]
+            if kind == "s":
+                p = p + string[data[p], data[p + 1]]
+            elif kind == "d":
+                p = p + double[data[p]]
+            else:
+                p = p + boolean[data[p]]
         at[k] = p
         union = data[at[:k]]
-        length = data[at[:k] + 1]
+        second = data[at[:k] + 1]
         present = union == 2
-        good = ((union == 0) | (present & ((length & 129) == 0))) & (at[1:] <= end)
+        is_string = np.array([kind == "s" for kind in kinds])[:, None]
+        is_boolean = np.array([kind == "b" for kind in kinds])[:, None]
+        odd = np.where(is_string, (second & 129) != 0, is_boolean & (second > 1))
+        good = ((union == 0) | (present & ~odd)) & (at[1:] <= end)
         fine = good.all(axis=1)
         if not fine.all():
             k = int(np.argmin(fine))
             if not k:
                 return [], at[0]
-            union, length, present = union[:k], length[:k], present[:k]
-        lengths = np.where(present, length >> 1, 0).astype(_I64).reshape(-1)
-        offsets = np.zeros(k * n + 1, _I64)
-        np.cumsum(lengths, out=offsets[1:])
-        total = int(offsets[-1])
-        if total > _MAX_OFFSET:
-            return [], at[0]
-        starts = (at[:k] + 2).reshape(-1)
-        index = np.repeat(starts - offsets[:-1], lengths) + np.arange(total, dtype=_I64)
-        buffer = pa.py_buffer(data[index])
-        offsets32 = offsets.astype(np.int32)
-        everything = pa.Array.from_buffers(
-            pa.string(), k * n, [None, pa.py_buffer(offsets32), buffer]
+            kinds = kinds[:k]
+        counts = present[:k].sum(axis=1).tolist()
+        validity = np.packbits(present[:k], axis=1, bitorder="little")
+        values: list[Column | None] = [None] * k
+        strings = [f for f in range(k) if kinds[f] == "s"]
+        if strings:
+            if not self._strings(b, at, second, present, strings, counts, validity, values):
+                return [], at[0]
+        for f in range(k):
+            if values[f] is not None:
+                continue
+            mask = None if counts[f] == n else ~present[f]
+            if not counts[f]:
+                values[f] = pa.nulls(n, pa.float64() if kinds[f] == "d" else pa.bool_())
+            elif kinds[f] == "d":
+                raw = data[at[f][:, None] + np.arange(1, 9, dtype=_I64)]
+                values[f] = pa.array(raw.view("<f8").reshape(-1), pa.float64(), mask=mask)
+            else:
+                values[f] = pa.array(second[f].astype(bool), pa.bool_(), mask=mask)
+        return values, at[k]  # type: ignore[return-value]
+
+    @staticmethod
+    def _strings(
+        b: _Batch,
+        at: np.ndarray,
+        second: np.ndarray,
+        present: np.ndarray,
+        fields: list[int],
+        counts: list[int],
+        validity: np.ndarray,
+        values: list[Column | None],
+    ) -> bool:
+        """The string fields' values, all copied out with one take (False: invalid UTF-8
+        somewhere, for the fields to judge one at a time)."""
+        n = at.shape[1]
+        k = len(fields)
+        here = present[fields]
+        # Spans in payload order (row by row), a null's empty, as the odd elements of a
+        # binary array over the whole payload buffer (see _Sized._spans); the take picks
+        # them field by field.
+        starts = np.where(here, at[fields] + 2, at[fields] + 1).T
+        stops = starts + np.where(here, second[fields] >> 1, 0).T
+        large = b.buffer.size > _MAX_OFFSET
+        bounds = np.empty(2 * k * n + 2, _I64 if large else np.int32)
+        bounds[0] = 0
+        bounds[1:-1:2] = starts.reshape(-1)
+        bounds[2:-1:2] = stops.reshape(-1)
+        bounds[-1] = bounds[-2]
+        gaps = pa.Array.from_buffers(
+            pa.large_binary() if large else pa.binary(),
+            2 * k * n + 1,
+            [None, pa.py_buffer(bounds), b.buffer],
         )
+        order = (2 * (np.arange(n, dtype=np.int32)[None, :] * k + np.arange(k, dtype=np.int32)[:, None]) + 1)
+        taken = gaps.take(pa.array(order.reshape(-1)))
+        if large:
+            taken = taken.cast(pa.binary())
+        everything = taken.view(pa.string())
         try:
             everything.validate(full=True)  # UTF-8, as bytes.decode() checks it
         except pa.ArrowInvalid:
-            return [], at[0]
-        counts = present.sum(axis=1).tolist()
-        validity = np.packbits(present, axis=1, bitorder="little")
-        values: list[Column] = []
-        for f in range(k):
+            return False
+        _, offsets, data = everything.buffers()
+        bits = pa.py_buffer(np.packbits(here.reshape(-1), bitorder="little"))
+        for j, f in enumerate(fields):
             if not counts[f]:
-                values.append(pa.nulls(n, pa.string()))
+                values[f] = pa.nulls(n, pa.string())
                 continue
-            values.append(
-                pa.Array.from_buffers(
-                    pa.string(),
-                    n,
-                    [
-                        None if counts[f] == n else pa.py_buffer(validity[f]),
-                        pa.py_buffer(offsets32[f * n : f * n + n + 1]),
-                        buffer,
-                    ],
-                    null_count=n - counts[f],
-                )
+            values[f] = pa.Array.from_buffers(
+                pa.string(),
+                n,
+                [None if counts[f] == n else bits, offsets, data],
+                null_count=n - counts[f],
+                offset=j * n,
             )
-        return values, at[k]
+        return True
+
+
+def _run_kind(node: _Node) -> str | None:
+    """"s", "d" or "b" for a ``["null", T]`` union of a string, double or boolean."""
+    if not (isinstance(node, _Union) and node.count == 2 and node.null_code == 0):
+        return None
+    value = node.branches[1]
+    if isinstance(value, _Sized) and value.string:
+        return "s"
+    if isinstance(value, _Float) and value.size == 8:
+        return "d"
+    if isinstance(value, _Boolean):
+        return "b"
+    return None
+
+
+_RUN = 3  # consecutive fields read together
+_WALK = 16  # fields of a run read together at most
+
+
+class _Steps:
+    """A record's fields in order: runs of fields read together, and the others."""
+
+    def __init__(self, nodes: list[_Node]) -> None:
+        self.steps: list[_Node | _Run] = []
+        run: list[_Union] = []
+        for node in nodes:
+            if _run_kind(node) is not None:
+                run.append(node)  # type: ignore[arg-type]
+                continue
+            self._close(run)
+            run = []
+            self.steps.append(node)
+        self._close(run)
+
+    def _close(self, run: list[_Union]) -> None:
+        if len(run) >= _RUN:
+            self.steps.append(_Run(run))
+        else:
+            self.steps.extend(run)
+
+    def read(
+        self, b: _Batch, rows: np.ndarray, p: np.ndarray, end: np.ndarray
+    ) -> tuple[list[Column], np.ndarray]:
+        values: list[Column] = []
+        for step in self.steps:
+            if isinstance(step, _Run):
+                run_values, p = step.read(b, rows, p, end)
+                values.extend(run_values)
+            elif b.deaths:
+                value, p = step.read_live(b, rows, p, end)
+                values.append(value)
+            else:
+                value, p = step.read(b, rows, p, end)
+                values.append(value)
+        return values, p
 
 
 class _Blocks(_Node):
@@ -904,23 +1037,14 @@ class ColumnarDecoder:
             self._fields[0][1], _Record
         )
         self._parsed_for_fastavro: Any = None
-        self._steps: list[tuple[str, _Node] | _Run] = []
-        run: list[tuple[str, _Union]] = []
-        for i, (name, node) in enumerate(self._fields):
-            if i and _plain_string(node):
-                assert isinstance(node, _Union)
-                run.append((name, node))
-                continue
-            self._close(run)
-            run = []
-            self._steps.append((name, node))
-        self._close(run)
-
-    def _close(self, run: list[tuple[str, _Union]]) -> None:
-        if len(run) >= _RUN:
-            self._steps.append(_Run(run))
+        nodes = [node for _, node in self._fields]
+        if self._header:  # its fields are read as columns of their own
+            assert isinstance(nodes[0], _Record)
+            self._header_steps: _Steps | None = nodes[0].steps
+            nodes = nodes[1:]
         else:
-            self._steps.extend(run)
+            self._header_steps = None
+        self._steps = _Steps(nodes)
 
     @classmethod
     def for_schema(cls, schema: EventSchema) -> ColumnarDecoder | None:
@@ -1037,18 +1161,10 @@ class ColumnarDecoder:
             b.alive[null] = False
             b.deaths += int(null.sum())
         rows = np.arange(n, dtype=_I64)
-        values: list[Column] = []
-        for step in self._steps:
-            if isinstance(step, _Run):
-                run_values, p = step.read(b, rows, p, end)
-                values.extend(run_values)
-                continue
-            node = step[1]
-            if b.deaths:
-                value, p = node.read_live(b, rows, p, end)
-            else:
-                value, p = node.read(b, rows, p, end)
-            values.append(value)
+        header_values: list[Column] = []
+        if self._header_steps is not None:
+            header_values, p = self._header_steps.read(b, rows, p, end)
+        values, p = self._steps.read(b, rows, p, end)
         left = end - p
         trailing = left != 0
         if b.deaths:
@@ -1067,13 +1183,16 @@ class ColumnarDecoder:
         if errors:
             keep = np.flatnonzero(good)
             values = [_take(v, keep) for v in values]
+            header_values = [_take(v, keep) for v in header_values]
         else:
             keep = rows
-        for i, ((name, _), value) in enumerate(zip(self._fields, values, strict=True)):
-            if i == 0 and self._header:
-                assert isinstance(value, pa.StructArray)
-                header = {f.name: value.field(k) for k, f in enumerate(value.type)}
-                continue
+        fields = self._fields
+        if self._header_steps is not None:
+            header_node = fields[0][1]
+            assert isinstance(header_node, _Record)
+            header = dict(zip(header_node.names, header_values, strict=True))  # type: ignore[arg-type]
+            fields = fields[1:]
+        for (name, _), value in zip(fields, values, strict=True):
             columns[name] = value
         return Decoded(columns, header, keep, errors)
 
@@ -1126,19 +1245,6 @@ class ColumnarDecoder:
         for i, buf in replaced.items():
             values[i] = buf
         return pa.array(values, pa.binary())
-
-
-_RUN = 4  # consecutive top-level ["null", "string"] fields read together
-
-
-def _plain_string(node: _Node) -> bool:
-    return (
-        isinstance(node, _Union)
-        and node.count == 2
-        and node.null_code == 0
-        and isinstance(node.single, _Sized)
-        and node.single.string
-    )
 
 
 def _take(value: Column, keep: np.ndarray) -> Column:

@@ -28,7 +28,6 @@ each bad row, with the same values for the others.
 
 from __future__ import annotations
 
-import functools
 import gc
 import json
 import threading
@@ -152,16 +151,32 @@ def decoded_schema(plan: DecodePlan) -> T.StructType:
     return T.StructType([T.StructField(n, t) for n, t in columns])
 
 
-@functools.lru_cache(maxsize=64)
+# Arrow schemas per layout, by identity: a layout's hash walks all its fields.
+_SCHEMAS: dict[tuple[str, int], tuple[SilverLayout, pa.Schema]] = {}
+
+
+def _per_layout(kind: str, layout: SilverLayout, make: Callable[[], pa.Schema]) -> pa.Schema:
+    key = (kind, id(layout))
+    held = _SCHEMAS.get(key)
+    if held is None or held[0] is not layout:
+        if len(_SCHEMAS) >= _MAX_BUILDERS:
+            _SCHEMAS.clear()
+        held = _SCHEMAS[key] = (layout, make())
+    return held[1]
+
+
 def _decoded_arrow(layout: SilverLayout) -> pa.Schema:
     """:func:`decoded_schema` in Arrow types (it depends on the layout only)."""
-    columns = (*DECODED_HEADER, *layout.raw_columns())
-    return spark_schema_to_arrow(T.StructType([T.StructField(n, t) for n, t in columns]))
+
+    def make() -> pa.Schema:
+        columns = (*DECODED_HEADER, *layout.raw_columns())
+        return spark_schema_to_arrow(T.StructType([T.StructField(n, t) for n, t in columns]))
+
+    return _per_layout("decoded", layout, make)
 
 
-@functools.lru_cache(maxsize=64)
 def _shaped_schema(layout: SilverLayout) -> pa.Schema:
-    return shaped_schema(layout)
+    return _per_layout("shaped", layout, partial(shaped_schema, layout))
 
 
 def decode_function(
