@@ -148,7 +148,7 @@ class _Batch:
     def padded(self, pad: int) -> np.ndarray:
         """The payload bytes followed by ``pad`` zero bytes or more."""
         if self._padded is None or len(self._padded) < len(self.data) + pad:
-            pad = max(pad, 66 * _WALK + 16)  # what any read asks for: one copy per batch
+            pad = max(pad, 8200 * _WALK + 16)  # what any read asks for: one copy per batch
             self._padded = np.concatenate([self.data, np.zeros(pad, np.uint8)])
         return self._padded
 
@@ -702,10 +702,18 @@ class _Run:
     DOUBLE[2] = 9
     BOOLEAN = np.ones(256, _I64)
     BOOLEAN[2] = 2
+    # A wide walk also takes a string length of two bytes (64 to 8191 bytes): the step is
+    # WIDE + EXTRA * (third byte & 127).
+    WIDE = STRING.copy()
+    WIDE[2, 128:] = 3 + ((np.arange(128, 256, dtype=_I64) & 127) >> 1)
+    EXTRA = np.zeros((256, 256), _I64)
+    EXTRA[2, 128:] = 64
 
     def __init__(self, nodes: list[_Union]) -> None:
         self.nodes = nodes
         self.kinds = [_run_kind(node) for node in nodes]
+        self.is_string = np.array([kind == "s" for kind in self.kinds])[:, None]
+        self.is_boolean = np.array([kind == "b" for kind in self.kinds])[:, None]
 
     def read(
         self, b: _Batch, rows: np.ndarray, p: np.ndarray, end: np.ndarray
@@ -713,16 +721,18 @@ class _Run:
         values: list[Column] = []
         start = 0
         count = len(self.nodes)
+        wide = False
         while start < count:
             if b.deaths:
                 for node in self.nodes[start:]:
                     value, p = node.read_live(b, rows, p, end)
                     values.append(value)
                 break
-            done, p = self._together(b, start, p, end)
+            done, p = self._together(b, start, p, end, wide)
             values.extend(done)
             start += len(done)
             if start < count:
+                wide = True  # long strings, perhaps: the next walks take them
                 # The first field some payload does not hold in the common way: on its own.
                 value, p = self.nodes[start].read(b, rows, p, end)
                 values.append(value)
@@ -730,20 +740,25 @@ class _Run:
         return values, p
 
     def _together(
-        self, b: _Batch, start: int, p: np.ndarray, end: np.ndarray
+        self, b: _Batch, start: int, p: np.ndarray, end: np.ndarray, wide: bool
     ) -> tuple[list[Column], np.ndarray]:
         """The fields from ``start`` on that every payload holds in the common way, and the
         positions after them."""
         # A walk goes at most _WALK fields: a walk that stops early does not redo many.
         kinds = self.kinds[start : start + _WALK]
         k, n = len(kinds), len(p)
-        data = b.padded(66 * k + 2)
+        data = b.padded(8200 * k + 4)
         at = np.empty((k + 1, n), _I64)
-        string, double, boolean = self.STRING, self.DOUBLE, self.BOOLEAN
+        string, double, boolean = self.WIDE if wide else self.STRING, self.DOUBLE, self.BOOLEAN
+        extra = self.EXTRA
         for f, kind in enumerate(kinds):
             at[f] = p
             if kind == "s":
-                p = p + string[data[p], data[p + 1]]
+                if wide:
+                    u, length = data[p], data[p + 1]
+                    p = p + string[u, length] + extra[u, length] * (data[p + 2] & 127)
+                else:
+                    p = p + string[data[p], data[p + 1]]
             elif kind == "d":
                 p = p + double[data[p]]
             else:
@@ -752,9 +767,16 @@ class _Run:
         union = data[at[:k]]
         second = data[at[:k] + 1]
         present = union == 2
-        is_string = np.array([kind == "s" for kind in kinds])[:, None]
-        is_boolean = np.array([kind == "b" for kind in kinds])[:, None]
-        odd = np.where(is_string, (second & 129) != 0, is_boolean & (second > 1))
+        is_string = self.is_string[start : start + k]
+        is_boolean = self.is_boolean[start : start + k]
+        multi = None
+        if wide:
+            third = data[at[:k] + 2]
+            multi = present & is_string & (second > 127)
+            short = np.where(multi, ((second & 1) != 0) | (third > 127), (second & 129) != 0)
+        else:
+            short = (second & 129) != 0
+        odd = np.where(is_string, short, is_boolean & (second > 1))
         good = ((union == 0) | (present & ~odd)) & (at[1:] <= end)
         fine = good.all(axis=1)
         if not fine.all():
@@ -763,18 +785,26 @@ class _Run:
                 return [], at[0]
             kinds = kinds[:k]
         counts = present[:k].sum(axis=1).tolist()
+        if not any(counts):  # null everywhere
+            return [self.nodes[start + f].nulls(n) for f in range(k)], at[k]
         validity = np.packbits(present[:k], axis=1, bitorder="little")
         values: list[Column | None] = [None] * k
-        strings = [f for f in range(k) if kinds[f] == "s"]
+        strings = [f for f in range(k) if kinds[f] == "s" and counts[f]]
         if strings:
-            if not self._strings(b, at, second, present, strings, counts, validity, values):
+            lengths = (second >> 1).astype(_I64)
+            starts = at[:k] + 2
+            if multi is not None and multi.any():
+                wide_lengths = ((second & 127) >> 1).astype(_I64) | (third.astype(_I64) << 6)
+                lengths = np.where(multi, wide_lengths, lengths)
+                starts = starts + multi
+            if not self._strings(b, starts, lengths, present, strings, counts, values):
                 return [], at[0]
         for f in range(k):
             if values[f] is not None:
                 continue
             mask = None if counts[f] == n else ~present[f]
             if not counts[f]:
-                values[f] = pa.nulls(n, pa.float64() if kinds[f] == "d" else pa.bool_())
+                values[f] = self.nodes[start + f].nulls(n)
             elif kinds[f] == "d":
                 raw = data[at[f][:, None] + np.arange(1, 9, dtype=_I64)]
                 values[f] = pa.array(raw.view("<f8").reshape(-1), pa.float64(), mask=mask)
@@ -785,28 +815,27 @@ class _Run:
     @staticmethod
     def _strings(
         b: _Batch,
-        at: np.ndarray,
-        second: np.ndarray,
+        starts: np.ndarray,
+        lengths: np.ndarray,
         present: np.ndarray,
         fields: list[int],
         counts: list[int],
-        validity: np.ndarray,
         values: list[Column | None],
     ) -> bool:
         """The string fields' values, all copied out with one take (False: invalid UTF-8
         somewhere, for the fields to judge one at a time)."""
-        n = at.shape[1]
+        n = starts.shape[1]
         k = len(fields)
         here = present[fields]
         # Spans in payload order (row by row), a null's empty, as the odd elements of a
         # binary array over the whole payload buffer (see _Sized._spans); the take picks
         # them field by field.
-        starts = np.where(here, at[fields] + 2, at[fields] + 1).T
-        stops = starts + np.where(here, second[fields] >> 1, 0).T
+        first = np.where(here, starts[fields], starts[fields] - 1).T
+        stops = first + np.where(here, lengths[fields], 0).T
         large = b.buffer.size > _MAX_OFFSET
         bounds = np.empty(2 * k * n + 2, _I64 if large else np.int32)
         bounds[0] = 0
-        bounds[1:-1:2] = starts.reshape(-1)
+        bounds[1:-1:2] = first.reshape(-1)
         bounds[2:-1:2] = stops.reshape(-1)
         bounds[-1] = bounds[-2]
         gaps = pa.Array.from_buffers(
