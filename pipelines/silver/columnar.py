@@ -498,6 +498,7 @@ class _Sized(_Node):
             # Spread with empty values, nulls marked by a validity bitmap: no take.
             offsets = np.frombuffer(value.buffers()[1], np.int32)[: len(sub) + 1]
             spread = np.zeros(len(p) + 1, np.int32)
+            spread[0] = offsets[0]
             spread[sub + 1] = offsets[1:] - offsets[:-1]
             np.cumsum(spread, out=spread)
             validity = pa.py_buffer(np.packbits(selected, bitorder="little"))

@@ -308,10 +308,10 @@ class _Out:
     def __init__(self, schema: pa.Schema, bronze: pa.RecordBatch) -> None:
         self.schema = schema
         self.n = bronze.num_rows
-        self.columns: dict[str, pa.Array] = {
-            name: bronze.column(i).cast(schema.field(name).type)
-            for i, (name, _) in enumerate(DECODED_HEADER[:_PASS_THROUGH])
-        }
+        self.columns: dict[str, pa.Array] = {}
+        for i, (name, _) in enumerate(DECODED_HEADER[:_PASS_THROUGH]):
+            column, target = bronze.column(i), schema.field(name).type
+            self.columns[name] = column if column.type == target else column.cast(target)
 
     def batch(self) -> pa.RecordBatch:
         arrays = []
@@ -664,6 +664,8 @@ def _take(value: Column, keep: np.ndarray) -> Column:
 def _cast_or_convert(value: pa.Array, arrow_type: pa.DataType) -> pa.Array:
     """A header column in the output's type: cast, or through its values where a cast
     does not do what ``pa.array(values, arrow_type)`` does."""
+    if value.type == arrow_type:
+        return value
     try:
         return value.cast(arrow_type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
