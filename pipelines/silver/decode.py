@@ -18,12 +18,12 @@ What travels with the function (:class:`DecodePlan`) is small and picklable: the
 layout and the registry's schema JSON of its versions. In each Python process the schemas are
 parsed and their decoders generated once per schema id (a module-level
 :class:`~ingest.decoding.DecoderCache`, reused by every task of that worker). Each Arrow
-batch of at least :data:`COLUMNAR_MIN_BYTES` of payloads is decoded a field at a time over all
-its rows by
-:class:`~pipelines.silver.columnar.ColumnarDecoder`, straight into Arrow arrays; a batch
-holding any row it does not take (corrupt, irregular, a bad bitmap, another entity) is
-decoded row by row with :meth:`~ingest.decoding.EventDecoder.decode_batch`, which reports
-each bad row, with the same values for the others.
+batch is decoded a field at a time over all its rows by
+:class:`~pipelines.silver.columnar.ColumnarDecoder`, straight into Arrow arrays; a row that
+does not decode is reported on its own, with the reason the row decoder
+(:meth:`~ingest.decoding.EventDecoder.decode_batch`) gives, and so is a row whose bitmap
+does not expand or whose header names another object. Only a schema the row decoder itself
+leaves to fastavro (a logical type, a recursive type) is decoded row by row, by fastavro.
 """
 
 from __future__ import annotations

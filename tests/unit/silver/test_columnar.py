@@ -1,5 +1,5 @@
-"""The columnar decoder against the row decoder: same values on every batch it accepts, and
-every batch with an unusual row handed back."""
+"""The columnar decoder against the row decoder: the same values, and each bad row reported
+on its own with the row decoder's reason."""
 
 from __future__ import annotations
 
