@@ -58,6 +58,7 @@ _MAX_OFFSET = 2**31 - 1  # string and binary arrays use 32-bit offsets
 _TRUNCATED = "truncated: the payload ends before the value does"
 _EMPTY = np.zeros(0, _I64)
 _FEW = 64  # rows whose bitmaps are expanded one at a time
+_WINDOW = 512  # rows whose varints of several bytes are read from a window at most
 _GROUPS = np.arange(10, dtype=_I64)
 _SHIFTS = (7 * _GROUPS).astype(_U64)
 
@@ -208,7 +209,8 @@ class _Batch:
         p = p + 1
         more = np.flatnonzero(b > 127)
         groups = -(-bits // 7)
-        if more.size and not self.deaths and self._window(more, n, p, end, bits, groups):
+        # A window costs ten bytes a row: a few rows' varints take it, many rows' the loop.
+        if 0 < more.size <= _WINDOW and not self.deaths and self._window(more, n, p, end, bits, groups):
             return n, p
         shift = 7
         k = 1
