@@ -18,12 +18,12 @@ What travels with the function (:class:`DecodePlan`) is small and picklable: the
 layout and the registry's schema JSON of its versions. In each Python process the schemas are
 parsed and their decoders generated once per schema id (a module-level
 :class:`~ingest.decoding.DecoderCache`, reused by every task of that worker). Each Arrow
-batch of at least :data:`COLUMNAR_MIN_BYTES` of payloads is decoded a field at a time over all
-its rows by
-:class:`~pipelines.silver.columnar.ColumnarDecoder`, straight into Arrow arrays; a batch
-holding any row it does not take (corrupt, irregular, a bad bitmap, another entity) is
-decoded row by row with :meth:`~ingest.decoding.EventDecoder.decode_batch`, which reports
-each bad row, with the same values for the others.
+batch is decoded a field at a time over all its rows by
+:class:`~pipelines.silver.columnar.ColumnarDecoder`, straight into Arrow arrays; a row that
+does not decode is reported on its own, with the reason the row decoder
+(:meth:`~ingest.decoding.EventDecoder.decode_batch`) gives, and so is a row whose bitmap
+does not expand or whose header names another object. Only a schema the row decoder itself
+leaves to fastavro (a logical type, a recursive type) is decoded row by row, by fastavro.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
@@ -44,13 +45,19 @@ from ingest.decoding import DecodedBatch, DecoderCache, EventDecoder, expander_f
 from ingest.errors import BitmapError, DecodeError
 from ingest.schema import EventSchema, FieldInfo
 from pipelines.engines.arrow import spark_schema_to_arrow, spark_type_to_arrow
-from pipelines.silver.columnar import Column, ColumnarDecoder, UnionColumn, expanded_bitmaps
+from pipelines.silver.columnar import (
+    Column,
+    ColumnarDecoder,
+    Decoded,
+    UnionColumn,
+    expanded_bitmaps,
+    to_pylist,
+)
 from pipelines.silver.columns import FieldLayout, LeafKind, SilverLayout, leaf_kind
 from pipelines.silver.shape import shape_batch, shaped_schema
 
 __all__ = [
     "BRONZE_COLUMNS",
-    "COLUMNAR_MIN_BYTES",
     "DECODED_HEADER",
     "DECODE_BATCH_BYTES",
     "DECODE_BATCH_ROWS",
@@ -71,10 +78,6 @@ ErrorKind = Literal[
     "wrong_entity",
     "replay_gap",
 ]
-
-# Payload bytes from which a batch is decoded a field at a time (columnar) rather than row
-# by row.
-COLUMNAR_MIN_BYTES = 1 << 20
 
 # Rows of the batches :class:`SilverRows` decodes: smaller batches that arrive one after the
 # other (Spark hands a Python worker batches of spark.sql.execution.arrow.maxRecordsPerBatch
@@ -148,6 +151,34 @@ def decoded_schema(plan: DecodePlan) -> T.StructType:
     return T.StructType([T.StructField(n, t) for n, t in columns])
 
 
+# Arrow schemas per layout, by identity: a layout's hash walks all its fields.
+_SCHEMAS: dict[tuple[str, int], tuple[SilverLayout, pa.Schema]] = {}
+
+
+def _per_layout(kind: str, layout: SilverLayout, make: Callable[[], pa.Schema]) -> pa.Schema:
+    key = (kind, id(layout))
+    held = _SCHEMAS.get(key)
+    if held is None or held[0] is not layout:
+        if len(_SCHEMAS) >= _MAX_BUILDERS:
+            _SCHEMAS.clear()
+        held = _SCHEMAS[key] = (layout, make())
+    return held[1]
+
+
+def _decoded_arrow(layout: SilverLayout) -> pa.Schema:
+    """:func:`decoded_schema` in Arrow types (it depends on the layout only)."""
+
+    def make() -> pa.Schema:
+        columns = (*DECODED_HEADER, *layout.raw_columns())
+        return spark_schema_to_arrow(T.StructType([T.StructField(n, t) for n, t in columns]))
+
+    return _per_layout("decoded", layout, make)
+
+
+def _shaped_schema(layout: SilverLayout) -> pa.Schema:
+    return _per_layout("shaped", layout, partial(shaped_schema, layout))
+
+
 def decode_function(
     plan: DecodePlan,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -177,7 +208,7 @@ class SilverRows:
                 yield rows
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        target = shaped_schema(self.plan.layout)
+        target = _shaped_schema(self.plan.layout)
         joined = _joined(self._mine(batches), DECODE_BATCH_ROWS, DECODE_BATCH_BYTES)
         for decoded in decode_batches(self.plan, joined):
             yield shape_batch(self.plan.layout, decoded, target)
@@ -231,7 +262,7 @@ def decode_batches(plan: DecodePlan, batches: Iterator[pa.RecordBatch]) -> Itera
     docstring). Used through :func:`decode_function`."""
     with _SCHEMA_LOCK:
         _SCHEMA_JSON.update(plan.schemas)
-    out_schema = spark_schema_to_arrow(decoded_schema(plan))
+    out_schema = _decoded_arrow(plan.layout)
     for batch in batches:
         # Decoding creates millions of small acyclic objects (strings, floats); the cyclic
         # collector would walk all of them again and again and find nothing.
@@ -277,10 +308,10 @@ class _Out:
     def __init__(self, schema: pa.Schema, bronze: pa.RecordBatch) -> None:
         self.schema = schema
         self.n = bronze.num_rows
-        self.columns: dict[str, pa.Array] = {
-            name: bronze.column(i).cast(schema.field(name).type)
-            for i, (name, _) in enumerate(DECODED_HEADER[:_PASS_THROUGH])
-        }
+        self.columns: dict[str, pa.Array] = {}
+        for i, (name, _) in enumerate(DECODED_HEADER[:_PASS_THROUGH]):
+            column, target = bronze.column(i), schema.field(name).type
+            self.columns[name] = column if column.type == target else column.cast(target)
 
     def batch(self) -> pa.RecordBatch:
         arrays = []
@@ -418,7 +449,8 @@ class _Builder:
         raw = dict(layout.raw_columns())
         for f in layout.fields:
             self.columns.extend(self._plan(f, by_name.get(f.name), raw))
-        self.columnar = ColumnarDecoder.for_schema(schema) if _header_fits(schema) else None
+        # The schemas the row decoder leaves to fastavro are read as fastavro reads them.
+        self.columnar = ColumnarDecoder.for_schema(schema) if decoder.specialised else None
         self.expander = expander_for(schema)
 
     @staticmethod
@@ -452,13 +484,68 @@ class _Builder:
         return [(info.name, _leaf(arrow_type, f.kind, source))]
 
     def build(self, schema: pa.Schema, bronze: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
-        # The columnar decoder costs a few tens of milliseconds per batch whatever its size:
-        # below about a megabyte of payloads the row decoder is done sooner.
-        if self.columnar is not None and bronze.column(5).nbytes >= COLUMNAR_MIN_BYTES:
-            fast = self._columnar(schema, bronze)
-            if fast is not None:
-                yield fast
-                return
+        if self.columnar is None:
+            yield from self._rows(schema, bronze)
+            return
+        decoded = self.columnar.decode(bronze.column(5))
+        entity = self.entity
+        kinds: dict[int, tuple[ErrorKind, str]] = {
+            i: ("corrupt_payload", reason) for i, reason in decoded.errors.items()
+        }
+        rows = decoded.rows
+        header = decoded.header
+        out_columns: dict[str, pa.Array] = {}
+        if self.schema.is_change_event and len(rows):
+            refused: dict[int, tuple[ErrorKind, str]] = {}
+            bitmaps = {}
+            for field_name, target in _BITMAP_COLUMNS:
+                column = header.get(field_name)
+                if column is None:
+                    bitmaps[target] = pa.array([[]] * len(rows), pa.list_(pa.string()))
+                    continue
+                bitmaps[target], errors = expanded_bitmaps(column, self.expander.expand)
+                for k, reason in errors.items():
+                    refused.setdefault(k, ("bad_bitmap", reason))
+            names = header["entityName"]
+            wrong = pc.fill_null(pc.not_equal(names, pa.scalar(entity, names.type)), True)
+            if wrong.true_count:
+                for k in np.flatnonzero(np.asarray(wrong)).tolist():
+                    refused.setdefault(
+                        k,
+                        (
+                            "wrong_entity",
+                            f"schema {self.schema.schema_id} is a {entity} schema but the "
+                            f"event's ChangeEventHeader.entityName is {names[k].as_py()!r}",
+                        ),
+                    )
+            if refused:
+                for k, error in refused.items():
+                    kinds[int(rows[k])] = error
+                keep = np.setdiff1d(np.arange(len(rows)), np.fromiter(refused, np.int64))
+                index = pa.array(keep, pa.int64())
+                rows = rows[keep]
+                header = {name: column.take(index) for name, column in header.items()}
+                bitmaps = {name: column.take(index) for name, column in bitmaps.items()}
+                decoded = Decoded(
+                    {name: _take(column, keep) for name, column in decoded.columns.items()},
+                    header,
+                    rows,
+                    decoded.errors,
+                )
+            out_columns.update(bitmaps)
+        if len(rows):
+            good = bronze if len(rows) == bronze.num_rows else bronze.take(pa.array(rows))
+            yield self._good(schema, good, decoded, out_columns)
+        if kinds:
+            order = sorted(kinds)
+            failed = bronze.take(pa.array(order, pa.int64()))
+            yield _failed(
+                schema, failed, [kinds[i][0] for i in order], [kinds[i][1] for i in order], entity
+            )
+
+    def _rows(self, schema: pa.Schema, bronze: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        """A schema the row decoder itself leaves to fastavro (a logical type, a recursive
+        type, an array of zero-width items): decoded row by row, as fastavro reads it."""
         payloads = bronze.column(5).to_pylist()
         decoded = self.decoder.decode_batch(payloads)
         out_rows = decoded.row_index
@@ -471,7 +558,6 @@ class _Builder:
             names = decoded.header["entityName"]
             wrong = [k for k, name in enumerate(names) if name != entity]
             if wrong:
-                bad = set(wrong)
                 for k in wrong:
                     kinds.append(
                         (
@@ -481,10 +567,10 @@ class _Builder:
                             f"event's ChangeEventHeader.entityName is {names[k]!r}",
                         )
                     )
-                decoded = _drop(decoded, bad)
+                decoded = _drop(decoded, set(wrong))
                 out_rows = decoded.row_index
         if out_rows:
-            yield self._good(schema, bronze, decoded, out_rows)
+            yield self._good_rows(schema, bronze, decoded, out_rows)
         if kinds:
             kinds.sort()
             failed = bronze.take(pa.array([i for i, _, _ in kinds], pa.int64()))
@@ -492,37 +578,7 @@ class _Builder:
                 schema, failed, [k for _, k, _ in kinds], [r for _, _, r in kinds], entity
             )
 
-    def _columnar(self, schema: pa.Schema, bronze: pa.RecordBatch) -> pa.RecordBatch | None:
-        """The batch decoded a field at a time, or None when some row is not the common case
-        (corrupt, irregular, a bad bitmap, another entity): the row decoder then reports each
-        row on its own."""
-        assert self.columnar is not None
-        decoded = self.columnar.decode(bronze.column(5))
-        if decoded is None:
-            return None
-        values, header = decoded
-        n = bronze.num_rows
-        out = _Out(schema, bronze)
-        out.columns["_cdc_entity"] = pa.array([self.entity] * n, pa.string())
-        if self.schema.is_change_event:
-            if not pc.all(pc.equal(header["entityName"], self.entity)).as_py():
-                return None
-            out.columns["_cdc_record_ids"] = header["recordIds"].cast(_arrow(_STRINGS))
-            for field_name, target in _HEADER_SCALARS:
-                out.columns[target] = header[field_name].cast(schema.field(target).type)
-            for field_name, target in _BITMAP_COLUMNS:
-                try:
-                    names = expanded_bitmaps(header[field_name], self.expander.expand)
-                except BitmapError:
-                    return None
-                if names is None:
-                    return None
-                out.columns[target] = names
-        for column, (source, build) in zip(self.names, self.columns, strict=True):
-            out.columns[column] = _from_arrow(build, values[source] if source else None, n)
-        return out.batch()
-
-    def _good(
+    def _good_rows(
         self,
         schema: pa.Schema,
         bronze: pa.RecordBatch,
@@ -547,6 +603,32 @@ class _Builder:
             out.columns[column] = build(values[source] if source is not None else [], n)
         return out.batch()
 
+    def _good(
+        self,
+        schema: pa.Schema,
+        bronze: pa.RecordBatch,
+        decoded: Decoded,
+        bitmaps: dict[str, pa.Array],
+    ) -> pa.RecordBatch:
+        n = bronze.num_rows
+        out = _Out(schema, bronze)
+        out.columns["_cdc_entity"] = pa.array([self.entity] * n, pa.string())
+        header = decoded.header
+        if self.schema.is_change_event:
+            if "recordIds" in header:
+                out.columns["_cdc_record_ids"] = _cast_or_convert(
+                    header["recordIds"], _arrow(_STRINGS)
+                )
+            for field_name, target in _HEADER_SCALARS:
+                if field_name in header:
+                    out.columns[target] = _cast_or_convert(
+                        header[field_name], schema.field(target).type
+                    )
+            out.columns.update(bitmaps)
+        values = decoded.columns
+        for column, (source, build) in zip(self.names, self.columns, strict=True):
+            out.columns[column] = _from_arrow(build, values[source] if source else None, n)
+        return out.batch()
 
 def _drop(decoded: DecodedBatch, bad: set[int]) -> DecodedBatch:
     keep = [k for k in range(len(decoded)) if k not in bad]
@@ -573,22 +655,21 @@ _BITMAP_COLUMNS = (
 )
 
 
-def _header_fits(schema: EventSchema) -> bool:
-    """Whether a change event's header has every field the columnar path reads, the bitmaps
-    as plain arrays of strings (the row decoder takes anything else)."""
-    if not schema.is_change_event:
-        return True
-    header = schema.fields[0]
-    children = {c.name: c for c in header.children}
-    needed = ("entityName", "recordIds", *(f for f, _ in _HEADER_SCALARS))
-    if not all(name in children for name in needed):
-        return False
-    for name, _ in _BITMAP_COLUMNS:
-        info = children.get(name)
-        vt = None if info is None else info.value_type
-        if not (isinstance(vt, dict) and vt.get("type") == "array" and vt.get("items") == "string"):
-            return False
-    return True
+def _take(value: Column, keep: np.ndarray) -> Column:
+    if isinstance(value, UnionColumn):
+        return value.take(keep)
+    return value.take(pa.array(keep, pa.int64()))
+
+
+def _cast_or_convert(value: pa.Array, arrow_type: pa.DataType) -> pa.Array:
+    """A header column in the output's type: cast, or through its values where a cast
+    does not do what ``pa.array(values, arrow_type)`` does."""
+    if value.type == arrow_type:
+        return value
+    try:
+        return value.cast(arrow_type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return pa.array(to_pylist(value), arrow_type)
 
 
 def _from_arrow(build: _Column, value: Column | None, n: int) -> pa.Array:
@@ -599,7 +680,7 @@ def _from_arrow(build: _Column, value: Column | None, n: int) -> pa.Array:
         result = fast(value, n)
         if result is not None:
             return result
-    return build([] if value is None else value.to_pylist(), n)
+    return build([] if value is None else to_pylist(value), n)
 
 
 def _name_lists(values: list[tuple[str, ...]]) -> pa.Array:

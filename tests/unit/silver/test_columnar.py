@@ -1,5 +1,5 @@
-"""The columnar decoder against the row decoder: same values on every batch it accepts, and
-every batch with an unusual row handed back."""
+"""The columnar decoder against the row decoder: the same values, and each bad row reported
+on its own with the row decoder's reason."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ingest.decoding import EventDecoder
 from ingest.schema import EventSchema, parse_event_schema
-from pipelines.silver.columnar import ColumnarDecoder, UnionColumn, expanded_bitmaps
+from pipelines.silver.columnar import ColumnarDecoder, UnionColumn, expanded_bitmaps, to_pylist
 from tests.unit.silver.support import ACCOUNT_V1, ACCOUNT_V2, change_event, encode
 
 EVERYTHING = parse_event_schema(
@@ -113,14 +113,14 @@ def assert_agrees(schema: EventSchema, payloads: list[bytes]) -> None:
     columnar = ColumnarDecoder.for_schema(schema)
     assert columnar is not None
     decoded = columnar.decode(pa.array(payloads, pa.binary()))
-    assert decoded is not None, "the columnar decoder refused a batch of valid payloads"
-    columns, header = decoded
+    assert not decoded.errors, "the columnar decoder refused valid payloads"
+    columns, header = decoded.columns, decoded.header
     reference = EventDecoder(schema).decode_batch(payloads)
     assert not reference.errors
     assert set(columns) == set(reference.columns)
     assert set(header) == set(reference.header)
     for name, values in [*reference.columns.items(), *reference.header.items()]:
-        got = (columns[name] if name in columns else header[name]).to_pylist()
+        got = to_pylist(columns[name] if name in columns else header[name])
         mismatches = [k for k in range(len(values)) if not same(got[k], values[k])]
         assert not mismatches, (name, got[mismatches[0]], values[mismatches[0]])
 
@@ -170,17 +170,36 @@ def test_change_events_of_every_shape_decode_as_the_row_decoder_does() -> None:
     assert_agrees(s, events * 5)
 
 
-def test_a_schema_with_a_map_is_left_to_the_row_decoder() -> None:
+def test_maps_and_unions_inside_records_decode_as_the_row_decoder_does() -> None:
+    inner = {"type": "record", "name": "Inner", "fields": [{"name": "X", "type": "long"}]}
     schema = parse_event_schema(
         json.dumps(
             {
                 "type": "record",
                 "name": "Mapped__e",
-                "fields": [{"name": "Attrs", "type": {"type": "map", "values": "string"}}],
+                "fields": [
+                    {"name": "Attrs", "type": {"type": "map", "values": "string"}},
+                    {
+                        "name": "Nested",
+                        "type": {
+                            "type": "record",
+                            "name": "Outer",
+                            "fields": [
+                                {"name": "Either", "type": ["null", "string", inner]},
+                                {"name": "Many", "type": {"type": "map", "values": ["long", "Inner"]}},
+                            ],
+                        },
+                    },
+                ],
             }
         )
     )
-    assert ColumnarDecoder.for_schema(schema) is None
+    records = [
+        {"Attrs": {}, "Nested": {"Either": None, "Many": {}}},
+        {"Attrs": {"a": "1", "b": "é"}, "Nested": {"Either": "s", "Many": {"k": 3}}},
+        {"Attrs": {"z": ""}, "Nested": {"Either": {"X": -1}, "Many": {"k": {"X": 2}, "j": 5}}},
+    ]
+    assert_agrees(schema, [payload(schema, r) for r in records * 3])
 
 
 @pytest.mark.parametrize(
@@ -198,14 +217,16 @@ def test_a_batch_with_a_damaged_payload_goes_back_to_the_row_decoder(damage: Any
     good = [encode(s, {"ChangeEventHeader": _header(s)}) for _ in range(4)]
     columnar = ColumnarDecoder.for_schema(s)
     assert columnar is not None
-    assert columnar.decode(pa.array(good, pa.binary())) is not None
+    assert not columnar.decode(pa.array(good, pa.binary())).errors
     damaged = [*good[:2], damage(good[2]), good[3]]
-    assert columnar.decode(pa.array(damaged, pa.binary())) is None
+    decoded = columnar.decode(pa.array(damaged, pa.binary()))
     reference = EventDecoder(s).decode_batch(damaged)
     assert [i for i, _ in reference.errors] == [2]
+    assert decoded.errors == dict(reference.errors)
+    assert decoded.rows.tolist() == [0, 1, 3]
 
 
-def test_irregular_but_valid_encodings_go_back_to_the_row_decoder() -> None:
+def test_irregular_but_valid_encodings_are_decoded() -> None:
     # A null written as a two-byte union index: valid Avro that no writer produces.
     s = EVERYTHING
     record = {**_minimal(), "Count": None}
@@ -214,29 +235,32 @@ def test_irregular_but_valid_encodings_go_back_to_the_row_decoder() -> None:
     assert regular[at] == 0
     irregular = regular[:at] + b"\x80\x00" + regular[at + 1 :]
     assert EventDecoder(s).decode_batch([irregular]).errors == []
-    columnar = ColumnarDecoder.for_schema(s)
-    assert columnar is not None
-    assert columnar.decode(pa.array([irregular], pa.binary())) is None
+    assert_agrees(s, [regular, irregular])
 
 
 @pytest.mark.parametrize("index", [b"\x01", b"\x03", b"\x06"], ids=["-1", "-2", "3"])
-def test_a_union_index_out_of_range_goes_back_to_the_row_decoder(index: bytes) -> None:
+def test_a_union_index_out_of_range_is_reported_as_the_row_decoder_does(index: bytes) -> None:
     s = EVERYTHING
     regular = payload(s, {**_minimal(), "Count": None})
     at = 2  # Count's union index, after CreatedDate (one byte) and Flag
     corrupt = regular[:at] + index + regular[at + 1 :]
-    assert [i for i, _ in EventDecoder(s).decode_batch([corrupt]).errors] == [0]
+    reference = EventDecoder(s).decode_batch([regular, corrupt]).errors
+    assert [i for i, _ in reference] == [1]
     columnar = ColumnarDecoder.for_schema(s)
     assert columnar is not None
-    assert columnar.decode(pa.array([corrupt], pa.binary())) is None
+    decoded = columnar.decode(pa.array([regular, corrupt], pa.binary()))
+    assert decoded.errors == dict(reference)
+    assert "union branch index" in reference[0][1]
 
 
-def test_a_null_payload_goes_back_to_the_row_decoder() -> None:
+def test_a_null_payload_is_reported_as_the_row_decoder_does() -> None:
     s = ACCOUNT_V1
     columnar = ColumnarDecoder.for_schema(s)
     assert columnar is not None
     good = encode(s, {"ChangeEventHeader": _header(s)})
-    assert columnar.decode(pa.array([good, None], pa.binary())) is None
+    decoded = columnar.decode(pa.array([good, None], pa.binary()))
+    assert decoded.errors == dict(EventDecoder(s).decode_batch([good, None]).errors)
+    assert decoded.rows.tolist() == [0]
 
 
 def test_a_union_of_several_values_is_one_array_per_branch() -> None:
@@ -249,8 +273,8 @@ def test_a_union_of_several_values_is_one_array_per_branch() -> None:
     columnar = ColumnarDecoder.for_schema(s)
     assert columnar is not None
     decoded = columnar.decode(pa.array(events, pa.binary()))
-    assert decoded is not None
-    name = decoded[0]["Name"]
+    assert not decoded.errors
+    name = decoded.columns["Name"]
     assert isinstance(name, UnionColumn)
     assert name.branch.tolist() == [0, 1, -1]
     assert name.values[0].to_pylist() == ["Acme", None, None]
@@ -269,8 +293,8 @@ def test_bitmaps_are_expanded_once_per_distinct_value() -> None:
         return tuple(f"field{b}" for b in bitmap)
 
     bitmaps = pa.array([["0x02"], [], ["0x02"], ["0x0A", "3-0x01"], [""]], pa.list_(pa.string()))
-    names = expanded_bitmaps(bitmaps, expand)
-    assert names is not None
+    names, errors = expanded_bitmaps(bitmaps, expand)
+    assert not errors
     assert names.to_pylist() == [
         ["field0x02"],
         [],
@@ -279,7 +303,9 @@ def test_bitmaps_are_expanded_once_per_distinct_value() -> None:
         ["field"],
     ]
     assert sorted(calls) == sorted([("0x02",), (), ("0x0A", "3-0x01"), ("",)])
-    assert expanded_bitmaps(pa.array([["a\x00b"]], pa.list_(pa.string())), expand) is None
+    # An element holding the separator the distinct bitmaps are grouped by: one at a time.
+    names, errors = expanded_bitmaps(pa.array([["a\x00b"]], pa.list_(pa.string())), expand)
+    assert names.to_pylist() == [["fielda\x00b"]] and not errors
 
 
 def _header(schema: EventSchema) -> dict[str, Any]:

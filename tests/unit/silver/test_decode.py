@@ -296,7 +296,7 @@ def test_an_integer_widened_to_a_double_rounds_to_the_nearest_one() -> None:
     (row,) = run(plan, [(v2.schema_id, event)])
     assert row["_cdc_error"] is None
     assert row["Amount__c"] == float(2**53) and row["Spot__c"] == {"N": float(2**53)}
-    with mock.patch.object(decode, "COLUMNAR_MIN_BYTES", 0):
+    with mock.patch.object(decode._Builder, "build", decode._Builder._rows):
         assert run(plan, [(v2.schema_id, event)]) == [row]
 
 
@@ -320,8 +320,7 @@ def test_a_batch_without_the_bronze_columns_is_refused() -> None:
 
 
 def test_a_large_batch_decodes_as_its_rows_do_in_small_batches() -> None:
-    # Past COLUMNAR_MIN_BYTES a batch is decoded a field at a time; in small slices, row by
-    # row: both give the same rows.
+    # A batch of a megabyte and more decoded at once and in small slices: the same rows.
     s = ACCOUNT_V2
     events = []
     for i in range(400):
@@ -340,12 +339,12 @@ def test_a_large_batch_decodes_as_its_rows_do_in_small_batches() -> None:
         }
         payload = change_event(s, "UPDATE", [f"001{i:015d}"], values, changed=["Phone"])
         events.append((s.schema_id, payload))
-    assert sum(len(p) for _, p in events) > decode.COLUMNAR_MIN_BYTES
+    assert sum(len(p) for _, p in events) > 1 << 20
     plan = plan_for(ACCOUNT_V1, ACCOUNT_V2)
     table = bronze_batch(events).select(list(BRONZE_COLUMNS))
     columnar = ColumnarDecoder.for_schema(s)
     assert columnar is not None
-    assert columnar.decode(table.column("payload").combine_chunks()) is not None
+    assert not columnar.decode(table.column("payload").combine_chunks()).errors
     whole = list(decode_batches(plan, iter(table.to_batches())))
     sliced = list(decode_batches(plan, iter(table.to_batches(max_chunksize=20))))
     assert len(whole) == 1 and len(sliced) == 20

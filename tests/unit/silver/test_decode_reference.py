@@ -1,18 +1,22 @@
-"""The row decoder as the reference model of the columnar decoder, on generated schemas and
+"""The row decoder as the reference model of silver's decoder, on generated schemas and
 events.
 
 Silver decodes a batch of bronze payloads a field at a time
-(:class:`~pipelines.silver.columnar.ColumnarDecoder`) when it can, and otherwise row by row
-(:meth:`~ingest.decoding.EventDecoder.decode_batch` and the column builders of
-:mod:`pipelines.silver.decode`), which reports each bad row. Here hypothesis writes an
-object's schema versions (text, long text, ids, integers, longs, doubles, floats, booleans,
-bytes, enums, dates, times, date-times, compound records, Account's switchable name; a field
-that changes type between versions, fields dropped, added or moved), and events of them with
-random values (nulls, unicode, extreme numbers, NaN), record ids and field bitmaps, written
-with the emulator's Avro writer. Decoding the bronze rows with the columnar decoder and with
-the row decoder must give the same rows value for value; a batch holding a damaged payload
-(cut short, bytes left over, a bad bitmap, another object's header) must be refused by the
-columnar decoder, and the row decoder must report exactly the damaged rows.
+(:class:`~pipelines.silver.columnar.ColumnarDecoder`). The reference is the row decoder
+(:meth:`~ingest.decoding.EventDecoder.decode_batch`, with the column builders of
+:mod:`pipelines.silver.decode`), which reports each bad row with its reason. Here hypothesis
+writes an object's schema versions (text, long text, ids, integers, longs, doubles, floats,
+booleans, bytes, enums, dates, times, date-times, compound records, Account's switchable
+name; a field that changes type between versions, fields dropped, added or moved), and events
+of them with random values (nulls, unicode, extreme numbers, NaN), record ids and field
+bitmaps, written with the emulator's Avro writer or, irregularly but validly, with this
+module's own (union indexes in several bytes, arrays in several blocks, negative block counts
+with their byte size, a final zero in several bytes). Some payloads are damaged (cut short,
+bytes left over, a byte overwritten or dropped: a union or enum index out of range, a boolean
+byte other than 0/1, an overlong varint, invalid UTF-8, ...; a null payload; a bad bitmap;
+another object's header), mixed with good ones in one batch. Decoding the bronze rows with
+silver's decoder and with the row decoder must give the same rows value for value: the
+silver rows and the error rows (which rows, their kind and reason text).
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from __future__ import annotations
 import functools
 import json
 import os
+import struct
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 from unittest import mock
 
@@ -29,12 +35,12 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ingest.decoding import DecoderCache
 from ingest.emulator.avrowriter import AvroWriter
 from ingest.emulator.bitmaps import bitmap_hex, encode_field_names
 from ingest.schema import EventSchema, parse_event_schema
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.silver import decode
-from pipelines.silver.columnar import ColumnarDecoder
 from pipelines.silver.columns import build_layout
 from pipelines.silver.decode import BRONZE_COLUMNS, DecodePlan, decode_batches, decoded_schema
 from tests.unit.silver.support import CHANGE_TYPES, HEADER, bronze_batch
@@ -263,12 +269,35 @@ def _event(draw: st.DrawFn, schema: EventSchema, fields: Sequence[Field]) -> dic
 
 # ------------------------------------------------------------------------ damage
 
-DAMAGE = ("cut", "trailing", "bitmap", "entity")
+# Damage every decoder must refuse, and damage that may or may not leave a valid payload.
+DAMAGE = ("cut", "trailing", "bitmap", "entity", "null")
+CHANGES = ("overwrite", "overwrite", "smear", "drop", "irregular", "irregular_overwrite")
+# Bytes written over a payload's: a union or enum index out of range, a boolean byte other
+# than 0/1, a varint's continuation, a byte no UTF-8 sequence holds.
+_BYTES = (0x01, 0x03, 0x05, 0x07, 0x13, 0x7F, 0x80, 0xC3, 0xFE, 0xFF)
 
 
-def _damaged(schema: EventSchema, record: dict[str, Any], how: str, at: int) -> bytes:
-    """A payload of ``record`` that no decoder may take as it is."""
+def _damaged(schema: EventSchema, record: dict[str, Any], how: str, at: int) -> bytes | None:
+    """A payload of ``record`` damaged as ``how`` says (``at`` chooses where and how)."""
     writer = _writer(schema)
+    if how == "null":
+        return None
+    if how in ("irregular", "irregular_overwrite"):
+        payload = _irregular(schema, record, at)
+        if how == "irregular":
+            return payload
+        how = "overwrite"
+    else:
+        payload = writer.write(record)
+    if how == "overwrite":
+        k = at % len(payload)
+        return payload[:k] + bytes([_BYTES[at // 7 % len(_BYTES)]]) + payload[k + 1 :]
+    if how == "smear":  # a varint of more than ten bytes, where a varint stands
+        k = at % len(payload)
+        return payload[:k] + b"\xff" * 10 + payload[k + 1 :]
+    if how == "drop":
+        k = at % len(payload)
+        return payload[:k] + payload[k + 1 :]
     if how == "bitmap":
         header = dict(record["ChangeEventHeader"])
         header["changedFields"] = [bitmap_hex([len(schema.fields) + at % 3])]  # past the end
@@ -276,10 +305,90 @@ def _damaged(schema: EventSchema, record: dict[str, Any], how: str, at: int) -> 
     if how == "entity":
         header = {**record["ChangeEventHeader"], "entityName": "Account"}
         return writer.write({**record, "ChangeEventHeader": header})
-    payload = writer.write(record)
     if how == "cut":
         return payload[: at % len(payload)]
     return payload + bytes([at % 256]) * (1 + at % 3)
+
+
+def _irregular(schema: EventSchema, record: dict[str, Any], seed: int) -> bytes:
+    """``record`` in valid Avro that no writer produces: union indexes in several bytes,
+    arrays in several blocks, some with a negative count and their size, a final zero in
+    several bytes (``seed`` chooses which)."""
+    named = dict(schema.parsed.get("__named_schemas", {}))
+    state = [seed]
+
+    def choice(k: int) -> int:
+        state[0] = (state[0] * 1_103_515_245 + 12_345) % 2**31
+        return state[0] % k
+
+    def varint(n: int, extra: int = 0) -> bytes:
+        out = bytearray()
+        n = (n << 1) ^ (n >> 63)
+        while n > 127 or extra:
+            if n <= 127:
+                extra -= 1
+            out.append((n & 127) | 128)
+            n >>= 7
+        out.append(n)
+        return bytes(out)
+
+    def write(t: Any, v: Any) -> bytes:
+        if isinstance(t, str) and t in named:
+            t = named[t]
+        if isinstance(t, list):
+            if v is None:
+                j = t.index("null")
+            elif isinstance(v, dict):
+                j = next(i for i, b in enumerate(t) if isinstance(b, dict) or b in named)
+            elif isinstance(v, str) and "string" in t:
+                j = t.index("string")
+            else:
+                j = next(i for i, b in enumerate(t) if b != "null")
+            return varint(j, choice(3)) + write(t[j], v)
+        kind = t["type"] if isinstance(t, dict) else t
+        if kind in ("record", "error"):
+            return b"".join(write(f["type"], v[f["name"]]) for f in t["fields"])
+        if kind == "array":
+            out = bytearray()
+            items = list(v)
+            k = 0
+            while k < len(items):
+                size = 1 + choice(2)
+                block = items[k : k + size]
+                k += size
+                body = b"".join(write(t["items"], x) for x in block)
+                if choice(2):
+                    out += varint(-len(block)) + varint(len(body)) + body
+                else:
+                    out += varint(len(block)) + body
+            return bytes(out) + (b"\x80\x00" if choice(3) == 0 else b"\x00")
+        if kind == "enum":
+            return varint(t["symbols"].index(v))
+        return _writer_value(kind, v)
+
+    return write(schema.parsed, record)
+
+
+def _writer_value(kind: str, v: Any) -> bytes:
+    """A primitive value in Avro's binary encoding."""
+    if kind == "null":
+        return b""
+    if kind == "boolean":
+        return b"\x01" if v else b"\x00"
+    if kind in ("int", "long"):
+        n = (v << 1) ^ (v >> 63)
+        out = bytearray()
+        while n > 127:
+            out.append((n & 127) | 128)
+            n >>= 7
+        out.append(n)
+        return bytes(out)
+    if kind == "float":
+        return struct.pack("<f", v)
+    if kind == "double":
+        return struct.pack("<d", v)
+    raw = v.encode() if kind == "string" else bytes(v)
+    return _writer_value("long", len(raw)) + raw
 
 
 _WRITERS: dict[str, AvroWriter] = {}
@@ -316,14 +425,14 @@ def cases(draw: st.DrawFn) -> Case:
     first, second = (tuple(fields) for fields in draw(versions()))
     schemas = _schemas(change_events, first, second)
     fields = (first, second)
-    kinds = DAMAGE if change_events else DAMAGE[:2]
-    damaging = draw(st.integers(0, 3)) == 0
+    kinds = (*DAMAGE, *CHANGES) if change_events else ("cut", "trailing", "null", *CHANGES)
+    damaging = draw(st.integers(0, 2)) > 0
     events: list[Event] = []
     for _ in range(draw(st.integers(1, 12))):
         v = draw(st.integers(0, 1))
         record = draw(_event(schemas[v], fields[v]))
         damage = None
-        if damaging and (not any(e[2] for e in events) or draw(st.integers(0, 4)) == 0):
+        if damaging and (not any(e[2] for e in events) or draw(st.integers(0, 2)) == 0):
             damage = (draw(st.sampled_from(kinds)), draw(st.integers(0, 10**6)))
         events.append((v, record, damage))
     return change_events, first, second, events
@@ -332,13 +441,19 @@ def cases(draw: st.DrawFn) -> Case:
 # ------------------------------------------------------------------------ decoding
 
 
-def _decode(plan: DecodePlan, bronze: pa.Table, *, columnar: bool) -> pa.Table:
-    """The decoded rows of ``bronze``: each schema's rows decoded column-wise when the
-    columnar decoder takes them (``columnar``), else row by row."""
-    threshold = 0 if columnar else 2**62
-    with mock.patch.object(decode, "COLUMNAR_MIN_BYTES", threshold):
+def _decode(plan: DecodePlan, bronze: pa.Table, *, reference: bool) -> pa.Table:
+    """The decoded rows of ``bronze``: by silver's decoder, or (``reference``) by the row
+    decoder, each bad row reported with its reason as
+    :meth:`~ingest.decoding.EventDecoder.decode_batch` gives it, a bitmap error as
+    ``bad_bitmap`` and another object's header as ``wrong_entity``."""
+    with mock.patch.object(decode._Builder, "build", _row_path) if reference else nullcontext():
         batches = list(decode_batches(plan, iter(bronze.to_batches())))
     return pa.Table.from_batches(batches, schema=spark_schema_to_arrow(decoded_schema(plan)))
+
+
+def _row_path(builder: Any, schema: pa.Schema, bronze: pa.RecordBatch) -> Any:
+    """Silver's step on the row decoder: its rows through the same column builders."""
+    return decode._Builder._rows(builder, schema, bronze)
 
 
 def _plain(value: Any) -> Any:
@@ -357,29 +472,6 @@ def _rows(table: pa.Table) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["_cdc_bronze_batch_seq"])
 
 
-class _Accepted:
-    """Counts the schema groups the columnar path decoded."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.original = decode._Builder._columnar
-
-    def __enter__(self) -> _Accepted:
-        accepted = self
-
-        def spy(builder: Any, schema: pa.Schema, bronze: pa.RecordBatch) -> Any:
-            result = accepted.original(builder, schema, bronze)
-            accepted.count += result is not None
-            return result
-
-        self.patch = mock.patch.object(decode._Builder, "_columnar", spy)
-        self.patch.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.patch.stop()
-
-
 def _check(case: Case, counts: Counter[str]) -> None:
     change_events, first, second, events = case
     schemas = _schemas(change_events, first, second)
@@ -394,42 +486,46 @@ def _check(case: Case, counts: Counter[str]) -> None:
     plan = DecodePlan(layout, {s.schema_id: s.json for s in schemas})
     bronze = bronze_batch(list(zip(ids, payloads, strict=True)), batch_id=3)
     bronze = bronze.select(list(BRONZE_COLUMNS))
-    with _Accepted() as accepted:
-        fast = _decode(plan, bronze, columnar=True)
-    reference = _decode(plan, bronze, columnar=False)
+    # Schema ids are fingerprints of the canonical form, which leaves docs out: versions of
+    # two examples may share an id and differ in their docs (a Data:Long field and a
+    # Data:DateTime one), so each example starts with empty decoder caches.
+    with (
+        mock.patch.object(decode, "_DECODERS", DecoderCache(decode._registry_json)),
+        mock.patch.dict(decode._BUILDERS, clear=True),
+    ):
+        fast = _decode(plan, bronze, reference=False)
+        reference = _decode(plan, bronze, reference=True)
     assert _rows(fast) == _rows(reference)
 
-    damaged = {k: e[2][0] for k, e in enumerate(events) if e[2] is not None}
-    damaged_ids = {ids[k] for k in damaged}
-    # Every schema's batch without damage is the columnar decoder's, and none with.
-    assert accepted.count == len(set(ids) - damaged_ids)
-    for sid in damaged_ids:
-        schema = next(s for s in schemas if s.schema_id == sid)
-        decoder = ColumnarDecoder.for_schema(schema)
-        assert decoder is not None
-        mine = [p for i, p in zip(ids, payloads, strict=True) if i == sid]
-        values = decoder.decode(pa.array(mine, pa.binary()))
-        if values is not None:  # a bitmap or an entity name: judged above the decoder
-            assert {how for k, how in damaged.items() if ids[k] == sid} <= {"bitmap", "entity"}
-    # The row decoder reports exactly the damaged rows.
+    # Damage every decoder refuses is reported on exactly its rows, whatever else the batch
+    # holds; other changes may or may not leave a valid payload (the comparison above judges).
     errors = {
         r["_cdc_bronze_batch_seq"]: r["_cdc_error_kind"]
         for r in reference.to_pylist()
         if r["_cdc_error"] is not None
     }
-    kinds = {
+    refused = {
         "cut": "corrupt_payload",
         "trailing": "corrupt_payload",
+        "null": "corrupt_payload",
         "bitmap": "bad_bitmap",
         "entity": "wrong_entity",
     }
-    assert errors == {k: kinds[how] for k, how in damaged.items()}
+    for k, (_, _, damage) in enumerate(events):
+        if damage is None or damage[0] == "irregular":
+            assert k not in errors
+        elif damage[0] in refused:
+            assert errors.get(k) == refused[damage[0]]
+        counts[damage[0] if damage else "good"] += 1
+    for r in reference.to_pylist():
+        if r["_cdc_error"] is not None:
+            reason = r["_cdc_error"].partition("): ")[2] or r["_cdc_error"]
+            counts[f"{r['_cdc_error_kind']}: {' '.join(reason.split()[:2])}"] += 1
     counts["events"] += len(events)
-    counts["columnar"] += accepted.count
-    counts["damaged"] += len(damaged)
+    counts["errors"] += len(errors)
 
 
-def test_the_columnar_decoder_equals_the_row_decoder_on_generated_events() -> None:
+def test_silver_decodes_as_the_row_decoder_on_generated_events() -> None:
     counts: Counter[str] = Counter()
 
     @settings(
@@ -444,4 +540,5 @@ def test_the_columnar_decoder_equals_the_row_decoder_on_generated_events() -> No
         _check(case, counts)
 
     check()
-    assert counts["columnar"] > 0 and counts["damaged"] > 0, counts
+    print(dict(sorted(counts.items())))
+    assert counts["errors"] > 0 and counts["good"] > 0, counts
