@@ -100,7 +100,8 @@ def to_pylist(value: Column) -> list[Any]:
         return value.to_pylist()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return value.to_pylist(maps_as_pydicts="lossy")
+        values: list[Any] = value.to_pylist(maps_as_pydicts="lossy")
+        return values
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class Decoded:
         keep = np.flatnonzero(~bad)
         columns = {k: _take(v, keep) for k, v in self.columns.items()}
         header = {k: _take(v, keep) for k, v in self.header.items()}
-        return Decoded(columns, header, self.rows[keep], errors)  # type: ignore[misc]
+        return Decoded(columns, header, self.rows[keep], errors)
 
 
 # ----------------------------------------------------------------------- the batch
@@ -186,7 +187,8 @@ class _Batch:
         over = p >= end
         if over.any():
             self.fail(rows, over, _TRUNCATED, path, p if at is None else at)
-            return self.data[np.clip(p, 0, self.last)]
+            clipped: np.ndarray = self.data[np.clip(p, 0, self.last)]
+            return clipped
         values: np.ndarray = self.data[p]
         return values
 
@@ -196,6 +198,7 @@ class _Batch:
         p: np.ndarray,
         end: np.ndarray,
         path: str,
+        *,
         bits: int = 64,
         at: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -210,7 +213,11 @@ class _Batch:
         more = np.flatnonzero(b > 127)
         groups = -(-bits // 7)
         # A window costs ten bytes a row: a few rows' varints take it, many rows' the loop.
-        if 0 < more.size <= _WINDOW and not self.deaths and self._window(more, n, p, end, bits, groups):
+        if (
+            0 < more.size <= _WINDOW
+            and not self.deaths
+            and self._window(more, n, p, end, bits=bits, groups=groups)
+        ):
             return n, p
         shift = 7
         k = 1
@@ -234,9 +241,7 @@ class _Batch:
                         self.fail(rows[more], long, "varint longer than 10 bytes", path, at[more])
                     wide = bb > 1
                     if wide.any():
-                        self.fail(
-                            rows[more], wide, "long outside the 64-bit range", path, at[more]
-                        )
+                        self.fail(rows[more], wide, "long outside the 64-bit range", path, at[more])
                 n[more] |= (bb.astype(_U64) & _U64(1 if bits == 64 else 127)) << _U64(shift)
                 break
             n[more] |= (bb.astype(_U64) & _U64(127)) << _U64(shift)
@@ -246,7 +251,14 @@ class _Batch:
         return n, p
 
     def _window(
-        self, more: np.ndarray, n: np.ndarray, p: np.ndarray, end: np.ndarray, bits: int, groups: int
+        self,
+        more: np.ndarray,
+        n: np.ndarray,
+        p: np.ndarray,
+        end: np.ndarray,
+        *,
+        bits: int,
+        groups: int,
     ) -> bool:
         """The varints of several bytes at ``more`` read at once from a window of bytes into
         ``n`` and ``p``, when each ends in its payload and in its bit width (else False,
@@ -286,9 +298,7 @@ def _spread(value: Column, sub: np.ndarray, n: int) -> Column:
     if isinstance(value, UnionColumn):
         branch = np.full(n, -1, _I64)
         branch[sub] = value.branch
-        return UnionColumn(
-            branch, tuple(_spread(v, sub, n) for v in value.values), value.types
-        )  # type: ignore[misc]
+        return UnionColumn(branch, tuple(_spread(v, sub, n) for v in value.values), value.types)
     index = np.zeros(n, _I64)
     index[sub] = np.arange(len(sub), dtype=_I64)
     mask = np.ones(n, bool)
@@ -353,7 +363,7 @@ class _Int(_Node):
         self.arrow_type = pa.int64() if bits == 64 else pa.int32()
 
     def read(self, b: _Batch, rows: np.ndarray, p: np.ndarray, end: np.ndarray) -> Any:
-        raw, p = b.varint(rows, p, end, self.path, self.bits)
+        raw, p = b.varint(rows, p, end, self.path, bits=self.bits)
         values = _zigzag(raw)
         if self.bits == 32:
             values = values.astype(np.int32)
@@ -384,7 +394,7 @@ class _Float(_Node):
         self.view = "<f8" if size == 8 else "<f4"
 
     def read(self, b: _Batch, rows: np.ndarray, p: np.ndarray, end: np.ndarray) -> Any:
-        raw, p = _fixed(b, rows, p, end, self.size, self.path, None)
+        raw, p = _fixed(b, rows, p, end, size=self.size, path=self.path, reason=None)
         return pa.array(raw.view(self.view).reshape(-1), self.arrow_type), p
 
 
@@ -393,6 +403,7 @@ def _fixed(
     rows: np.ndarray,
     p: np.ndarray,
     end: np.ndarray,
+    *,
     size: int,
     path: str,
     reason: str | None,
@@ -424,7 +435,9 @@ class _Fixed(_Node):
 
     def read(self, b: _Batch, rows: np.ndarray, p: np.ndarray, end: np.ndarray) -> Any:
         size = self.size
-        raw, p = _fixed(b, rows, p, end, size, self.path, f"truncated: {size} bytes announced,")
+        raw, p = _fixed(
+            b, rows, p, end, size=size, path=self.path, reason=f"truncated: {size} bytes announced,"
+        )
         offsets = np.arange(len(p) + 1, dtype=np.int32) * size
         array = pa.Array.from_buffers(
             pa.binary(), len(p), [None, pa.py_buffer(offsets), pa.py_buffer(raw.reshape(-1))]
@@ -462,8 +475,11 @@ class _Sized(_Node):
         over = length > left
         if over.any():
             b.fail(
-                rows, over, lambda j: f"truncated: {length[j]} bytes announced, {left[j]} left",
-                path, q,
+                rows,
+                over,
+                lambda j: f"truncated: {length[j]} bytes announced, {left[j]} left",
+                path,
+                q,
             )
         stop = q + length
         if b.deaths:
@@ -491,12 +507,17 @@ class _Sized(_Node):
     ) -> tuple[pa.Array, np.ndarray]:
         """The values of the ``selected`` rows (null on the others, whose positions stay)."""
         if selected.all():
-            return self.read(b, rows, p, end)
+            whole: tuple[pa.Array, np.ndarray] = self.read(b, rows, p, end)
+            return whole
         sub = np.flatnonzero(selected)
         value, after = self.read(b, rows[sub], p[sub], end[sub])
         p = p.copy()
         p[sub] = after
-        if not b.deaths and isinstance(value, (pa.StringArray, pa.BinaryArray)) and not value.offset:
+        if (
+            not b.deaths
+            and isinstance(value, (pa.StringArray, pa.BinaryArray))
+            and not value.offset
+        ):
             # Spread with empty values, nulls marked by a validity bitmap: no take.
             offsets = np.frombuffer(value.buffers()[1], np.int32)[: len(sub) + 1]
             spread = np.zeros(len(p) + 1, np.int32)
@@ -578,7 +599,9 @@ class _Record(_Node):
 
 
 class _Union(_Node):
-    def __init__(self, path: str, branches: list[_Node], nulls: list[bool], resolved: list[Any], top: bool) -> None:
+    def __init__(
+        self, path: str, branches: list[_Node], nulls: list[bool], resolved: list[Any], top: bool
+    ) -> None:
         self.path = path
         self.branches = branches
         self.is_null = nulls
@@ -590,11 +613,8 @@ class _Union(_Node):
         # The common case, every index one even byte in range: tables from the byte.
         self.valid = np.zeros(256, bool)
         self.valid[[2 * j for j in range(min(len(branches), 64))]] = True
-        self.single = (
-            branches[self.values[0]]
-            if len(self.values) == 1 and isinstance(branches[self.values[0]], _Sized)
-            else None
-        )
+        only = branches[self.values[0]] if len(self.values) == 1 else None
+        self.single: _Sized | None = only if isinstance(only, _Sized) else None
         if len(self.values) == 1:
             self.arrow_type = branches[self.values[0]].arrow_type
         elif not self.values:
@@ -676,8 +696,8 @@ class _Union(_Node):
         valid = (index >= 0) & (index < self.count)
         if self.top:
             branch = np.full(n, -1, _I64)
-            for k, j in enumerate(self.values):
-                branch[(index == j) & valid] = k
+            for position, j in enumerate(self.values):
+                branch[(index == j) & valid] = position
             return UnionColumn(
                 branch,
                 tuple(values[j] for j in self.values),
@@ -790,7 +810,6 @@ class _Run:
         counts = present[:k].sum(axis=1).tolist()
         if not any(counts):  # null everywhere
             return [self.nodes[start + f].nulls(n) for f in range(k)], at[k]
-        validity = np.packbits(present[:k], axis=1, bitorder="little")
         values: list[Column | None] = [None] * k
         strings = [f for f in range(k) if kinds[f] == "s" and counts[f]]
         if strings:
@@ -800,7 +819,9 @@ class _Run:
                 wide_lengths = ((second & 127) >> 1).astype(_I64) | (third.astype(_I64) << 6)
                 lengths = np.where(multi, wide_lengths, lengths)
                 starts = starts + multi
-            if not self._strings(b, starts, lengths, present, strings, counts, values):
+            if not self._strings(
+                b, starts, lengths, present, fields=strings, counts=counts, values=values
+            ):
                 return [], at[0]
         for f in range(k):
             if values[f] is not None:
@@ -813,7 +834,7 @@ class _Run:
                 values[f] = pa.array(raw.view("<f8").reshape(-1), pa.float64(), mask=mask)
             else:
                 values[f] = pa.array(second[f].astype(bool), pa.bool_(), mask=mask)
-        return values, at[k]  # type: ignore[return-value]
+        return values, at[k]
 
     @staticmethod
     def _strings(
@@ -821,6 +842,7 @@ class _Run:
         starts: np.ndarray,
         lengths: np.ndarray,
         present: np.ndarray,
+        *,
         fields: list[int],
         counts: list[int],
         values: list[Column | None],
@@ -846,7 +868,10 @@ class _Run:
             2 * k * n + 1,
             [None, pa.py_buffer(bounds), b.buffer],
         )
-        order = (2 * (np.arange(n, dtype=np.int32)[None, :] * k + np.arange(k, dtype=np.int32)[:, None]) + 1)
+        order = (
+            2 * (np.arange(n, dtype=np.int32)[None, :] * k + np.arange(k, dtype=np.int32)[:, None])
+            + 1
+        )
         taken = gaps.take(pa.array(order.reshape(-1)))
         if large:
             taken = taken.cast(pa.binary())
@@ -872,7 +897,7 @@ class _Run:
 
 
 def _run_kind(node: _Node) -> str | None:
-    """"s", "d" or "b" for a ``["null", T]`` union of a string, double or boolean."""
+    """ "s", "d" or "b" for a ``["null", T]`` union of a string, double or boolean."""
     if not (isinstance(node, _Union) and node.count == 2 and node.null_code == 0):
         return None
     value = node.branches[1]
@@ -985,7 +1010,10 @@ class _Blocks(_Node):
             b.fail(
                 rows,
                 over,
-                lambda j: f"truncated: block of {int(count[j])} items announced, {int(left[j])} bytes left",
+                lambda j: (
+                    f"truncated: block of {int(count[j])} items announced, "
+                    f"{int(left[j])} bytes left"
+                ),
                 path,
                 q,
             )
@@ -1036,7 +1064,7 @@ class _Blocks(_Node):
             for part in parts:
                 flat.append(pa.concat_arrays(part).take(take))
         else:
-            flat = [i.nulls(0) for i in self.items]  # type: ignore[misc]
+            flat = [i.nulls(0) for i in self.items]
         offset_array = pa.array(offsets.astype(np.int32))
         if self.names is None:
             return pa.ListArray.from_arrays(offset_array, flat[0]), p
@@ -1063,10 +1091,10 @@ class ColumnarDecoder:
         self._expanding: list[str] = [parsed["name"]]
         names = self._names(parsed)
         self._fields: list[tuple[str, _Node]] = []
-        for i, f in enumerate(parsed["fields"]):
+        for f in parsed["fields"]:
             self._fields.append((f["name"], self._node(f["type"], f["name"], top=True)))
-        self._header = bool(names) and names[0] == HEADER_FIELD and isinstance(
-            self._fields[0][1], _Record
+        self._header = (
+            bool(names) and names[0] == HEADER_FIELD and isinstance(self._fields[0][1], _Record)
         )
         self._parsed_for_fastavro: Any = None
         nodes = [node for _, node in self._fields]
@@ -1202,7 +1230,13 @@ class ColumnarDecoder:
         if b.deaths:
             trailing &= b.alive
         if trailing.any():
-            b.fail(rows, trailing, lambda k: f"{left[k]} unread byte(s) after the end of the record", "", p)
+            b.fail(
+                rows,
+                trailing,
+                lambda k: f"{left[k]} unread byte(s) after the end of the record",
+                "",
+                p,
+            )
         redo = b.irregular & ~b.alive
         if redo.any():
             again = self._fastavro(payloads, np.flatnonzero(redo), overrides)
@@ -1222,7 +1256,7 @@ class ColumnarDecoder:
         if self._header_steps is not None:
             header_node = fields[0][1]
             assert isinstance(header_node, _Record)
-            header = dict(zip(header_node.names, header_values, strict=True))  # type: ignore[arg-type]
+            header = dict(zip(header_node.names, header_values, strict=True))
             fields = fields[1:]
         for (name, _), value in zip(fields, values, strict=True):
             columns[name] = value
@@ -1257,7 +1291,9 @@ class ColumnarDecoder:
         for i in rows.tolist():
             buf = payloads[i].as_py()
             fo = io.BytesIO(buf)
-            prefix = f"cannot decode a {len(buf)}-byte payload of {schema.name} ({schema.schema_id}): "
+            prefix = (
+                f"cannot decode a {len(buf)}-byte payload of {schema.name} ({schema.schema_id}): "
+            )
             try:
                 record = schemaless_reader(fo, self.schema.parsed, None)
             except Exception as exc:  # fastavro signals bad bytes with many exception types
@@ -1301,7 +1337,9 @@ def expanded_bitmaps(
         plain = False  # a few rows: one at a time, through the expander's memo
     if plain:
         values = pc.list_flatten(bitmaps)
-        plain = not (values.null_count or (len(values) and pc.any(pc.match_substring(values, sep)).as_py()))
+        plain = not (
+            values.null_count or (len(values) and pc.any(pc.match_substring(values, sep)).as_py())
+        )
     if not plain:
         names: list[Sequence[str]] = []
         errors: dict[int, str] = {}

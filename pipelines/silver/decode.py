@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from ingest.decoding import DecodedBatch, DecoderCache, EventDecoder, expander_for
-from ingest.errors import BitmapError, DecodeError
+from ingest.errors import DecodeError
 from ingest.schema import EventSchema, FieldInfo
 from pipelines.engines.arrow import spark_schema_to_arrow, spark_type_to_arrow
 from pipelines.silver.columnar import (
@@ -629,6 +629,7 @@ class _Builder:
         for column, (source, build) in zip(self.names, self.columns, strict=True):
             out.columns[column] = _from_arrow(build, values[source] if source else None, n)
         return out.batch()
+
 
 def _drop(decoded: DecodedBatch, bad: set[int]) -> DecodedBatch:
     keep = [k for k in range(len(decoded)) if k not in bad]
