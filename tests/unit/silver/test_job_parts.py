@@ -161,7 +161,7 @@ def test_tables_created_during_the_run_come_before_any_write(tmp_path: Path) -> 
     blocked = Path(engine.path(QUARANTINE_TABLE))
     blocked.parent.mkdir(parents=True, exist_ok=True)
     blocked.write_text("not a table")
-    with pytest.raises(Exception, match="sfcdc_quarantine"):
+    with pytest.raises(OSError, match="sfcdc_quarantine"):
         run_silver(engine, conf)
     silver = TableRef("silver", "account")
     assert engine.version(silver) is None or engine.read_arrow(silver).num_rows == 0
