@@ -186,7 +186,10 @@ def test_maps_and_unions_inside_records_decode_as_the_row_decoder_does() -> None
                             "name": "Outer",
                             "fields": [
                                 {"name": "Either", "type": ["null", "string", inner]},
-                                {"name": "Many", "type": {"type": "map", "values": ["long", "Inner"]}},
+                                {
+                                    "name": "Many",
+                                    "type": {"type": "map", "values": ["long", "Inner"]},
+                                },
                             ],
                         },
                     },
