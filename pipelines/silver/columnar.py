@@ -911,6 +911,7 @@ def _run_kind(node: _Node) -> str | None:
 
 
 _RUN = 3  # consecutive fields read together
+_RUN_ROWS = 2_000  # batches of more rows read a run's fields one by one
 _WALK = 16  # fields of a run read together at most
 
 
@@ -939,15 +940,19 @@ class _Steps:
         self, b: _Batch, rows: np.ndarray, p: np.ndarray, end: np.ndarray
     ) -> tuple[list[Column], np.ndarray]:
         values: list[Column] = []
+        # A run read together saves fixed costs per field, which count on a few rows; on many
+        # rows reading its fields one by one costs less (its walk touches every field twice).
+        together = len(rows) <= _RUN_ROWS
         for step in self.steps:
-            if isinstance(step, _Run):
+            if isinstance(step, _Run) and together:
                 run_values, p = step.read(b, rows, p, end)
                 values.extend(run_values)
-            elif b.deaths:
-                value, p = step.read_live(b, rows, p, end)
-                values.append(value)
-            else:
-                value, p = step.read(b, rows, p, end)
+                continue
+            for node in step.nodes if isinstance(step, _Run) else (step,):
+                if b.deaths:
+                    value, p = node.read_live(b, rows, p, end)
+                else:
+                    value, p = node.read(b, rows, p, end)
                 values.append(value)
         return values, p
 
