@@ -4,7 +4,7 @@ derive, and the checks that span files.
 An object file whose ``kind`` is ``streaming_api`` subscribes to one Streaming API (CometD)
 channel instead of a Pub/Sub topic::
 
-    # yaml-language-server: $schema=../schema/streaming.schema.json
+    # yaml-language-server: $schema=../schema/streaming_api.schema.json
     kind: streaming_api
     channel: /topic/InvoiceUpdates
     pushtopic:

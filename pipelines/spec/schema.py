@@ -51,7 +51,7 @@ JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_FILES: Mapping[str, type] = {
     "pipeline.schema.json": PipelineSpec,
     "object.schema.json": ObjectSpec,
-    "streaming.schema.json": CometdObjectSpec,
+    "streaming_api.schema.json": CometdObjectSpec,
 }
 _TITLES = {
     PipelineSpec: "sfcdc conf/pipeline.yml",
