@@ -48,6 +48,7 @@ __all__ = [
     "CommitResult",
     "Condition",
     "CountsOf",
+    "Fits",
     "HistoryEntry",
     "LakeEngine",
     "MaintenanceResult",
@@ -124,8 +125,9 @@ module-level or an instance of a module-level class, so that it pickles to execu
 A function may say more of itself, for an engine that can do part of its work without it
 (:class:`RowsWhere`): ``reads``, the only columns it reads (a tuple of names); ``keeps``, a
 :class:`RowsWhere` outside of which it yields nothing for a row; ``selects``, the names of the
-columns it yields when that is all it does with the rows it keeps; ``counts``, a
-:class:`CountsOf` when that is all it does. The function itself stays the definition: the local
+columns it yields when that is all it does with the rows it keeps; ``fits``, a :class:`Fits`
+when it only puts its rows into its schema; ``counts``, a :class:`CountsOf` when that is all it
+does. The function itself stays the definition: the local
 engine calls it, and the spark engine's tests compare the two."""
 
 
@@ -138,6 +140,15 @@ class CountsOf:
 
     key: str
     highest: str
+
+
+@dataclass(frozen=True)
+class Fits:
+    """Rows -> the same rows in the function's schema: its columns found by name
+    (case-insensitively) in its types, the columns the rows lack null, and each of
+    ``constants`` (column name, string) the same on every row."""
+
+    constants: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from ingest.errors import LakeError
-from pipelines.engines.arrow import arrow_schema_to_spark, dataframe_to_arrow
+from pipelines.engines.arrow import arrow_schema_to_spark, dataframe_to_arrow, same_type
 from pipelines.engines.base import (
     DEFAULT_PROPERTIES,
     LAYERS,
@@ -63,6 +63,7 @@ from pipelines.engines.base import (
     CommitResult,
     Condition,
     CountsOf,
+    Fits,
     HistoryEntry,
     MaintenanceResult,
     MergeMetrics,
@@ -397,6 +398,11 @@ class SparkEngine:
         selects: Sequence[str] | None = getattr(function, "selects", None)
         if selects is not None:
             return frame.select(*[quote_identifier(name) for name in selects])
+        fits: Fits | None = getattr(function, "fits", None)
+        if fits is not None:
+            fitted = _fitted(frame, fits, schema)
+            if fitted is not None:
+                return fitted
         reads: Sequence[str] | None = getattr(function, "reads", None)
         if reads is not None:
             frame = frame.select(*[quote_identifier(name) for name in reads])
@@ -556,6 +562,31 @@ def _tables_under(location: str, prefix: str) -> list[TableRef]:
             ):
                 found.append(TableRef(layer, name))
     return found
+
+
+def _fitted(frame: DataFrame, fits: Fits, schema: StructType) -> DataFrame | None:
+    """``frame`` as ``schema``'s rows by :class:`~pipelines.engines.base.Fits` (a projection
+    of SQL expressions), or ``None`` when a column would need a cast: the function does that
+    itself, as Arrow casts it."""
+    constants = dict(fits.constants)
+    have: dict[str, Any] = {}
+    for field in frame.schema.fields:
+        if field.name.lower() in have:
+            return None
+        have[field.name.lower()] = field
+    columns = []
+    for field in schema.fields:
+        name, kind = quote_identifier(field.name), spark_type_sql(field.dataType)
+        found = have.get(field.name.lower())
+        if field.name in constants:
+            columns.append(f"CAST({quote_string(constants[field.name])} AS {kind}) AS {name}")
+        elif found is None:
+            columns.append(f"CAST(NULL AS {kind}) AS {name}")
+        elif same_type(found.dataType, field.dataType):
+            columns.append(f"{quote_identifier(found.name)} AS {name}")
+        else:
+            return None
+    return frame.selectExpr(*columns)
 
 
 def _counts_of(frame: DataFrame, counts: CountsOf, schema: StructType) -> DataFrame:

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
-from pipelines.engines.base import LakeEngine, Rows
+from pipelines.engines.base import Fits, LakeEngine, Rows
 from pipelines.gold.columns import ID
 from pipelines.gold.folding import ChangeRows, FoldTable, StateRows, Wildcards
 from pipelines.gold.plan import ROLE_GOLD, ROLE_TOMBSTONE, FoldPlan, fold_input_schema
@@ -106,6 +106,7 @@ class _Tag:
     def __init__(self, schema: T.StructType, role: str) -> None:
         self.schema = schema
         self.role = role
+        self.fits = Fits(((HISTORY_ROLE, role),))
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         target = spark_schema_to_arrow(self.schema)

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
+from pipelines.engines.base import Fits, RowsWhere
 from pipelines.gold.columns import (
     ID,
     body_fields,
@@ -85,6 +86,8 @@ class ChangeRows:
     def __init__(self, schema: T.StructType, *, without_wildcards: bool) -> None:
         self.schema = schema
         self.without_wildcards = without_wildcards
+        if not without_wildcards:
+            self.fits = Fits(((ROLE, ROLE_CHANGE),))
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         target = spark_schema_to_arrow(self.schema)
@@ -103,6 +106,7 @@ class StateRows:
     def __init__(self, schema: T.StructType, *, role: str) -> None:
         self.schema = schema
         self.role = role
+        self.fits = Fits(((ROLE, role),))
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         target = spark_schema_to_arrow(self.schema)
@@ -224,6 +228,15 @@ class FoldCounts:
     """Fold output -> per batch: records, changes, applied and ignored changes, tombstones,
     SCD2 versions and records whose open re-sync rows a full image resolves."""
 
+    reads = (
+        FOLD_CHANGES,
+        FOLD_APPLIED,
+        FOLD_IGNORED,
+        FOLD_TOMBSTONE,
+        FOLD_VERSIONS,
+        FOLD_RESOLVED_BY,
+    )
+
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             values = [
@@ -244,8 +257,11 @@ class GoldPart:
     """Fold output -> the rows to MERGE into the gold table (gold columns): upserts, and with
     hard deletes the rows to delete (``_cdc_is_deleted`` true)."""
 
+    keeps = RowsWhere(FOLD_GOLD, null=False)
+
     def __init__(self, names: Sequence[str]) -> None:
         self.names = list(names)
+        self.selects = tuple(self.names)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
@@ -258,12 +274,14 @@ class TombstonePart:
     """Fold output -> the rows to MERGE into the tombstone table: new or newer deletes
     (upserts) and records live again (``_cdc_is_deleted`` false: their tombstone goes)."""
 
+    keeps = RowsWhere(FOLD_TOMBSTONE, null=False)
+    selects = tuple(f.name for f in tombstone_schema().fields)
+
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        names = [f.name for f in tombstone_schema().fields]
         for b in batches:
             rows = b.filter(pc.is_valid(b.column(FOLD_TOMBSTONE)))
             if rows.num_rows:
-                yield rows.select(names)
+                yield rows.select(list(self.selects))
 
 
 def _flatten(batch: pa.RecordBatch, column: str) -> pa.RecordBatch | None:
