@@ -127,8 +127,8 @@ A function may say more of itself, for an engine that can do part of its work wi
 :class:`RowsWhere` outside of which it yields nothing for a row; ``selects``, the names of the
 columns it yields when that is all it does with the rows it keeps; ``fits``, a :class:`Fits`
 when it only puts its rows into its schema; ``counts``, a :class:`CountsOf` when that is all it
-does. The function itself stays the definition: the local
-engine calls it, and the spark engine's tests compare the two."""
+does. The function itself stays the definition: the local engine calls it, and the spark
+engine's tests compare the two."""
 
 
 @dataclass(frozen=True)
