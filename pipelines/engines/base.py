@@ -54,6 +54,7 @@ __all__ = [
     "MaintenanceResult",
     "MergeMetrics",
     "Rows",
+    "RowsFlagged",
     "RowsWhere",
     "TableChanges",
     "TableFunction",
@@ -122,13 +123,13 @@ BatchFunction = Callable[[Iterator["pa.RecordBatch"]], Iterator["pa.RecordBatch"
 """A pure layer function over Arrow record batches (what Spark's ``mapInArrow`` runs):
 module-level or an instance of a module-level class, so that it pickles to executors.
 
-A function may say more of itself, for an engine that can do part of its work without it
-(:class:`RowsWhere`): ``reads``, the only columns it reads (a tuple of names); ``keeps``, a
-:class:`RowsWhere` outside of which it yields nothing for a row; ``selects``, the names of the
-columns it yields when that is all it does with the rows it keeps; ``fits``, a :class:`Fits`
-when it only puts its rows into its schema; ``counts``, a :class:`CountsOf` when that is all it
-does. The function itself stays the definition: the local engine calls it, and the spark
-engine's tests compare the two."""
+A function may say more of itself, for an engine that can do part of its work without it:
+``reads``, the only columns it reads (a tuple of names); ``keeps``, a :class:`RowsWhere` or
+:class:`RowsFlagged` outside of which it yields nothing for a row; ``selects``, the names of
+the columns it yields when that is all it does with the rows it keeps; ``fits``, a
+:class:`Fits` when all it does with them is put them into its schema; ``counts``, a
+:class:`CountsOf` when that is all it does. The function itself stays the definition: the
+local engine calls it, and the spark engine's tests compare the two."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,15 @@ class RowsWhere:
 
     column: str
     null: bool
+
+
+@dataclass(frozen=True)
+class RowsFlagged:
+    """The rows whose boolean ``column`` is true (``flagged=True``), or false or null
+    (``flagged=False``)."""
+
+    column: str
+    flagged: bool
 
 
 TableFunction = Callable[["pa.Table"], "pa.Table"]

@@ -67,6 +67,7 @@ from pipelines.engines.base import (
     HistoryEntry,
     MaintenanceResult,
     MergeMetrics,
+    RowsFlagged,
     RowsWhere,
     TableChanges,
     TableFunction,
@@ -391,8 +392,11 @@ class SparkEngine:
         counts: CountsOf | None = getattr(function, "counts", None)
         if counts is not None:
             return _counts_of(frame, counts, schema)
-        keeps: RowsWhere | None = getattr(function, "keeps", None)
-        if keeps is not None:
+        keeps: RowsWhere | RowsFlagged | None = getattr(function, "keeps", None)
+        if isinstance(keeps, RowsFlagged):
+            test = "IS TRUE" if keeps.flagged else "IS NOT TRUE"
+            frame = frame.where(f"{quote_identifier(keeps.column)} {test}")
+        elif keeps is not None:
             column = frame[quote_identifier(keeps.column)]
             frame = frame.where(column.isNull() if keeps.null else column.isNotNull())
         selects: Sequence[str] | None = getattr(function, "selects", None)

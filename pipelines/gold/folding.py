@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
-from pipelines.engines.base import Fits, RowsWhere
+from pipelines.engines.base import Fits, RowsFlagged, RowsWhere
 from pipelines.gold.columns import (
     ID,
     body_fields,
@@ -83,11 +83,13 @@ class ChangeRows:
     """Silver rows -> fold input rows with the change role (wildcard changes left out when
     the batch's wildcards travel with :class:`FoldTable`)."""
 
+    fits = Fits(((ROLE, ROLE_CHANGE),))
+
     def __init__(self, schema: T.StructType, *, without_wildcards: bool) -> None:
         self.schema = schema
         self.without_wildcards = without_wildcards
-        if not without_wildcards:
-            self.fits = Fits(((ROLE, ROLE_CHANGE),))
+        if without_wildcards:
+            self.keeps = RowsFlagged(IS_WILDCARD, flagged=False)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         target = spark_schema_to_arrow(self.schema)
@@ -119,6 +121,9 @@ class StateRows:
 class Wildcards:
     """Silver rows -> its wildcard changes (``_cdc_is_wildcard``) as rows of ``schema``
     (silver's latest: rows read up to an earlier version may lack its newest columns)."""
+
+    keeps = RowsFlagged(IS_WILDCARD, flagged=True)
+    fits = Fits()
 
     def __init__(self, schema: T.StructType) -> None:
         self.schema = schema
