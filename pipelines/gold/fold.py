@@ -492,7 +492,7 @@ def fold_table(
         raise ValueError(
             f"{plan.object_name}: wildcard change "
             f"{changes.column(EVENT_ID)[int(np.flatnonzero(wild)[0])].as_py()} reached "
-            "the per-record fold; pass the batch's wildcard changes with "
+            "fold_table among the changes; pass the batch's wildcard changes with "
             "fold_rows(wildcards=...)"
         )
     ids = changes.column(ID)

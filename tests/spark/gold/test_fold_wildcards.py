@@ -1,10 +1,10 @@
 """Wildcard changes on a table of records that have no other change in the batch.
 
-The fold sets the wildcards' values column-wise on such records instead of folding each one;
-:func:`tests.spark.gold.conftest.fold` checks every case on both engines, each folding the
-records of a partition together, so these cases cover the rows where that shortcut applies
-and those it must leave to the per-record fold (a record already newer than the wildcard, one
-that saw the same event, a tombstone, a child of a compound, a diff).
+A wildcard applies to every record of the table that exists at its point of the order;
+:func:`tests.spark.gold.conftest.fold` checks every case on both engines and against the
+reference model, so these cases cover the records a wildcard sets and those it must leave as
+they are or set only in part (a record already newer than the wildcard, one that saw the same
+event, a tombstone, a child of a compound, a diff).
 """
 
 from __future__ import annotations
