@@ -24,6 +24,7 @@ import pyarrow as pa
 from ingest.errors import LakeError
 from pipelines.engines.arrow import arrow_to_dataframe
 from pipelines.engines.base import DEFAULT_PROPERTIES, TableRef
+from pipelines.engines.spark_sql import TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF
 from pipelines.engines.sql import quote_identifier
 from pipelines.engines.writable import check_writable
 from pipelines.spec.fields import has_scheme
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 __all__ = ["SparkTableAccess", "has_commit", "jvm_class", "session_lock"]
+
+# The settings Delta takes a commit's txn and userMetadata from when the write gives none.
+_COMMIT_SETTINGS = (TXN_APP_ID_CONF, TXN_VERSION_CONF, USER_METADATA_CONF)
 
 # The engine's log lines stay under its module's logger, whichever module writes them.
 _log = logging.getLogger("pipelines.engines.spark")
@@ -120,22 +124,25 @@ class SparkTableAccess:
 
     @contextlib.contextmanager
     def session_conf(self, values: Mapping[str, str] | None = None) -> Iterator[None]:
-        """Run the block with the session's lock held and ``values`` set in its settings
-        (restored after): no other write of this process runs with them, nor changes them
-        meanwhile."""
+        """Run the block with the session's lock held and ``values`` set in its settings, and
+        Delta's per-commit settings (a txn, ``userMetadata``) cleared unless ``values`` sets
+        them; every setting is restored after. No other write of this process runs with them
+        or changes them meanwhile, and none that someone else left in the session (a notebook,
+        a ``foreachBatch`` function stopped halfway on a Spark Connect session it shares) is
+        taken by a commit of this engine: Delta would record that txn and skip the next write
+        that takes it again."""
+        wanted: dict[str, str | None] = {**dict.fromkeys(_COMMIT_SETTINGS), **(values or {})}
         with self._settings_lock:
             conf = self.spark.conf
-            previous = {key: conf.get(key, None) for key in values or {}}
-            for key, value in (values or {}).items():
-                conf.set(key, value)
+            previous = {key: conf.get(key, None) for key in wanted}
+            changed = [key for key, value in wanted.items() if previous[key] != value]
+            for key in changed:
+                _set(conf, key, wanted[key])
             try:
                 yield
             finally:
-                for key, old in previous.items():
-                    if old is None:
-                        conf.unset(key)
-                    else:
-                        conf.set(key, old)
+                for key in changed:
+                    _set(conf, key, previous[key])
 
     @contextlib.contextmanager
     def errors(self, action: str, table: TableRef) -> Iterator[None]:
@@ -272,6 +279,13 @@ class SparkTableAccess:
         if path.startswith("file:"):
             path = path.removeprefix("file:")
         return None if has_scheme(path) else Path(path)
+
+
+def _set(conf: Any, key: str, value: str | None) -> None:
+    if value is None:
+        conf.unset(key)
+    else:
+        conf.set(key, value)
 
 
 def jvm_class(jvm: Any, name: str) -> Any:

@@ -85,7 +85,8 @@ class SparkTables:
         if version is not None and self._ensured.get(table) == (version, asked):
             return
         if version is None:
-            # Its commit would take a MERGE's settings of another thread: see _session_conf.
+            # Its commit would take the settings of a MERGE of another thread, or any left in
+            # the session: see SparkTableAccess.session_conf.
             with self._access.errors("create", table), self._access.session_conf():
                 if self._access.location is None:
                     self._access.sql(

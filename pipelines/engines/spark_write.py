@@ -196,7 +196,9 @@ class SparkWrites:
         selected = [data.select(columns) for data, _ in parts]
         if any(not part.schema.equals(selected[0].schema) for part in selected[1:]):
             return None  # parts of different types
-        with self._access.errors("append", table):
+        # The commit takes no txn from the session's settings, but its userMetadata when it
+        # has none of its own: held clear of them as every other write is.
+        with self._access.errors("append", table), self._access.session_conf():
             transaction = delta_log.startTransaction()
             version = int(snapshot.version())
             results: list[CommitResult] = []

@@ -26,6 +26,7 @@ from ingest.errors import LakeError
 from pipelines.engines import LakeEngine, SparkEngine, TableRef, Txn
 from pipelines.engines.arrow import spark_schema_to_arrow
 from pipelines.engines.local import LocalEngine
+from pipelines.engines.spark_sql import TXN_APP_ID_CONF, TXN_VERSION_CONF
 from pipelines.spec import SchemasSpec
 from tests.lake_helpers import arrow_of, column_of, rows_of
 
@@ -621,6 +622,52 @@ def test_a_write_beside_a_merge_of_another_thread_takes_none_of_its_settings(
     for table in (BRONZE, TableRef("silver", "other")):
         assert [(h.txn, h.metadata) for h in fresh.history(table, limit=1)] == [(None, {})]
     assert ids(engine, engine.read(BRONZE)) == ["e0", "e1"]
+
+
+@pytest.mark.parametrize(
+    "session",
+    [
+        pytest.param("spark", marks=[pytest.mark.spark_engine, pytest.mark.spark]),
+        pytest.param("spark_connect", marks=[pytest.mark.spark_connect, pytest.mark.spark]),
+    ],
+)
+def test_a_txn_left_in_the_session_settings_makes_no_write_a_no_op(
+    session: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Delta takes a txn from the session's settings when a write has none of its own, and
+    skips the write once the table has that txn. Settings someone else left there (a notebook,
+    a foreachBatch function stopped mid-MERGE on a Spark Connect session it shares) would make
+    every write without a txn after the first a silent no-op; the engine's writes run without
+    them, and leave them as they were."""
+    spark = request.getfixturevalue(session)
+    engine = SparkEngine(spark, location=tmp_path / "lake")
+    schema = T.StructType([T.StructField("Id", T.StringType()), T.StructField("n", T.LongType())])
+
+    def row(key: str, n: int) -> pa.Table:
+        return pa.table({"Id": [key], "n": pa.array([n], pa.int64())})
+
+    engine.ensure_table(GOLD, schema)
+    left = {TXN_APP_ID_CONF: "someone:else", TXN_VERSION_CONF: "7"}
+    for key, value in left.items():
+        spark.conf.set(key, value)
+    try:
+        for n in range(3):
+            merged = engine.merge(GOLD, row(f"m{n}", n), on=["Id"])
+            assert not merged.skipped and merged.inserted == 1, merged
+            appended = engine.append(BRONZE, events(n, 1))
+            assert not appended.skipped and appended.rows == 1, appended
+            updated = engine.update_columns(GOLD, row(f"m{n}", 10 + n), on=["Id"], columns=["n"])
+            assert not updated.skipped and updated.updated == 1, updated
+        assert {k: spark.conf.get(k, None) for k in left} == left
+    finally:
+        for key in left:
+            spark.conf.unset(key)
+    fresh = SparkEngine(spark, location=tmp_path / "lake")  # reads the log anew
+    assert fresh.txn_version(GOLD, "someone:else") is None
+    assert fresh.txn_version(BRONZE, "someone:else") is None
+    got = rows_of(fresh, GOLD)
+    assert sorted((r["Id"], r["n"]) for r in got) == [("m0", 10), ("m1", 11), ("m2", 12)]
+    assert ids(fresh, fresh.read(BRONZE)) == ["e0", "e1", "e2"]
 
 
 # -------------------------------------------------------------------- history and maintain
