@@ -48,6 +48,18 @@ def events(start: int, n: int, **extra: pa.Array) -> pa.Table:
     return pa.table({**columns, **extra})
 
 
+# The tests of what the spark engine does with its session's settings: once on the classic
+# session, once over Spark Connect.
+SPARK_SESSIONS = pytest.mark.parametrize(
+    "session",
+    [
+        pytest.param("spark", marks=[pytest.mark.spark_engine, pytest.mark.spark]),
+        pytest.param("spark_connect", marks=[pytest.mark.spark_connect, pytest.mark.spark]),
+    ],
+)
+ID_AND_N = T.StructType([T.StructField("Id", T.StringType()), T.StructField("n", T.LongType())])
+
+
 def ids(engine: LakeEngine, rows: Any) -> list[str]:
     return column_of(engine, rows, "event_id")
 
@@ -497,7 +509,7 @@ def test_merge_inserts_updates_deletes_with_metrics(lake_engine: LakeEngine) -> 
 def test_a_merge_with_deletion_vectors_leaves_the_files_it_touches_in_place(
     lake_engine: LakeEngine,
 ) -> None:
-    schema = T.StructType([T.StructField("Id", T.StringType()), T.StructField("n", T.LongType())])
+    schema = ID_AND_N
     lake_engine.ensure_table(GOLD, schema, deletion_vectors=True)
     n = 2_000
     lake_engine.append(
@@ -560,13 +572,7 @@ class HeldUntil:
         yield from batches
 
 
-@pytest.mark.parametrize(
-    "session",
-    [
-        pytest.param("spark", marks=[pytest.mark.spark_engine, pytest.mark.spark]),
-        pytest.param("spark_connect", marks=[pytest.mark.spark_connect, pytest.mark.spark]),
-    ],
-)
+@SPARK_SESSIONS
 def test_a_write_beside_a_merge_of_another_thread_takes_none_of_its_settings(
     session: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
@@ -574,7 +580,7 @@ def test_a_write_beside_a_merge_of_another_thread_takes_none_of_its_settings(
     every commit without writer options of its own: one of another thread sharing the session
     must not run while those are set (nor record that MERGE's txn as its own)."""
     engine = SparkEngine(request.getfixturevalue(session), location=tmp_path / "lake")
-    schema = T.StructType([T.StructField("Id", T.StringType()), T.StructField("n", T.LongType())])
+    schema = ID_AND_N
     engine.merge(GOLD, pa.table({"Id": ["1"], "n": pa.array([1], pa.int64())}), on=["Id"])
     engine.append(BRONZE, events(0, 1))
     started, release = tmp_path / "started", tmp_path / "release"
@@ -624,13 +630,7 @@ def test_a_write_beside_a_merge_of_another_thread_takes_none_of_its_settings(
     assert ids(engine, engine.read(BRONZE)) == ["e0", "e1"]
 
 
-@pytest.mark.parametrize(
-    "session",
-    [
-        pytest.param("spark", marks=[pytest.mark.spark_engine, pytest.mark.spark]),
-        pytest.param("spark_connect", marks=[pytest.mark.spark_connect, pytest.mark.spark]),
-    ],
-)
+@SPARK_SESSIONS
 def test_a_txn_left_in_the_session_settings_makes_no_write_a_no_op(
     session: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
@@ -641,7 +641,7 @@ def test_a_txn_left_in_the_session_settings_makes_no_write_a_no_op(
     them, and leave them as they were."""
     spark = request.getfixturevalue(session)
     engine = SparkEngine(spark, location=tmp_path / "lake")
-    schema = T.StructType([T.StructField("Id", T.StringType()), T.StructField("n", T.LongType())])
+    schema = ID_AND_N
 
     def row(key: str, n: int) -> pa.Table:
         return pa.table({"Id": [key], "n": pa.array([n], pa.int64())})
