@@ -196,9 +196,7 @@ class SparkWrites:
         selected = [data.select(columns) for data, _ in parts]
         if any(not part.schema.equals(selected[0].schema) for part in selected[1:]):
             return None  # parts of different types
-        # The commit takes no txn from the session's settings, but its userMetadata when it
-        # has none of its own: held clear of them as every other write is.
-        with self._access.errors("append", table), self._access.session_conf():
+        with self._access.errors("append", table):
             transaction = delta_log.startTransaction()
             version = int(snapshot.version())
             results: list[CommitResult] = []
@@ -230,7 +228,10 @@ class SparkWrites:
                 none,
                 none,
             )
-            committed = int(transaction.commit(files, operation))
+            # The commit takes no txn from the session's settings, but its userMetadata when
+            # it has none of its own: it runs clear of them as every other write does.
+            with self._access.session_conf():
+                committed = int(transaction.commit(files, operation))
         for index in keep:
             results[index] = CommitResult(
                 table, committed, skipped=False, rows=parts[index][0].num_rows
