@@ -8,11 +8,11 @@ fresh local-engine lake and are timed until the last record is committed in Delt
   (Pub/Sub Subscribe over gRPC, Avro payloads, bronze and checkpoint commits per batch);
 - polling: the object declared ``kind: polled``; its first poll (``poll_objects``, as ``sfcdc
   poll`` runs it) reads every record with ``queryAll`` over ``--api`` (a Bulk API 2.0 job by
-  default: CSV result sets of 50,000 records, shaped like REST records) and commits them with
-  the describe and watermark in one commit. The emulator runs the job in the background from
-  its creation, as Salesforce does, and the client polls its state with its own pauses (the
-  first after 0.1 s); each set of results is written as CSV when the client asks for it, while
-  the client converts the sets before it.
+  default: CSV result sets, four for a job of 100,000 records (``ingest.bulk.set_size``), shaped
+  like REST records) and commits them with the describe and watermark in one commit. The
+  emulator runs the job in the background from its creation, as Salesforce does, and the client
+  polls its state with its own pauses (the first after 0.1 s); each set of results is written
+  as CSV when the client asks for it, while the client converts the sets before it.
 
 Target: polled landing >= 0.5x the event landing's rate (records per second against events per
 second). The emulator serves from a process of its own, as Salesforce's servers are not on the

@@ -46,6 +46,7 @@ __all__ = [
     "QueryJob",
     "ResultSet",
     "poll_pause",
+    "set_size",
     "typed_value",
 ]
 
@@ -53,6 +54,10 @@ _log = logging.getLogger(__name__)
 
 Operation = Literal["query", "queryAll"]
 DEFAULT_MAX_RECORDS = 50_000
+# A job is read in at least this many sets (of at least MIN_SET_RECORDS records) when its sets
+# may be that small: see set_size.
+OVERLAP_SETS = 4
+MIN_SET_RECORDS = 10_000
 # The shortest pause between two reads of a job's state (a poll_initial_seconds of 0 included).
 _SHORTEST_POLL = 0.01
 _DONE = ("JobComplete", "Failed", "Aborted")
@@ -164,10 +169,24 @@ def poll_pause(ran: float, initial: float, longest: float, fraction: float) -> f
     return min(longest, max(initial, fraction * ran, _SHORTEST_POLL))
 
 
+def set_size(records: int | None, max_records: int, min_records: int = MIN_SET_RECORDS) -> int:
+    """The ``maxRecords`` to read a completed job of ``records`` records with: at most
+    ``max_records``, and small enough for :data:`OVERLAP_SETS` sets, but not below
+    ``min_records``. A reader converts one set while the next one downloads
+    (:meth:`BulkQueryClient.record_sets`); what overlaps with nothing is the wait for the first
+    set and the conversion of the last, so a job of a few sets would spend up to half its time
+    on them. A large job keeps sets of ``max_records``, and so as few requests as before."""
+    if records is None:
+        return max_records
+    return min(max_records, max(min_records, -(-records // OVERLAP_SETS)))
+
+
 class BulkQueryClient:
     """Runs Bulk API 2.0 query jobs (see the module docstring) through ``rest``.
 
-    ``max_records`` asks for sets of at most that many records. A job's state is first read
+    ``max_records`` asks for sets of at most that many records; a job of fewer than
+    ``OVERLAP_SETS * max_records`` records is read in smaller sets, of at least
+    ``min_set_records`` (:func:`set_size`). A job's state is first read
     ``poll_initial_seconds`` after it was created (a short pause: a small job's records are
     read soon), then after pauses of ``poll_fraction`` of the time the job has run so far
     (:func:`poll_pause`; with the default a job is seen finished at most a quarter of its run
@@ -183,6 +202,7 @@ class BulkQueryClient:
         rest: RestClient,
         *,
         max_records: int = DEFAULT_MAX_RECORDS,
+        min_set_records: int = MIN_SET_RECORDS,
         poll_initial_seconds: float = 0.1,
         poll_max_seconds: float = 10.0,
         poll_fraction: float = 0.25,
@@ -191,8 +211,11 @@ class BulkQueryClient:
         sleep: Callable[[float], None] = time.sleep,
         logger: logging.Logger | None = None,
     ) -> None:
-        if max_records < 1:
-            raise ValueError(f"max_records must be >= 1 (got {max_records})")
+        if max_records < 1 or min_set_records < 1:
+            raise ValueError(
+                f"max_records and min_set_records must be >= 1 (got {max_records}, "
+                f"{min_set_records})"
+            )
         if poll_initial_seconds < 0 or poll_max_seconds < poll_initial_seconds:
             raise ValueError(
                 "poll_initial_seconds must be >= 0 and poll_max_seconds at least as large "
@@ -205,6 +228,7 @@ class BulkQueryClient:
             )
         self.rest = rest
         self.max_records = max_records
+        self.min_set_records = min_set_records
         self._poll = (poll_initial_seconds, poll_max_seconds, poll_fraction)
         self._timeout = timeout_seconds
         self._clock = clock
@@ -334,9 +358,10 @@ class BulkQueryClient:
         """The sets of results of a completed job, in order (following ``Sforce-Locator``)."""
         locator: str | None = None
         number = 0
+        size = set_size(job.records_processed, self.max_records, self.min_set_records)
         while True:
             number += 1
-            params = {"maxRecords": str(self.max_records)}
+            params = {"maxRecords": str(size)}
             if locator is not None:
                 params["locator"] = locator
             try:

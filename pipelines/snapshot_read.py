@@ -6,8 +6,9 @@ are always read over REST (a Bulk job per 200 ids would only add latency). A who
 read as ``api`` says:
 
 - ``rest``: ``queryAll``, 2,000 records per request;
-- ``bulk``: one Bulk API 2.0 query job (``queryAll``), its CSV results read 50,000 records per
-  request (:class:`BulkRecords`);
+- ``bulk``: one Bulk API 2.0 query job (``queryAll``), its CSV results read in sets of up to
+  50,000 records, one request each (at least four sets for a job of up to 200,000:
+  :func:`ingest.bulk.set_size`) (:class:`BulkRecords`);
 - ``auto`` (the default): ``SELECT COUNT() FROM <Object>`` first (one REST request, deleted
   records included), then Bulk from :data:`BULK_THRESHOLD` records on, REST below. Under that
   size REST needs at most 25 requests and no job has to be queued, polled and cleaned up.

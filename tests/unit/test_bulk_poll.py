@@ -1,4 +1,5 @@
-"""When the Bulk API client reads a query job's state again (``ingest.bulk.poll_pause``)."""
+"""When the Bulk API client reads a query job's state again (``ingest.bulk.poll_pause``), and
+in sets of how many records it reads a completed job's results (``ingest.bulk.set_size``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from itertools import pairwise
 
 import pytest
 
-from ingest.bulk import poll_pause
+from ingest.bulk import MIN_SET_RECORDS, OVERLAP_SETS, poll_pause, set_size
 
 
 def reads_until(finished: float, *, initial: float = 0.1, longest: float = 10.0) -> list[float]:
@@ -38,3 +39,31 @@ def test_the_pauses_start_at_the_initial_one_and_never_go_below_a_hundredth() ->
     assert poll_pause(0.0, 0.0, 10.0, 0.25) == pytest.approx(0.01)
     assert poll_pause(2.0, 0.1, 10.0, 0.25) == pytest.approx(0.5)
     assert poll_pause(1000.0, 0.1, 10.0, 0.25) == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize(
+    ("records", "size"),
+    [
+        (100_000, 25_000),  # four sets rather than two of 50,000
+        (150_001, 37_501),
+        (200_000, 50_000),  # four sets of max_records already
+        (1_000_000, 50_000),  # a large job: sets of max_records, as few requests as ever
+        (30_000, MIN_SET_RECORDS),  # three sets: none smaller than MIN_SET_RECORDS
+        (2_000, MIN_SET_RECORDS),  # one set
+        (0, MIN_SET_RECORDS),
+        (None, 50_000),  # a count Salesforce did not give: max_records
+    ],
+)
+def test_a_job_is_read_in_at_least_four_sets_of_a_least_the_minimum(
+    records: int | None, size: int
+) -> None:
+    assert set_size(records, 50_000) == size
+    if records:
+        sets = -(-records // size)
+        assert sets >= min(OVERLAP_SETS, -(-records // MIN_SET_RECORDS))
+
+
+def test_a_set_is_never_larger_than_max_records_nor_smaller_than_asked() -> None:
+    assert set_size(100_000, 7) == 7
+    assert set_size(100_000, 50_000, 40_000) == 40_000
+    assert set_size(100, 50_000, 1) == 25

@@ -95,6 +95,28 @@ def test_bulk_records_equal_rest_records_over_many_result_sets(
     assert emulator.bulk.jobs() == []
 
 
+def test_a_job_max_records_would_read_in_one_set_is_read_in_four(
+    org: tuple[Emulator, Workload], rest: RestClient
+) -> None:
+    # The first set's wait and the last set's conversion overlap nothing: a job of a few sets
+    # is read in four smaller ones (ingest.bulk.set_size), none below min_set_records.
+    emulator, _ = org
+    soql = "SELECT Id, Name FROM Account"
+    expected = sorted(r["Id"] for r in rest.query_all(soql))
+    assert len(expected) >= 13, "the org should hold enough accounts for four sets"
+    for min_set_records, sets in ((5, 4), (len(expected) // 2 + 1, 2)):
+        client = BulkQueryClient(
+            rest,
+            max_records=len(expected),
+            min_set_records=min_set_records,
+            poll_initial_seconds=0.01,
+            poll_max_seconds=0.05,
+        )
+        before = emulator.bulk.result_sets
+        assert sorted(r["Id"] for r in client.query_all(soql)) == expected
+        assert emulator.bulk.result_sets - before == sets, min_set_records
+
+
 @pytest.mark.parametrize("halved", [False, True], ids=["whole", "last-set-halved"])
 def test_payload_tables_hold_the_json_of_the_records_query_all_reads(
     org: tuple[Emulator, Workload], rest: RestClient, monkeypatch: pytest.MonkeyPatch, halved: bool
