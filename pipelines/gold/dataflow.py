@@ -18,7 +18,14 @@ from pyspark.sql import types as T
 from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
 from pipelines.engines.base import Fits, LakeEngine, Rows
 from pipelines.gold.columns import ID
-from pipelines.gold.folding import ChangeRows, FoldTable, StateRows, Wildcards
+from pipelines.gold.folding import (
+    DIFFED_SCHEMA,
+    ChangeRows,
+    DiffedFields,
+    FoldTable,
+    StateRows,
+    Wildcards,
+)
 from pipelines.gold.plan import ROLE_GOLD, ROLE_TOMBSTONE, FoldPlan, fold_input_schema
 from pipelines.gold.scd2 import (
     CURRENT_VERSION,
@@ -28,7 +35,7 @@ from pipelines.gold.scd2 import (
     history_input_schema,
 )
 
-__all__ = ["batch_wildcards", "fold_counts", "fold_rows", "history_changes"]
+__all__ = ["batch_diffs", "batch_wildcards", "fold_counts", "fold_rows", "history_changes"]
 
 
 def batch_wildcards(
@@ -40,6 +47,13 @@ def batch_wildcards(
         engine.map_batches(changes, Wildcards(schema), schema)
     ).to_pylist()
     return rows
+
+
+def batch_diffs(engine: LakeEngine, changes: Rows) -> set[str]:
+    """The field paths a batch of silver rows diff-encodes (``diffFields``; few fields, and
+    only long text ones, ever are)."""
+    found = engine.to_arrow(engine.map_batches(changes, DiffedFields(), DIFFED_SCHEMA))
+    return {p for p in found.column(0).to_pylist() if p is not None}
 
 
 def fold_rows(

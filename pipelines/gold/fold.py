@@ -111,6 +111,7 @@ from pipelines.gold.plan import (
     FOLD_IGNORED,
     FOLD_RESOLVED_BY,
     FOLD_RESYNC,
+    FOLD_SET,
     FOLD_TOMBSTONE,
     FOLD_VERSIONS,
     IS_WILDCARD,
@@ -220,6 +221,16 @@ def _column(table: pa.Table, name: str, t: pa.DataType) -> pa.Array:
     if name not in table.column_names:
         return pa.nulls(table.num_rows, t)
     return _chunk(table.column(name)).cast(t)
+
+
+def _set_flags(kept: np.ndarray) -> pa.Array:
+    """The FOLD_SET strings of a (records x body columns) matrix of kept values."""
+    rows, width = kept.shape
+    text = np.where(kept, ord("0"), ord("1")).astype(np.uint8)
+    offsets = np.arange(rows + 1, dtype=np.int32) * np.int32(width)
+    return pa.StringArray.from_buffers(
+        rows, pa.py_buffer(offsets.tobytes()), pa.py_buffer(text.tobytes())
+    )
 
 
 def _pool(parts: Sequence[pa.Array], t: pa.DataType) -> pa.Array:
@@ -937,7 +948,10 @@ class _Fold:
         ch = self.ch
         out: dict[str, pa.Array] = {}
         ends = ch.ends[records] - 1
-        for column in self.body:
+        from_gold = self.start_gold[records]
+        # Per record and column: the record keeps its gold row's value (FOLD_SET "0").
+        self.kept = np.zeros((len(records), len(self.body)), dtype=bool)
+        for number, column in enumerate(self.body):
             t = self.by_name[column].type
             children = self.plan.structs.get(column)
             first = (column, children[0] if children else None)
@@ -947,6 +961,7 @@ class _Fold:
                 # Set whole by every change that sets it: one place.
                 sets = self.places[first]
                 at = ch.last_marked(sets != 0)[ends]
+                self.kept[:, number] = from_gold & (at < 0)
                 if not children:
                     pool = self._place_pool(first, t)
                     out[column] = pool.take(_index(self._sources(first, at, records)))
@@ -968,6 +983,7 @@ class _Fold:
                 child_type = t.field(child).type
                 pool = self._place_pool(place, child_type)
                 parts.append(pool.take(_index(self._sources(place, at, records))))
+            self.kept[:, number] = from_gold & untouched
             value = null_if_empty(pa.StructArray.from_arrays(parts, fields=list(t)))
             if untouched.any():
                 # A column no change of the record set keeps its start value as it was.
@@ -1109,6 +1125,7 @@ class _Fold:
         arrays[FOLD_CHANGES] = pa.array(own[records], pa.int32())
         arrays[FOLD_APPLIED] = pa.array(self.n_applied[records], pa.int32())
         arrays[FOLD_IGNORED] = pa.array(self.n_ignored[records], pa.int32())
+        arrays[FOLD_SET] = _set_flags(self.kept)
         missing = ~exists[records]
         columns = []
         for f in schema:

@@ -16,7 +16,9 @@ same code -- in this process (local) or on Spark executors (spark):
 
 Wildcard changes (record id ``001*``) travel with :class:`FoldTable` (every partition applies
 them to each record that exists at their point of the order), so the state must then hold the
-whole gold table; :class:`Wildcards` finds them in a batch.
+whole gold table; :class:`Wildcards` finds them in a batch. :class:`DiffedFields` finds the
+fields a batch diff-encodes: the fold reads those columns from gold (a diff applies to the
+value before it), and may leave others to the gold MERGE (``FOLD_SET``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from pipelines.gold.columns import (
 from pipelines.gold.fold import fold_table
 from pipelines.gold.order_keys import encode_order_key
 from pipelines.gold.plan import (
+    DIFF_FIELDS,
     FOLD_APPLIED,
     FOLD_CHANGES,
     FOLD_GOLD,
@@ -63,7 +66,9 @@ from pipelines.gold.plan import (
 __all__ = [
     "FOLD_COUNTS_SCHEMA",
     "RESOLVED_SCHEMA",
+    "DIFFED_SCHEMA",
     "ChangeRows",
+    "DiffedFields",
     "FoldCounts",
     "FoldTable",
     "GoldPart",
@@ -134,6 +139,22 @@ class Wildcards:
             rows = batch.filter(pc.fill_null(batch.column(IS_WILDCARD), False))
             if rows.num_rows:
                 yield from fit_to_schema(pa.Table.from_batches([rows]), target).to_batches()
+
+
+DIFFED_SCHEMA = T.StructType([T.StructField("field", T.StringType())])
+_DIFFED = spark_schema_to_arrow(DIFFED_SCHEMA)
+
+
+class DiffedFields:
+    """Silver rows -> the distinct field paths of their ``diffFields`` (per batch)."""
+
+    reads = (DIFF_FIELDS,)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            paths = pc.unique(pc.list_flatten(batch.column(DIFF_FIELDS)))
+            if len(paths):
+                yield pa.RecordBatch.from_arrays([paths.cast(pa.string())], schema=_DIFFED)
 
 
 # ----------------------------------------------------------------------------- folding

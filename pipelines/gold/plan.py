@@ -42,6 +42,7 @@ __all__ = [
     "FOLD_IGNORED",
     "FOLD_RESOLVED_BY",
     "FOLD_RESYNC",
+    "FOLD_SET",
     "FOLD_TOMBSTONE",
     "FOLD_VERSIONS",
     "IS_WILDCARD",
@@ -61,6 +62,7 @@ __all__ = [
     "fold_input_schema",
     "fold_output_schema",
     "fold_plan",
+    "kept_columns",
     "order_columns",
     "versions_schema",
 ]
@@ -109,6 +111,10 @@ FOLD_RESOLVED_BY = "_fold_resolved_by"
 FOLD_CHANGES = "_fold_changes"
 FOLD_APPLIED = "_fold_applied"
 FOLD_IGNORED = "_fold_ignored"
+# Per body column, in order: "0" where the record keeps its gold row's value (no applied change
+# set it, and the fold started from that row), "1" where the fold's value replaces it. The
+# gold MERGE then needs from the fold only the values that change (``engine.merge(keep=...)``).
+FOLD_SET = "_fold_set"
 FOLD_COLUMNS: tuple[str, ...] = (
     FOLD_GOLD,
     FOLD_TOMBSTONE,
@@ -118,6 +124,7 @@ FOLD_COLUMNS: tuple[str, ...] = (
     FOLD_CHANGES,
     FOLD_APPLIED,
     FOLD_IGNORED,
+    FOLD_SET,
 )
 
 
@@ -304,6 +311,17 @@ def change_columns(plan: FoldPlan, silver: T.StructType) -> list[str]:
     return list(dict.fromkeys([ID, *_HEADER, *plan.order_by, *body]))
 
 
+def kept_columns(plan: FoldPlan, body: Sequence[str], diffed: Iterable[str] = ()) -> tuple[str, ...]:
+    """The ``body`` columns the fold need not read from gold when the gold MERGE keeps the
+    values no change set (``FOLD_SET``): all but the struct columns (a change may set one child
+    of them), SCD2's tracked columns (versions compare them) and the columns the batch's
+    ``diffed`` field paths land in (a diff applies to the value before it)."""
+    needed = set(plan.structs) | set(plan.track or ())
+    for path in diffed:
+        needed.update(t.column for t in plan.targets.get(path, ()))
+    return tuple(c for c in body if c not in needed)
+
+
 def fold_input_schema(plan: FoldPlan, silver: T.StructType) -> T.StructType:
     """The row type the fold reads: the silver columns it uses (in silver's types), the gold
     and tombstone columns (a column both have takes the change's type), then the role."""
@@ -340,6 +358,7 @@ def fold_output_schema(
             T.StructField(FOLD_CHANGES, T.IntegerType()),
             T.StructField(FOLD_APPLIED, T.IntegerType()),
             T.StructField(FOLD_IGNORED, T.IntegerType()),
+            T.StructField(FOLD_SET, T.StringType()),
         ]
     )
 

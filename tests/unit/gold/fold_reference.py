@@ -48,6 +48,7 @@ from pipelines.gold.plan import (
     FOLD_CHANGES,
     FOLD_GOLD,
     FOLD_IGNORED,
+    FOLD_SET,
     FOLD_RESOLVED_BY,
     FOLD_RESYNC,
     FOLD_TOMBSTONE,
@@ -629,3 +630,24 @@ def reference_fold_rows(
     body = body_fields(silver)
     output = spark_schema_to_arrow(fold_output_schema(body, plan.track))
     return reference_fold(plan, [f.name for f in body], output, combined, wildcards)
+
+
+def kept_by_merge(folded: pa.Table, gold: pa.Table, body: Sequence[str]) -> pa.Table:
+    """What the gold MERGE makes of fold output rows (``engine.merge(keep=...)``): each body
+    column whose ``FOLD_SET`` flag is "0" takes the value of the record's ``gold`` row."""
+    by_id = {row[ID]: row for row in gold.to_pylist()}
+    rows = []
+    for row in folded.to_pylist():
+        flags, start = row[FOLD_SET], by_id.get(row[ID])
+        if flags is not None and start is not None:
+            assert len(flags) == len(body)
+            for flag, column in zip(flags, body, strict=True):
+                if flag == "0":
+                    row[column] = start[column]
+        rows.append(row)
+    return pa.Table.from_pylist(rows, schema=folded.schema)
+
+
+def without_set_flags(table: pa.Table) -> pa.Table:
+    """Fold output without ``FOLD_SET`` (the reference model leaves it null)."""
+    return table.drop_columns([FOLD_SET]) if FOLD_SET in table.column_names else table
