@@ -25,6 +25,7 @@ configure_allocators()
 from pipelines.engines.base import (  # noqa: E402
     CommitResult,
     HistoryEntry,
+    Kept,
     LakeEngine,
     MaintenanceResult,
     MergeMetrics,
@@ -47,6 +48,7 @@ __all__ = [
     "DELTA_EXTENSION",
     "CommitResult",
     "HistoryEntry",
+    "Kept",
     "LakeEngine",
     "LocalEngine",
     "MaintenanceResult",

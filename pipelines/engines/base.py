@@ -50,6 +50,7 @@ __all__ = [
     "CountsOf",
     "Fits",
     "HistoryEntry",
+    "Kept",
     "LakeEngine",
     "MaintenanceResult",
     "MergeMetrics",
@@ -245,6 +246,21 @@ class CommitResult:
     version: int | None
     skipped: bool
     rows: int
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Columns a MERGE's updated rows may keep: the source's string column ``flags`` holds
+    one character per column of ``columns``, in order; "0" keeps the target row's value of
+    that column, any other (or a null ``flags``) takes the source's. The ``flags`` column is
+    not written, and an inserted row takes the source's values."""
+
+    flags: str
+    columns: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if self.flags in self.columns:
+            raise ValueError(f"the flags column {self.flags!r} is one of the kept columns")
 
 
 @dataclass(frozen=True)
@@ -505,6 +521,7 @@ class LakeEngine(Protocol):
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
         evolve_schema: bool = True,
+        keep: Kept | None = None,
     ) -> MergeMetrics:
         """Upsert whole rows of ``source`` keyed by the ``on`` columns.
 
@@ -516,7 +533,9 @@ class LakeEngine(Protocol):
         A target row matching several source rows is an error. A column of the table that
         the source does not have keeps its value in an updated row (and is null in an inserted
         one): writers of whole rows leave columns they do not know alone
-        (:meth:`update_columns` writes those).
+        (:meth:`update_columns` writes those). With ``keep``, an updated row keeps its value
+        of each column the source's flags say to keep (:class:`Kept`); the table must then
+        have every column of the source but the flags.
         """
         ...
 

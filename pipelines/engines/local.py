@@ -50,8 +50,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
+from ingest.errors import LakeError
 from pipelines.engines.arrow import (
     delta_schema,
     fit_to_schema,
@@ -65,6 +67,7 @@ from pipelines.engines.base import (
     CommitResult,
     Condition,
     HistoryEntry,
+    Kept,
     MaintenanceResult,
     MergeMetrics,
     TableChanges,
@@ -72,6 +75,7 @@ from pipelines.engines.base import (
     TableRef,
     Txn,
     WriteLayout,
+    merge_keys,
 )
 from pipelines.engines.deltalog import DirectAppender
 from pipelines.engines.direct_merge import DirectMerger
@@ -79,7 +83,7 @@ from pipelines.engines.lake_location import LakeLocation
 from pipelines.engines.local_maintenance import LocalMaintainer
 from pipelines.engines.local_reads import NATIVE_READER_FEATURES, LocalReader
 from pipelines.engines.local_sql import LocalSql
-from pipelines.engines.local_tables import LocalTables, as_arrow
+from pipelines.engines.local_tables import LocalTables, as_arrow, schema_of
 from pipelines.engines.local_writes import LocalWriter
 from pipelines.engines.writable import check_writable
 from pipelines.spec.models import LakeSpec, SchemasSpec, StorageSpec
@@ -369,7 +373,10 @@ class LocalEngine:
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
         evolve_schema: bool = True,
+        keep: Kept | None = None,
     ) -> MergeMetrics:
+        if keep is not None:
+            source = self._kept(table, as_arrow(source), on, keep)
         return self._writes.merge(
             table,
             source,
@@ -381,6 +388,43 @@ class LocalEngine:
             metadata=metadata,
             evolve_schema=evolve_schema,
         )
+
+    def _kept(self, table: TableRef, source: pa.Table, on: Sequence[str], keep: Kept) -> pa.Table:
+        """``source`` without its flags, each kept column holding the table's value where the
+        flags keep it (in the rows the table has): the MERGE then sets whole rows."""
+        keys = merge_keys(on)
+        absent = [c for c in (keep.flags, *keep.columns) if c not in source.column_names]
+        if absent or len(keys) != 1:
+            raise LakeError(
+                f"merge into {table} keeping columns: "
+                + (f"{absent} are not columns of the source" if absent else "one key only")
+            )
+        flags = source.column(keep.flags)
+        source = source.drop_columns([keep.flags])
+        if not self.exists(table):
+            return source
+        schema = schema_of(self._lake.require(table))
+        lacking = [c for c in source.column_names if c not in schema.names]
+        if lacking:
+            raise LakeError(
+                f"merge into {table} keeping columns: {lacking} are not columns of the table"
+            )
+        key = keys[0]
+        target = self._reads.read_keyed(table, key=key, keys=source, columns=[key, *keep.columns])
+        if not target.num_rows:
+            return source
+        found = pc.index_in(source.column(key), value_set=target.column(key))
+        rows = pc.fill_null(found, 0)
+        for number, column in enumerate(keep.columns):
+            flag = pc.utf8_slice_codeunits(flags, number, number + 1)
+            kept = pc.fill_null(pc.and_(pc.is_valid(found), pc.equal(flag, "0")), False)
+            if not pc.any(kept).as_py():
+                continue
+            values = source.column(column)
+            before = target.column(column).take(rows).cast(values.type)
+            place = source.column_names.index(column)
+            source = source.set_column(place, column, pc.if_else(kept, before, values))
+        return source
 
     def update_columns(
         self,

@@ -65,6 +65,7 @@ from pipelines.engines.base import (
     CountsOf,
     Fits,
     HistoryEntry,
+    Kept,
     MaintenanceResult,
     MergeMetrics,
     RowsFlagged,
@@ -350,6 +351,7 @@ class SparkEngine:
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
         evolve_schema: bool = True,
+        keep: Kept | None = None,
     ) -> MergeMetrics:
         return self._writes.merge(
             table,
@@ -361,6 +363,7 @@ class SparkEngine:
             txn=txn,
             metadata=metadata,
             evolve_schema=evolve_schema,
+            keep=keep,
         )
 
     def update_columns(

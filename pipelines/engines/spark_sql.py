@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pipelines.engines.base import (
     Condition,
     HistoryEntry,
+    Kept,
     Txn,
     WriteLayout,
     check_conditions,
@@ -151,20 +152,45 @@ def merge_sql(
     delete_condition: str | None = None,
     insert: bool = True,
     evolve_schema: bool = True,
+    keep: Kept | None = None,
+    columns: Sequence[str] = (),
 ) -> str:
     """``MERGE INTO`` of the temporary view ``source_view`` into ``target`` (aliases ``target``
     and ``source``): matched rows are deleted where ``delete_condition`` holds, else updated
     (``UPDATE SET *``) where ``update_condition`` does; unmatched rows inserted (``INSERT *``)
     when ``insert``. ``evolve_schema``: ``MERGE WITH SCHEMA EVOLUTION`` adds the source's new
-    columns (nested fields too) to the table."""
+    columns (nested fields too) to the table. With ``keep``, the source's ``columns`` (its
+    flags column among them) are set and inserted by name instead, each kept column taking
+    the target's value where its flag is "0" (:class:`~pipelines.engines.base.Kept`)."""
     evolution = " WITH SCHEMA EVOLUTION" if evolve_schema else ""
     clauses = []
     if delete_condition:
         clauses.append(f"WHEN MATCHED AND ({delete_condition}) THEN DELETE")
     update = f" AND ({update_condition})" if update_condition else ""
-    clauses.append(f"WHEN MATCHED{update} THEN UPDATE SET *")
-    if insert:
-        clauses.append("WHEN NOT MATCHED THEN INSERT *")
+    if keep is None:
+        clauses.append(f"WHEN MATCHED{update} THEN UPDATE SET *")
+        if insert:
+            clauses.append("WHEN NOT MATCHED THEN INSERT *")
+    else:
+        written = [c for c in columns if c != keep.flags]
+        place = {c: n for n, c in enumerate(keep.columns, start=1)}
+        flags = f"source.{quote_identifier(keep.flags)}"
+
+        def value(column: str) -> str:
+            name = quote_identifier(column)
+            if column not in place:
+                return f"source.{name}"
+            return (
+                f"CASE WHEN substring({flags}, {place[column]}, 1) = '0' THEN target.{name} "
+                f"ELSE source.{name} END"
+            )
+
+        sets = ", ".join(f"target.{quote_identifier(c)} = {value(c)}" for c in written)
+        clauses.append(f"WHEN MATCHED{update} THEN UPDATE SET {sets}")
+        if insert:
+            names = ", ".join(quote_identifier(c) for c in written)
+            values = ", ".join(f"source.{quote_identifier(c)}" for c in written)
+            clauses.append(f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})")
     return (
         f"MERGE{evolution} INTO {target} AS target USING {quote_identifier(source_view)} AS "
         f"source ON {merge_condition(on)} " + " ".join(clauses)

@@ -35,10 +35,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
+from pyspark.sql.types import StructType
 
 from ingest.errors import LakeError
 from pipelines.engines.base import (
     CommitResult,
+    Kept,
     MergeMetrics,
     TableRef,
     Txn,
@@ -265,6 +267,7 @@ class SparkWrites:
         txn: Txn | None = None,
         metadata: Mapping[str, str] | None = None,
         evolve_schema: bool = True,
+        keep: Kept | None = None,
     ) -> MergeMetrics:
         merge_keys(on)  # a malformed key list fails before anything is read
         started = self._clock()
@@ -279,8 +282,12 @@ class SparkWrites:
                 f"{', '.join(df.columns)})"
             )
         if not self._access.exists(table):
-            self._tables.ensure_table(table, df.schema)
+            written = [f for f in df.schema.fields if keep is None or f.name != keep.flags]
+            self._tables.ensure_table(table, StructType(written))
         before = self._access.require(table)
+        if keep is not None:
+            self._check_kept(table, df.columns, keep)
+            evolve_schema = False  # the table has every column the statement names
         # MERGE takes these from the session's settings only (Delta 4.1 also ignores the
         # statement's WITH SCHEMA EVOLUTION, which Databricks runtimes honour).
         conf = self._merge_conf(txn, metadata, evolve_schema=evolve_schema)
@@ -296,6 +303,8 @@ class SparkWrites:
                 delete_condition=delete_condition,
                 insert=insert,
                 evolve_schema=evolve_schema,
+                keep=keep,
+                columns=df.columns,
             ),
             conf,
         )
@@ -368,6 +377,20 @@ class SparkWrites:
             after,
         )
         return metrics
+
+    def _check_kept(self, table: TableRef, columns: Sequence[str], keep: Kept) -> None:
+        """A MERGE keeping columns names the source's columns: the table must have them."""
+        schema = self._access.schema(table)
+        known = {f.name.lower() for f in schema.fields} if schema is not None else set()
+        problems = []
+        lacking = [c for c in columns if c != keep.flags and c.lower() not in known]
+        if lacking:
+            problems.append(f"{lacking} are not columns of the table")
+        absent = [c for c in (keep.flags, *keep.columns) if c not in columns]
+        if absent:
+            problems.append(f"{absent} are not columns of the source")
+        if problems:
+            raise LakeError(f"merge into {table} keeping columns: " + "; ".join(problems))
 
     @staticmethod
     def _merge_conf(

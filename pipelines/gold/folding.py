@@ -64,9 +64,9 @@ from pipelines.gold.plan import (
 )
 
 __all__ = [
+    "DIFFED_SCHEMA",
     "FOLD_COUNTS_SCHEMA",
     "RESOLVED_SCHEMA",
-    "DIFFED_SCHEMA",
     "ChangeRows",
     "DiffedFields",
     "FoldCounts",

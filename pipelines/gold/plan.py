@@ -311,7 +311,9 @@ def change_columns(plan: FoldPlan, silver: T.StructType) -> list[str]:
     return list(dict.fromkeys([ID, *_HEADER, *plan.order_by, *body]))
 
 
-def kept_columns(plan: FoldPlan, body: Sequence[str], diffed: Iterable[str] = ()) -> tuple[str, ...]:
+def kept_columns(
+    plan: FoldPlan, body: Sequence[str], diffed: Iterable[str] = ()
+) -> tuple[str, ...]:
     """The ``body`` columns the fold need not read from gold when the gold MERGE keeps the
     values no change set (``FOLD_SET``): all but the struct columns (a change may set one child
     of them), SCD2's tracked columns (versions compare them) and the columns the batch's

@@ -12,7 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from ingest.errors import LakeError
-from pipelines.engines import LakeEngine, TableRef, Txn
+from pipelines.engines import Kept, LakeEngine, TableRef, Txn
 from tests.lake_helpers import rows_of
 
 GOLD = TableRef("gold", "invoice")
@@ -131,6 +131,51 @@ def test_whole_row_merges_leave_columns_the_source_lacks(lake_engine: LakeEngine
     assert set(rows) == {"a", "b", "c"}
     assert rows["c"]["Amount__c"] == 30.0 and rows["c"]["Total__c"] is None
     assert rows["a"]["Total__c"] == 1.1 and rows["b"]["_cdc_formulas_refreshed_at"] == AT
+
+
+def test_a_merge_keeps_the_columns_its_flags_say(lake_engine: LakeEngine) -> None:
+    _start(lake_engine)
+    keep = Kept("_fold_set", ("Amount__c", "Total__c"))
+    # What the gold fold sends when it read gold without those columns: values only where a
+    # change set them, and per row which of the two the row keeps ("0").
+    fold = pa.table(
+        {
+            "Id": ["a", "b", "c", "d"],
+            "Amount__c": [None, 20.0, 30.0, 40.0],
+            "_cdc_order_key": ["2", "2", "2", "2"],
+            "Total__c": [9.9, None, None, 4.4],
+            "_fold_set": ["01", "10", None, "00"],
+        }
+    )
+    metrics = lake_engine.merge(
+        GOLD,
+        fold,
+        on=["Id"],
+        update_condition="(target._cdc_order_key IS NULL OR source._cdc_order_key > "
+        "target._cdc_order_key)",
+        txn=Txn("sfcdc.gold:Invoice__c", 1),
+        keep=keep,
+    )
+    assert (metrics.inserted, metrics.updated, metrics.deleted) == (1, 3, 0)
+    rows = _by_id(lake_engine)
+    assert set(rows) == {"a", "b", "c", "d"}
+    assert "_fold_set" not in rows["a"], "the flags column was written"
+    assert (rows["a"]["Amount__c"], rows["a"]["Total__c"]) == (1.0, 9.9)
+    assert (rows["b"]["Amount__c"], rows["b"]["Total__c"]) == (20.0, 2.2)
+    # No flags: every value from the source.
+    assert (rows["c"]["Amount__c"], rows["c"]["Total__c"]) == (30.0, None)
+    # Inserted: the source's values, whatever its flags say.
+    assert (rows["d"]["Amount__c"], rows["d"]["Total__c"]) == (40.0, 4.4)
+    assert [rows[k]["_cdc_order_key"] for k in "abcd"] == ["2", "2", "2", "2"]
+    # A source column the table lacks fails before anything is written.
+    with pytest.raises(LakeError, match="not columns of the table"):
+        lake_engine.merge(
+            GOLD,
+            fold.append_column("Extra__c", pa.array([1.0] * 4)),
+            on=["Id"],
+            keep=keep,
+        )
+    assert lake_engine.history(GOLD, limit=1)[0].version == metrics.version
 
 
 def test_local_merges_with_every_column_and_without_agree(tmp_path) -> None:  # type: ignore[no-untyped-def]
