@@ -4,6 +4,12 @@
 plan the steps from silver's history, and for each step read the appended silver rows, fold
 them onto the touched gold rows and tombstones, and write the re-sync table, the tombstones,
 the SCD2 history and last the gold MERGE that records the step's silver version.
+
+The fold reads from gold only the columns it cannot leave to the MERGE
+(:func:`~pipelines.gold.plan.kept_columns`): a record's other columns keep their values where
+no change of the step set them (``FOLD_SET``, ``engine.merge(keep=...)``), so the gold rows
+the step touches cross from the table to the fold and back with fewer columns. A step with
+wildcard changes, or a gold table whose columns are not yet the fold's, reads whole rows.
 """
 
 from __future__ import annotations
@@ -22,7 +28,15 @@ from ingest.errors import ConfigError, LakeError
 from ingest.schema import HEADER_FIELD
 from pipelines.chunking import plan_chunks, version_sizes
 from pipelines.engines.arrow import spark_schema_to_arrow
-from pipelines.engines.base import LakeEngine, MergeMetrics, Rows, TableRef, Txn, concurrent_write
+from pipelines.engines.base import (
+    Kept,
+    LakeEngine,
+    MergeMetrics,
+    Rows,
+    TableRef,
+    Txn,
+    concurrent_write,
+)
 from pipelines.gold.columns import (
     DELETED,
     ID,
@@ -31,7 +45,13 @@ from pipelines.gold.columns import (
     gold_schema,
     tombstone_schema,
 )
-from pipelines.gold.dataflow import batch_wildcards, fold_counts, fold_rows, history_changes
+from pipelines.gold.dataflow import (
+    batch_diffs,
+    batch_wildcards,
+    fold_counts,
+    fold_rows,
+    history_changes,
+)
 from pipelines.gold.folding import (
     FOLD_COUNTS_SCHEMA,
     RESOLVED_SCHEMA,
@@ -42,7 +62,7 @@ from pipelines.gold.folding import (
     TombstonePart,
     VersionsPart,
 )
-from pipelines.gold.plan import FoldPlan, fold_plan
+from pipelines.gold.plan import FOLD_SET, FoldPlan, fold_plan, kept_columns
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE, open_rows_to_resolve_arrow
 from pipelines.gold.scd2 import HISTORY_KEYS, history_schema
 from pipelines.gold.tables import (
@@ -336,7 +356,8 @@ class ObjectRun:
         held = [rows]
         try:
             wildcards = batch_wildcards(engine, rows, schema)
-            folded = engine.persist(self._fold(rows, schema, plan, wildcards))
+            kept = self._kept(rows, plan, body, wildcards)
+            folded = engine.persist(self._fold(rows, schema, plan, wildcards, kept))
             held.append(folded)
             counts = fold_counts(
                 engine.to_arrow(engine.map_batches(folded, FoldCounts(), FOLD_COUNTS_SCHEMA))
@@ -349,14 +370,17 @@ class ObjectRun:
             tombstoned = self._write_tombstones(folded, plan, end) if counts["tombstones"] else 0
             versions = self._write_history(folded, plan, body, end) if counts["versions"] else 0
             self._step("tombstones and history")
-            gold_rows = engine.map_batches(
-                folded, GoldPart(gold_schema(body).names), gold_schema(body)
-            )
+            merged = gold_schema(body)
+            if kept:
+                merged = T.StructType([*merged.fields, T.StructField(FOLD_SET, T.StringType())])
+            gold_rows = engine.map_batches(folded, GoldPart(merged.names), merged)
             newest = None
             if self.on_commit is not None:
                 column = CHANGE_EVENT_TIME if CHANGE_EVENT_TIME in schema.names else None
                 newest = newest_time(engine, rows, column)
-            merge = self._merge_gold(gold_rows, plan, end, start)
+            # FOLD_SET has a flag per body column, whether the fold read it or not.
+            keep = Kept(FOLD_SET, tuple(f.name for f in body)) if kept else None
+            merge = self._merge_gold(gold_rows, plan, end, start, keep)
             self._step("merge")
         finally:
             for kept in held:
@@ -419,27 +443,52 @@ class ObjectRun:
         schema: T.StructType,
         plan: FoldPlan,
         wildcards: Sequence[Mapping[str, Any]],
+        kept: Sequence[str],
     ) -> Rows:
         """The batch's changes folded onto the gold rows and tombstones of the records they
-        touch (all of them when the batch has wildcard changes)."""
+        touch (all of them when the batch has wildcard changes); gold's ``kept`` columns are
+        left to the MERGE."""
         engine = self.engine
 
-        def state(table: TableRef) -> Rows | None:
+        def state(table: TableRef, columns: Sequence[str] | None = None) -> Rows | None:
             if not engine.exists(table):
                 return None
             if wildcards:
                 return engine.read(table)
-            return engine.read_keyed(table, key=ID, keys=changes)
+            return engine.read_keyed(table, key=ID, keys=changes, columns=columns)
 
+        read = None
+        if kept:
+            skipped = set(kept)
+            read = [f.name for f in gold_schema(body_fields(schema)) if f.name not in skipped]
         return fold_rows(
             engine,
             changes,
             schema=schema,
             plan=plan,
             wildcards=wildcards,
-            gold=state(self.gold),
+            gold=state(self.gold, read),
             tombstones=state(tombstone_table(self.obj)),
         )
+
+    def _kept(
+        self,
+        changes: Rows,
+        plan: FoldPlan,
+        body: Sequence[T.StructField],
+        wildcards: Sequence[Mapping[str, Any]],
+    ) -> tuple[str, ...]:
+        """The gold columns the step's fold leaves to its MERGE (none: it reads whole rows):
+        with wildcard changes the fold reads the whole table anyway, and a gold table whose
+        columns differ from the fold's takes whole rows (its MERGE adds the new ones)."""
+        engine = self.engine
+        if wildcards or not engine.exists(self.gold):
+            return ()
+        have = engine.schema(self.gold)
+        by_name = {f.name: f.dataType for f in have.fields} if have is not None else {}
+        if any(by_name.get(f.name) != f.dataType for f in gold_schema(body).fields):
+            return ()
+        return kept_columns(plan, [f.name for f in body], batch_diffs(engine, changes))
 
     # -- planning --------------------------------------------------------------------------
 
@@ -580,7 +629,9 @@ class ObjectRun:
             engine.release(new)
         return metrics.inserted
 
-    def _merge_gold(self, source: Any, plan: FoldPlan, version: int, start: int) -> MergeMetrics:
+    def _merge_gold(
+        self, source: Any, plan: FoldPlan, version: int, start: int, keep: Kept | None
+    ) -> MergeMetrics:
         update, delete = merge_conditions(plan.deletes)
         try:
             return self.engine.merge(
@@ -594,6 +645,7 @@ class ObjectRun:
                     _META_SEQUENCE: ",".join(plan.order_by),
                     _META_SILVER_VERSIONS: f"{start}-{version}",
                 },
+                keep=keep,
             )
         except LakeError as exc:
             if not concurrent_write(exc):

@@ -160,11 +160,11 @@ def test_a_run_that_dies_between_two_steps_resumes_at_the_next_one(
     merge_gold = object_run.ObjectRun._merge_gold
     merges: list[int] = []
 
-    def dies_at_the_second(self: Any, source: Any, plan: Any, version: int, start: int) -> Any:
+    def dies_at_the_second(self: Any, source: Any, plan: Any, version: int, *rest: Any) -> Any:
         merges.append(version)
         if len(merges) == 2:
             raise LakeError("killed")
-        return merge_gold(self, source, plan, version, start)
+        return merge_gold(self, source, plan, version, *rest)
 
     monkeypatch.setattr(object_run.ObjectRun, "_merge_gold", dies_at_the_second)
     with pytest.raises(LakeError, match="killed"):
