@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pyspark.sql import types as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -53,13 +54,14 @@ from fastavro import parse_schema
 
 from ingest.emulator.catalogue import schema_versions
 from ingest.schema import parse_event_schema
-from pipelines.engines import SparkEngine, TableRef, Txn
+from pipelines.engines import Kept, SparkEngine, TableRef, Txn
 from pipelines.engines.sql import quote_identifier
 from pipelines.gold.columns import body_fields, gold_schema
+from pipelines.gold.dataflow import gold_kept
 from pipelines.gold.folding import GoldPart
 from pipelines.gold.job import fold_rows
 from pipelines.gold.object_run import merge_conditions
-from pipelines.gold.plan import fold_plan
+from pipelines.gold.plan import FOLD_SET, fold_plan
 from pipelines.silver.columns import build_layout
 from pipelines.silver.job import run_silver
 from pipelines.spec.models import ObjectSpec
@@ -172,14 +174,28 @@ def bench_gold(spark: Any, root: Path, args: argparse.Namespace) -> dict[str, fl
     plan = fold_plan(layout, processed_at=gold_merge.NOW)
     gold = gold_schema(body_fields(schema))
 
-    def fold() -> Any:
+    body = body_fields(schema)
+    merged = T.StructType([*gold.fields, T.StructField(FOLD_SET, T.StringType())])
+
+    def fold() -> tuple[Any, tuple[str, ...]]:
+        # As the gold job folds a step: the batch held, gold read without the columns the
+        # MERGE keeps.
+        rows = engine.persist(engine.read_appends(SILVER, after_version=None).rows)
+        kept = gold_kept(engine, GOLD, rows, plan=plan, body=body)
+        read = [n for n in gold.names if n not in kept]
+        state = engine.read_keyed(GOLD, key="Id", keys=rows, columns=read)
+        folded = fold_rows(engine, rows, schema=schema, plan=plan, gold=state)
+        return engine.map_batches(folded, GoldPart(merged.names), merged), kept
+
+    def post_images() -> Any:
         rows = engine.read_appends(SILVER, after_version=None).rows
         state = engine.read_keyed(GOLD, key="Id", keys=rows)
         folded = fold_rows(engine, rows, schema=schema, plan=plan, gold=state)
         return engine.map_batches(folded, GoldPart(gold.names), gold)
 
-    # Warm-up, and the post-images the plain MERGE applies: the fold's output, computed now.
-    images = engine.persist(fold())
+    # Warm-up, and the post-images the plain MERGE applies: whole rows, computed now.
+    engine.persist(fold()[0])
+    images = engine.persist(post_images())
     out: dict[str, float] = {"images": engine.count(images), "changes": args.changes}
     view = "sfcdc_bench_post_images"
     extra = [c for c in images.columns if c not in table.column_names]
@@ -198,15 +214,17 @@ def bench_gold(spark: Any, root: Path, args: argparse.Namespace) -> dict[str, fl
         ).collect()
 
     def sfcdc() -> None:
-        source = engine.persist(fold())
+        source, kept = fold()
         engine.merge(
             GOLD,
-            source,
+            engine.persist(source),
             on=["Id"],
             update_condition=update,
             delete_condition=delete,
             txn=Txn("sfcdc.gold:Account", len(rounds) + 1),
+            keep=Kept(FOLD_SET, tuple(f.name for f in body)) if kept else None,
         )
+        out["kept"] = len(kept)
 
     for number in range(args.rounds):
         if number:
@@ -226,7 +244,7 @@ def bench_gold(spark: Any, root: Path, args: argparse.Namespace) -> dict[str, fl
             out[key + name[len(f"{key}.{median}") :]] = out[name]
     out["rounds"] = len(rounds)
     with timed(out, "fold"):
-        engine.count(engine.persist(fold()))
+        engine.count(engine.persist(fold()[0]))
     return out
 
 

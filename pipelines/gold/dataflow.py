@@ -16,8 +16,8 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from pipelines.engines.arrow import fit_to_schema, spark_schema_to_arrow
-from pipelines.engines.base import Fits, LakeEngine, Rows
-from pipelines.gold.columns import ID
+from pipelines.engines.base import Fits, LakeEngine, Rows, TableRef
+from pipelines.gold.columns import ID, gold_schema
 from pipelines.gold.folding import (
     DIFFED_SCHEMA,
     ChangeRows,
@@ -26,7 +26,13 @@ from pipelines.gold.folding import (
     StateRows,
     Wildcards,
 )
-from pipelines.gold.plan import ROLE_GOLD, ROLE_TOMBSTONE, FoldPlan, fold_input_schema
+from pipelines.gold.plan import (
+    ROLE_GOLD,
+    ROLE_TOMBSTONE,
+    FoldPlan,
+    fold_input_schema,
+    kept_columns,
+)
 from pipelines.gold.scd2 import (
     CURRENT_VERSION,
     HISTORY_ROLE,
@@ -35,7 +41,14 @@ from pipelines.gold.scd2 import (
     history_input_schema,
 )
 
-__all__ = ["batch_diffs", "batch_wildcards", "fold_counts", "fold_rows", "history_changes"]
+__all__ = [
+    "batch_diffs",
+    "batch_wildcards",
+    "fold_counts",
+    "fold_rows",
+    "gold_kept",
+    "history_changes",
+]
 
 
 def batch_wildcards(
@@ -54,6 +67,28 @@ def batch_diffs(engine: LakeEngine, changes: Rows) -> set[str]:
     only long text ones, ever are)."""
     found = engine.to_arrow(engine.map_batches(changes, DiffedFields(), DIFFED_SCHEMA))
     return {p for p in found.column(0).to_pylist() if p is not None}
+
+
+def gold_kept(
+    engine: LakeEngine,
+    gold: TableRef,
+    changes: Rows,
+    *,
+    plan: FoldPlan,
+    body: Sequence[T.StructField],
+    wildcards: Sequence[Mapping[str, Any]] = (),
+) -> tuple[str, ...]:
+    """The columns of the ``gold`` table the fold of a batch of silver ``changes`` need not
+    read, leaving them to the gold MERGE to keep (``FOLD_SET``; none: it reads whole rows).
+    With wildcard changes the fold reads the whole table anyway, and a table whose columns are
+    not the fold's (a new silver column) takes whole rows: its MERGE adds the new ones."""
+    if wildcards or not engine.exists(gold):
+        return ()
+    have = engine.schema(gold)
+    by_name = {f.name: f.dataType for f in have.fields} if have is not None else {}
+    if any(by_name.get(f.name) != f.dataType for f in gold_schema(body).fields):
+        return ()
+    return kept_columns(plan, [f.name for f in body], batch_diffs(engine, changes))
 
 
 def fold_rows(

@@ -46,10 +46,10 @@ from pipelines.gold.columns import (
     tombstone_schema,
 )
 from pipelines.gold.dataflow import (
-    batch_diffs,
     batch_wildcards,
     fold_counts,
     fold_rows,
+    gold_kept,
     history_changes,
 )
 from pipelines.gold.folding import (
@@ -62,7 +62,7 @@ from pipelines.gold.folding import (
     TombstonePart,
     VersionsPart,
 )
-from pipelines.gold.plan import FOLD_SET, FoldPlan, fold_plan, kept_columns
+from pipelines.gold.plan import FOLD_SET, FoldPlan, fold_plan
 from pipelines.gold.resync import RESYNC_SCHEMA, RESYNC_TABLE, open_rows_to_resolve_arrow
 from pipelines.gold.scd2 import HISTORY_KEYS, history_schema
 from pipelines.gold.tables import (
@@ -356,7 +356,7 @@ class ObjectRun:
         held = [rows]
         try:
             wildcards = batch_wildcards(engine, rows, schema)
-            kept = self._kept(rows, plan, body, wildcards)
+            kept = gold_kept(engine, self.gold, rows, plan=plan, body=body, wildcards=wildcards)
             folded = engine.persist(self._fold(rows, schema, plan, wildcards, kept))
             held.append(folded)
             counts = fold_counts(
@@ -470,25 +470,6 @@ class ObjectRun:
             gold=state(self.gold, read),
             tombstones=state(tombstone_table(self.obj)),
         )
-
-    def _kept(
-        self,
-        changes: Rows,
-        plan: FoldPlan,
-        body: Sequence[T.StructField],
-        wildcards: Sequence[Mapping[str, Any]],
-    ) -> tuple[str, ...]:
-        """The gold columns the step's fold leaves to its MERGE (none: it reads whole rows):
-        with wildcard changes the fold reads the whole table anyway, and a gold table whose
-        columns differ from the fold's takes whole rows (its MERGE adds the new ones)."""
-        engine = self.engine
-        if wildcards or not engine.exists(self.gold):
-            return ()
-        have = engine.schema(self.gold)
-        by_name = {f.name: f.dataType for f in have.fields} if have is not None else {}
-        if any(by_name.get(f.name) != f.dataType for f in gold_schema(body).fields):
-            return ()
-        return kept_columns(plan, [f.name for f in body], batch_diffs(engine, changes))
 
     # -- planning --------------------------------------------------------------------------
 
