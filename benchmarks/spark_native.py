@@ -58,7 +58,7 @@ from ingest.schema import parse_event_schema
 from pipelines.engines import Kept, SparkEngine, TableRef, Txn
 from pipelines.engines.sql import quote_identifier
 from pipelines.gold.columns import body_fields, gold_schema
-from pipelines.gold.dataflow import gold_kept
+from pipelines.gold.dataflow import gold_kept, gold_read
 from pipelines.gold.folding import GoldPart
 from pipelines.gold.job import fold_rows
 from pipelines.gold.object_run import merge_conditions
@@ -183,8 +183,7 @@ def bench_gold(spark: Any, root: Path, args: argparse.Namespace) -> dict[str, fl
         # MERGE keeps.
         rows = engine.persist(engine.read_appends(SILVER, after_version=None).rows)
         kept = gold_kept(engine, GOLD, rows, plan=plan, body=body)
-        read = [n for n in gold.names if n not in kept]
-        state = engine.read_keyed(GOLD, key="Id", keys=rows, columns=read)
+        state = engine.read_keyed(GOLD, key="Id", keys=rows, columns=gold_read(body, kept))
         folded = fold_rows(engine, rows, schema=schema, plan=plan, gold=state)
         return engine.map_batches(folded, GoldPart(merged.names), merged), kept
 

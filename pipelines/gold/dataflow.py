@@ -47,6 +47,7 @@ __all__ = [
     "fold_counts",
     "fold_rows",
     "gold_kept",
+    "gold_read",
     "history_changes",
 ]
 
@@ -89,6 +90,15 @@ def gold_kept(
     if any(by_name.get(f.name) != f.dataType for f in gold_schema(body).fields):
         return ()
     return kept_columns(plan, [f.name for f in body], batch_diffs(engine, changes))
+
+
+def gold_read(body: Sequence[T.StructField], kept: Sequence[str]) -> list[str] | None:
+    """The gold columns the fold reads when the MERGE keeps the ``kept`` ones (:func:`gold_kept`;
+    ``None``: every column)."""
+    if not kept:
+        return None
+    skipped = set(kept)
+    return [f.name for f in gold_schema(body).fields if f.name not in skipped]
 
 
 def fold_rows(

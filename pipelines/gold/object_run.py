@@ -50,6 +50,7 @@ from pipelines.gold.dataflow import (
     fold_counts,
     fold_rows,
     gold_kept,
+    gold_read,
     history_changes,
 )
 from pipelines.gold.folding import (
@@ -457,17 +458,13 @@ class ObjectRun:
                 return engine.read(table)
             return engine.read_keyed(table, key=ID, keys=changes, columns=columns)
 
-        read = None
-        if kept:
-            skipped = set(kept)
-            read = [f.name for f in gold_schema(body_fields(schema)) if f.name not in skipped]
         return fold_rows(
             engine,
             changes,
             schema=schema,
             plan=plan,
             wildcards=wildcards,
-            gold=state(self.gold, read),
+            gold=state(self.gold, gold_read(body_fields(schema), kept)),
             tombstones=state(tombstone_table(self.obj)),
         )
 
