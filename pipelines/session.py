@@ -24,6 +24,8 @@ from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipelines.worker_daemon import DAEMON_MODULE
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -123,12 +125,14 @@ def use_this_python(environ: MutableMapping[str, str] = os.environ) -> None:
 def _python_workers() -> dict[str, str]:
     """Spark's Python workers must run this interpreter (the one sfcdc is installed in, even
     when its virtualenv is not activated: ``python3`` on PATH may be another) and import this
-    copy of sfcdc (a checkout run with ``python -m`` is not on their path otherwise)."""
+    copy of sfcdc (a checkout run with ``python -m`` is not on their path otherwise), forked
+    by a daemon that keeps Spark's archives off their path (:mod:`pipelines.worker_daemon`)."""
     root = str(Path(__file__).resolve().parent.parent)
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
     return {
         "spark.pyspark.python": sys.executable,
         "spark.executorEnv.PYTHONPATH": os.pathsep.join([root, *paths]),
+        "spark.python.daemon.module": DAEMON_MODULE,
     }
 
 
