@@ -7,7 +7,8 @@ task, which makes Python read the directory of every archive on the path again: 
 entries, about a fifth of a second of each task. A pyspark installed as a package (a local
 session's) imports without them, so they are dropped before pyspark is first imported, and
 the workers the daemon forks inherit the shorter path. When pyspark or py4j would not import
-without them, the path stays as it is.
+without them, or pyspark would then come from another installation than ``SPARK_HOME`` (a
+Spark distribution beside a pip-installed pyspark), the path stays as it is.
 """
 
 from __future__ import annotations
@@ -37,12 +38,19 @@ def spark_archives(path: Sequence[str], spark_home: str | None) -> list[str]:
 
 
 def _drop_archives() -> None:
-    archives = spark_archives(sys.path, os.environ.get("SPARK_HOME"))
-    if not archives:
+    home = os.environ.get("SPARK_HOME")
+    archives = spark_archives(sys.path, home)
+    if not home or not archives:
         return
     original = list(sys.path)
     sys.path[:] = [entry for entry in sys.path if entry not in archives]
-    if find_spec("pyspark") is None or find_spec("py4j") is None:
+    pyspark = find_spec("pyspark")
+    if (
+        pyspark is None
+        or pyspark.origin is None
+        or not Path(pyspark.origin).resolve().is_relative_to(Path(home).resolve())
+        or find_spec("py4j") is None
+    ):
         sys.path[:] = original
         return
     for entry in archives:

@@ -4,7 +4,10 @@ re-reads the directory of every archive on its path for every task."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +43,49 @@ def test_only_files_inside_spark_home_are_archives(tmp_path: Path) -> None:
     ]
     assert spark_archives(path, str(home)) == [*map(str, inside), str(linked)]
     assert spark_archives(path, None) == []
+
+
+def _path_after_drop(spark_home: Path, archive: Path) -> list[str]:
+    """``sys.path`` of a daemon's process started with ``archive`` on its path, after the
+    daemon's clean-up."""
+    code = (
+        "import json, sys; from pipelines import worker_daemon as w; "
+        "w._drop_archives(); print(json.dumps(sys.path))"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(spark_home),
+        "PYTHONPATH": f"{archive}{os.pathsep}{root}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    path: list[str] = json.loads(done.stdout)
+    return path
+
+
+def test_the_archives_go_when_the_same_installation_imports_without_them() -> None:
+    import pyspark
+
+    home = Path(pyspark.__file__).parent  # a pip-installed pyspark is its own SPARK_HOME
+    archive = home / "python" / "lib" / "pyspark.zip"
+    if not archive.is_file():
+        pytest.skip("this pyspark has no python/lib/pyspark.zip")
+    assert str(archive) not in _path_after_drop(home, archive)
+
+
+def test_the_archives_stay_when_pyspark_would_come_from_another_installation(
+    tmp_path: Path,
+) -> None:
+    # A Spark distribution in SPARK_HOME beside the pip-installed pyspark of this venv: its
+    # workers must keep the distribution's pyspark, which matches its JVM.
+    home = tmp_path / "spark"
+    (home / "python" / "lib").mkdir(parents=True)
+    archive = home / "python" / "lib" / "pyspark.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("pyspark/__init__.py", "")
+    assert str(archive) in _path_after_drop(home, archive)
 
 
 def _worker_path(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
